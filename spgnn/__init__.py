@@ -1,0 +1,15 @@
+"""spgnn: distributed GNN training written as sparse-dense matrix products over a process grid."""
+
+from .comm import Comm, Group, Ledger
+from .errors import SpgnnError
+from .graph import Graph
+from .grid import ProcessGrid
+from .layers import GNN, GCNConv, SAGEConv
+from .partition import Partition, make_parts, register
+from .spmm import ALGORITHMS, DistSpMM
+from .trainer import TrainConfig, Trainer
+
+__version__ = "0.1.0"
+
+__all__ = ["ALGORITHMS", "Comm", "DistSpMM", "GCNConv", "GNN", "Graph", "Group", "Ledger", "Partition",
+           "ProcessGrid", "SAGEConv", "SpgnnError", "TrainConfig", "Trainer", "make_parts", "register"]

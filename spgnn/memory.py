@@ -1,0 +1,59 @@
+"""Memory measurements: bytes autograd holds for the backward, and peak resident set size."""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+import torch
+
+
+class SavedTensorMeter:
+    """Counts the bytes of tensors autograd saves for the backward while the context is active.
+
+    Storages are counted once however many saved tensors view them; `peak_bytes` is the largest total
+    alive at any moment (saved tensors are released as the backward consumes them)."""
+
+    def __init__(self):
+        self.live = {}            # storage pointer -> [references, bytes]
+        self.current = 0
+        self.peak_bytes = 0
+
+    def _pack(self, t: torch.Tensor):
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), t.device.type)
+        entry = self.live.setdefault(key, [0, storage.nbytes()])
+        if entry[0] == 0:
+            self.current += entry[1]
+            self.peak_bytes = max(self.peak_bytes, self.current)
+        entry[0] += 1
+        return _Handle(self, key, t)
+
+    def _release(self, key):
+        entry = self.live[key]
+        entry[0] -= 1
+        if entry[0] == 0:
+            self.current -= entry[1]
+            del self.live[key]
+
+    def hooks(self):
+        """The context manager to wrap a forward pass in."""
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, lambda handle: handle.tensor)
+
+
+class _Handle:
+    """What autograd stores instead of the tensor; releasing it uncounts the storage."""
+
+    __slots__ = ("meter", "key", "tensor")
+
+    def __init__(self, meter, key, tensor):
+        self.meter, self.key, self.tensor = meter, key, tensor
+
+    def __del__(self):
+        self.meter._release(self.key)
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size of this process so far."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)

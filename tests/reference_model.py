@@ -1,0 +1,30 @@
+"""The single-process reference run of a model: logits, input gradient and parameter gradients."""
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from spgnn.graph import NORMALIZATIONS
+from spgnn.layers import GNN
+from spgnn.reference import SerialSpMM
+
+
+def reference_grads(g, model="gcn", layers=2, hidden=8, dropout=0.5, seed=3, epoch=2):
+    torch.manual_seed(seed)
+    net = GNN(model, g.num_features, hidden, g.num_classes, layers, dropout, seed)
+    algo = SerialSpMM(NORMALIZATIONS[net.adjacency](g.adj))
+    x = torch.as_tensor(g.x).clone().requires_grad_(True)
+    net.train()
+    logits = net(algo, x, torch.arange(g.n), epoch)
+    m = torch.as_tensor(g.train_mask)
+    F.nll_loss(F.log_softmax(logits, 1)[m], torch.as_tensor(g.y)[m]).backward()
+    grads = {k: p.grad.numpy() for k, p in net.named_parameters()}
+    return logits.detach().numpy(), x.grad.numpy(), grads
+
+
+def assert_close(actual, expected, what, rtol=1e-5):
+    """Max-norm relative error: |a − e|_max ≤ rtol·|e|_max (element-wise tolerances are meaningless for
+    entries that cancel to near zero)."""
+    scale = max(float(np.abs(expected).max()), 1e-30)
+    err = float(np.abs(np.asarray(actual) - expected).max())
+    assert err <= rtol * scale, f"{what}: max error {err:.3g} > {rtol} × {scale:.3g}"

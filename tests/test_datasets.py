@@ -1,0 +1,532 @@
+"""Tests of spgnn.datasets: real-data statistics, agreement with PyG's Planetoid reader, the bundled Cora,
+every file layout, the synthetic generators, splits, and a clear SpgnnError for each kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+import zipfile
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from spgnn.datasets import (
+    BUNDLED_DIR,
+    DATA_DIR_ENV,
+    KNOWN_DATASETS,
+    convert_planetoid,
+    load_dataset,
+    per_class_split,
+    read_npz,
+    read_planetoid,
+    save_npz,
+)
+from spgnn.errors import SpgnnError
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real datasets not found at {SHARED} "
+                                  f"(a fresh clone has no ../shared/datasets)")
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path, monkeypatch):
+    """No $SPGNN_DATA_DIR, a fresh current directory and home: only what a test sets up is found."""
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+
+
+def edge_set(g):
+    """Edges src → dst of a Graph (A[dst, src] = 1)."""
+    c = g.adj.tocoo()
+    return set(zip(c.col.tolist(), c.row.tolist(), strict=True))
+
+
+def assert_same_graph(a, b):
+    assert a.n == b.n and a.num_classes == b.num_classes
+    assert (a.adj != b.adj).nnz == 0
+    assert a.x.dtype == b.x.dtype == np.float32 and np.array_equal(a.x.view(np.uint32), b.x.view(np.uint32))
+    for attr in ("y", "train_mask", "val_mask", "test_mask"):
+        assert np.array_equal(getattr(a, attr), getattr(b, attr)), attr
+
+
+def assert_simple_undirected(g):
+    assert g.is_symmetric
+    assert not g.adj.diagonal().any()
+    assert np.all(g.adj.data == 1)
+    assert not (g.train_mask & g.val_mask).any() and not (g.train_mask & g.test_mask).any()
+    assert not (g.val_mask & g.test_mask).any()
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+
+def write_planetoid(folder: Path, name: str, *, n_all=540, n_test=30, n_gap=3, f=16, c=3, n_lab=9, seed=0):
+    """Tiny Planetoid files (Python pickles, protocol 2) with ``n_gap`` test ids missing from test.index, as
+    in CiteSeer. Returns (features, labels) every node should get (zeros and label 0 for the gap ids)."""
+    rng = np.random.default_rng(seed)
+    n = n_all + n_test + n_gap
+    feats = sp.random(n, f, density=0.3, format="csr", dtype=np.float32, random_state=seed)
+    feats.data = rng.random(feats.nnz, dtype=np.float32)        # not just ones: tests bit-exact copies
+    labels = rng.integers(0, c, n)
+    onehot = np.eye(c, dtype=np.int32)[labels]
+    ids = np.arange(n_all, n)
+    gap = rng.choice(ids[1:-1], n_gap, replace=False)
+    test_ids = rng.permutation(np.setdiff1d(ids, gap))
+    graph = defaultdict(list)
+    for u, v in rng.integers(0, n, (4 * n, 2)):
+        graph[int(u)].append(int(v))
+        graph[int(v)].append(int(u))
+    parts = dict(x=feats[:n_lab], tx=feats[test_ids], allx=feats[:n_all], y=onehot[:n_lab],
+                 ty=onehot[test_ids], ally=onehot[:n_all], graph=graph)
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, obj in parts.items():
+        with open(folder / f"ind.{name}.{part}", "wb") as fh:
+            pickle.dump(obj, fh, protocol=2)
+    (folder / f"ind.{name}.test.index").write_text("\n".join(map(str, test_ids)) + "\n")
+    x = feats.toarray()
+    x[gap] = 0
+    labels[gap] = 0
+    return x, labels
+
+
+def write_edge_list(folder: Path, edges_text: str, x, y, *, ext="txt", meta=None, **masks):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"edges.{ext}").write_text(edges_text)
+    np.save(folder / "features.npy", np.asarray(x))
+    np.save(folder / "labels.npy", np.asarray(y))
+    for key, m in masks.items():
+        np.save(folder / f"{key}.npy", np.asarray(m))
+    if meta is not None:
+        (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def small_features(n=6, f=3, seed=0):
+    return np.random.default_rng(seed).random((n, f), dtype=np.float32)
+
+
+# ---------------------------------------------------------------------------------------------- bundled Cora
+
+def test_bundled_cora_needs_no_files():
+    g = load_dataset("cora")
+    assert (g.name, g.n, g.nnz, g.num_features, g.num_classes) == ("cora", 2708, 10556, 1433, 7)
+    assert (g.train_mask.sum(), g.val_mask.sum(), g.test_mask.sum()) == (140, 500, 1000)
+    assert np.flatnonzero(g.train_mask).tolist() == list(range(140))
+    assert np.flatnonzero(g.val_mask).tolist() == list(range(140, 640))
+    assert np.bincount(g.y).tolist() == [351, 217, 418, 818, 426, 298, 180]
+    assert set(np.unique(g.x)) == {0.0, 1.0}                    # binary bag of words, 49,216 ones
+    assert int(g.x.sum()) == 49216
+    assert_simple_undirected(g)
+    assert (BUNDLED_DIR / "cora.npz").stat().st_size < 200_000
+
+
+def test_bundled_cora_when_data_dir_lacks_it(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "empty"))
+    assert load_dataset("Cora").n == 2708
+    assert load_dataset("cora", data_dir=str(tmp_path)).n == 2708
+
+
+@needs_shared
+def test_bundled_cora_equals_raw_files(tmp_path):
+    raw = load_dataset("cora", data_dir=str(SHARED))           # an explicit data dir reads the raw pickles
+    assert_same_graph(load_dataset("cora"), raw)
+    out = convert_planetoid(SHARED / "planetoid", "cora", tmp_path / "cora.npz")
+    with np.load(out) as fresh, np.load(BUNDLED_DIR / "cora.npz") as bundled:
+        assert sorted(fresh.files) == sorted(bundled.files)
+        for key in fresh.files:
+            assert fresh[key].dtype == bundled[key].dtype and np.array_equal(fresh[key], bundled[key]), key
+
+
+# ---------------------------------------------------------------------------------------------- Planetoid
+
+@needs_shared
+@pytest.mark.parametrize("name, n, nnz, f, c, counts", [
+    ("cora", 2708, 10556, 1433, 7, (140, 500, 1000)),
+    ("citeseer", 3327, 9104, 3703, 6, (120, 500, 1000)),
+])
+def test_planetoid_matches_pyg(name, n, nnz, f, c, counts):
+    planetoid = pytest.importorskip("torch_geometric.io.planetoid")
+    g = load_dataset(name, data_dir=str(SHARED))
+    assert (g.n, g.nnz, g.num_features, g.num_classes) == (n, nnz, f, c)
+    assert (g.train_mask.sum(), g.val_mask.sum(), g.test_mask.sum()) == counts
+    assert_simple_undirected(g)
+    ref = planetoid.read_planetoid_data(str(SHARED / "planetoid"), name)
+    assert edge_set(g) == set(map(tuple, ref.edge_index.numpy().T.tolist()))
+    assert np.array_equal(g.x, ref.x.numpy())
+    assert np.array_equal(g.y, ref.y.numpy())
+    for m in ("train_mask", "val_mask", "test_mask"):
+        assert np.array_equal(getattr(g, m), getattr(ref, m).numpy()), m
+
+
+def test_planetoid_padding_of_missing_test_ids_matches_pyg(tmp_path):
+    x, y = write_planetoid(tmp_path / "p", "citeseer")
+    g = load_dataset(str(tmp_path / "p"))                      # name guessed from the file names
+    assert g.name == "citeseer" and g.n == 573
+    assert np.array_equal(g.x, x) and np.array_equal(g.y, y)
+    assert g.train_mask.sum() == 9 and g.val_mask.sum() == 500 and g.test_mask.sum() == 30
+    planetoid = pytest.importorskip("torch_geometric.io.planetoid")
+    ref = planetoid.read_planetoid_data(str(tmp_path / "p"), "citeseer")
+    assert np.array_equal(g.x, ref.x.numpy()) and np.array_equal(g.y, ref.y.numpy())
+    assert edge_set(g) == set(map(tuple, ref.edge_index.numpy().T.tolist()))
+    assert np.array_equal(g.test_mask, ref.test_mask.numpy())
+
+
+def test_convert_planetoid_round_trips_bit_exactly(tmp_path):
+    write_planetoid(tmp_path / "p", "tiny")
+    g = read_planetoid(tmp_path / "p", "tiny")
+    out = convert_planetoid(tmp_path / "p", "tiny", tmp_path / "tiny.npz")
+    assert_same_graph(read_npz(out, name="tiny"), g)
+    assert_same_graph(load_dataset(str(tmp_path / "p" / "ind.tiny.x")), g)    # any of its files works
+
+
+def test_planetoid_folder_with_two_datasets_asks_for_one(tmp_path):
+    write_planetoid(tmp_path / "p", "aaa")
+    write_planetoid(tmp_path / "p", "bbb")
+    with pytest.raises(SpgnnError, match="several datasets.*aaa, bbb"):
+        load_dataset(str(tmp_path / "p"))
+
+
+def test_truncated_pickle_names_the_file(tmp_path):
+    write_planetoid(tmp_path / "p", "tiny")
+    bad = tmp_path / "p" / "ind.tiny.allx"
+    bad.write_bytes(bad.read_bytes()[:200])
+    with pytest.raises(SpgnnError, match=f"cannot read {bad}"):
+        load_dataset(str(tmp_path / "p"))
+
+
+def test_missing_planetoid_part_is_named(tmp_path):
+    write_planetoid(tmp_path / "p", "tiny")
+    (tmp_path / "p" / "ind.tiny.ty").unlink()
+    with pytest.raises(SpgnnError, match="missing ind.tiny.ty"):
+        load_dataset(str(tmp_path / "p"))
+
+
+class _Evil:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_malicious_pickle_is_refused(tmp_path):
+    write_planetoid(tmp_path / "p", "tiny")
+    marker = tmp_path / "pwned"
+    with open(tmp_path / "p" / "ind.tiny.graph", "wb") as fh:
+        pickle.dump(_Evil(marker), fh, protocol=2)
+    with pytest.raises(SpgnnError, match=r"ind\.tiny\.graph.*refusing to unpickle .*system"):
+        load_dataset(str(tmp_path / "p"))
+    assert not marker.exists()
+
+
+def test_pickle_of_wrong_type_is_refused(tmp_path):
+    write_planetoid(tmp_path / "p", "tiny")
+    with open(tmp_path / "p" / "ind.tiny.graph", "wb") as fh:
+        pickle.dump([1, 2, 3], fh, protocol=2)
+    with pytest.raises(SpgnnError, match="expected a dict of neighbour lists"):
+        load_dataset(str(tmp_path / "p"))
+
+
+# ---------------------------------------------------------------------------------------------- npz datasets
+
+@needs_shared
+@pytest.mark.parametrize("name, n, nnz, f, c", [
+    ("amazon-computers", 13752, 491722, 767, 10),
+    ("amazon-photo", 7650, 238162, 745, 8),
+    ("coauthor-cs", 18333, 163788, 6805, 15),
+])
+def test_shchur_datasets(name, n, nnz, f, c):
+    g = load_dataset(name, data_dir=str(SHARED), seed=3)
+    assert (g.n, g.nnz, g.num_features, g.num_classes) == (n, nnz, f, c)
+    assert_simple_undirected(g)
+    assert g.train_mask.sum() == 20 * c and g.val_mask.sum() == 30 * c and g.test_mask.sum() == n - 50 * c
+    assert np.bincount(g.y[g.train_mask]).tolist() == [20] * c
+
+
+@needs_shared
+def test_squirrel_fixed_splits():
+    g0 = load_dataset("squirrel", data_dir=str(SHARED))
+    assert (g0.n, g0.nnz, g0.num_features, g0.num_classes) == (5201, 396706, 2089, 5)
+    assert (g0.train_mask.sum(), g0.val_mask.sum(), g0.test_mask.sum()) == (2496, 1664, 1041)
+    assert_simple_undirected(g0)
+    g3 = load_dataset("squirrel:3", data_dir=str(SHARED))
+    with np.load(SHARED / "heterophilous" / "squirrel.npz") as d:
+        assert np.array_equal(g3.train_mask, d["train_masks"][3])
+        assert np.array_equal(g0.test_mask, d["test_masks"][0])
+    assert not np.array_equal(g0.train_mask, g3.train_mask)
+    with pytest.raises(SpgnnError, match=r"10 fixed splits \(0\.\.9\), asked for split 10"):
+        load_dataset("squirrel:10", data_dir=str(SHARED))
+
+
+@needs_shared
+def test_data_dir_from_env_and_default_list(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_DIR_ENV, str(SHARED))
+    assert load_dataset("citeseer").n == 3327
+    monkeypatch.delenv(DATA_DIR_ENV)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "datasets").symlink_to(SHARED)
+    assert load_dataset("amazon-photo").n == 7650            # found through ../shared/datasets
+
+
+def write_shchur_npz(path: Path, n=5, directed_edges=((0, 1), (1, 2), (3, 3), (3, 4)), **extra):
+    src, dst = np.array(directed_edges).T
+    a = sp.csr_matrix((np.ones(src.size, np.float32), (src, dst)), shape=(n, n))
+    attr = sp.csr_matrix(small_features(n))
+    np.savez(path, adj_data=a.data, adj_indices=a.indices, adj_indptr=a.indptr, adj_shape=np.array(a.shape),
+             attr_data=attr.data, attr_indices=attr.indices, attr_indptr=attr.indptr,
+             attr_shape=np.array(attr.shape), labels=np.arange(n) % 2, **extra)
+    return path
+
+
+def test_shchur_npz_is_symmetrised_and_loop_free(tmp_path):
+    g = load_dataset(str(write_shchur_npz(tmp_path / "g.npz")))
+    assert g.name == "g" and g.n == 5 and g.num_classes == 2
+    assert edge_set(g) == {(0, 1), (1, 0), (1, 2), (2, 1), (3, 4), (4, 3)}
+    assert np.array_equal(g.x, small_features(5))
+    assert g.train_mask.all()                                  # classes smaller than 20 go to train
+
+
+def test_zip_holding_an_npz(tmp_path):
+    npz = write_shchur_npz(tmp_path / "g.npz")
+    with zipfile.ZipFile(tmp_path / "g.zip", "w") as z:
+        z.write(npz, "inner/g.npz")
+    assert_same_graph(load_dataset(str(tmp_path / "g.zip")), load_dataset(str(npz)))
+    with zipfile.ZipFile(tmp_path / "two.zip", "w") as z:
+        z.write(npz, "a.npz")
+        z.write(npz, "b.npz")
+    with pytest.raises(SpgnnError, match="one .npz"):
+        load_dataset(str(tmp_path / "two.zip"))
+
+
+def test_edge_npz_with_split_matrix(tmp_path):
+    n = 8
+    train = np.zeros((3, n), bool)
+    train[np.arange(3), np.arange(3)] = True
+    np.savez(tmp_path / "s.npz", edges=np.array([[0, 1], [2, 3], [6, 7]]), node_features=small_features(n),
+             node_labels=np.arange(n) % 3, train_masks=train, val_masks=~train,
+             test_masks=np.zeros((3, n), bool))
+    g = load_dataset(str(tmp_path / "s.npz:2"))
+    assert np.flatnonzero(g.train_mask).tolist() == [2] and g.val_mask.sum() == 7
+    assert np.flatnonzero(load_dataset(str(tmp_path / "s.npz")).train_mask).tolist() == [0]
+    assert edge_set(g) == {(0, 1), (1, 0), (2, 3), (3, 2), (6, 7), (7, 6)}
+    with pytest.raises(SpgnnError, match="3 fixed splits"):
+        load_dataset(str(tmp_path / "s.npz:5"))
+
+
+def test_named_dataset_found_in_local_datasets_folder():
+    folder = Path("datasets") / "heterophilous"
+    folder.mkdir(parents=True)
+    np.savez(folder / "squirrel.npz", edges=np.array([[0, 1]]), node_features=small_features(4),
+             node_labels=np.array([0, 1, 0, 1]), train_masks=np.ones((2, 4), bool))
+    g = load_dataset("squirrel:1")
+    assert g.name == "squirrel" and g.n == 4 and g.train_mask.all()
+
+
+def test_corrupt_npz(tmp_path):
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"definitely not a zip archive")
+    with pytest.raises(SpgnnError, match=f"cannot read {bad}"):
+        load_dataset(str(bad))
+    good = write_shchur_npz(tmp_path / "good.npz")
+    cut = tmp_path / "cut.npz"
+    cut.write_bytes(good.read_bytes()[:-300])
+    with pytest.raises(SpgnnError, match=f"cannot read {cut}"):
+        load_dataset(str(cut))
+
+
+def test_npz_with_missing_or_bad_arrays(tmp_path):
+    np.savez(tmp_path / "nolabels.npz", edges=np.array([[0, 1]]), features=small_features(2))
+    with pytest.raises(SpgnnError, match="no node labels"):
+        load_dataset(str(tmp_path / "nolabels.npz"))
+    np.savez(tmp_path / "nothing.npz", foo=np.zeros(3))
+    with pytest.raises(SpgnnError, match="no graph found.*it holds foo"):
+        load_dataset(str(tmp_path / "nothing.npz"))
+    bad_ptr = write_shchur_npz(tmp_path / "ptr.npz")
+    with np.load(bad_ptr) as d:
+        arrays = dict(d)
+    arrays["adj_indices"] = arrays["adj_indices"] + 3
+    np.savez(bad_ptr, **arrays)
+    with pytest.raises(SpgnnError, match=r"adj_indices must lie in \[0, 5\)"):
+        load_dataset(str(bad_ptr))
+    np.savez(tmp_path / "rows.npz", edges=np.array([[0, 1]]), features=small_features(3),
+             labels=np.zeros(4, int))
+    with pytest.raises(SpgnnError, match=r"labels have shape \(4,\) but the graph has 3 nodes"):
+        load_dataset(str(tmp_path / "rows.npz"))
+
+
+# ---------------------------------------------------------------------------------------------- edge lists
+
+def test_edge_list_txt_with_comments_and_masks(tmp_path):
+    folder = write_edge_list(tmp_path / "el", "# src dst\n0 1\n1\t2   # trailing comment\n\n2 2\n4 5\n",
+                             small_features(), [0, 1, 0, 1, 0, 1],
+                             train_mask=[1, 1, 0, 0, 0, 0], val_mask=[0, 0, 1, 0, 0, 0])
+    g = load_dataset(str(folder))
+    assert g.name == "el" and g.n == 6
+    assert edge_set(g) == {(0, 1), (1, 0), (1, 2), (2, 1), (4, 5), (5, 4)}
+    assert g.train_mask.tolist() == [True, True, False, False, False, False]
+    assert g.test_mask.tolist() == [False, False, False, True, True, True]      # the rest
+
+
+def test_edge_list_csv_directed(tmp_path):
+    folder = write_edge_list(tmp_path / "el", "0,1\n1,2\n5,0\n", small_features(), [0, 1, 2, 0, 1, 2],
+                             ext="csv", meta={"directed": True, "name": "tiny"})
+    g = load_dataset(str(folder), seed=1)
+    assert g.name == "tiny" and not g.is_symmetric
+    assert edge_set(g) == {(0, 1), (1, 2), (5, 0)}
+    assert g.adj[1, 0] == 1 and g.adj[0, 1] == 0                   # A[dst, src]
+
+
+def test_edge_list_bad_inputs(tmp_path):
+    x, y = small_features(), [0, 1, 0, 1, 0, 1]
+    with pytest.raises(SpgnnError, match=r"edge endpoint ids must lie in \[0, 6\)"):
+        load_dataset(str(write_edge_list(tmp_path / "a", "0 1\n2 6\n", x, y)))
+    with pytest.raises(SpgnnError, match=r"labels have shape \(5,\) but the graph has 6 nodes"):
+        load_dataset(str(write_edge_list(tmp_path / "b", "0 1\n", x, y[:5])))
+    x_nan = x.copy()
+    x_nan[3, 1] = np.nan
+    with pytest.raises(SpgnnError, match="NaN or infinite.*node 3"):
+        load_dataset(str(write_edge_list(tmp_path / "c", "0 1\n", x_nan, y)))
+    with pytest.raises(SpgnnError, match="cannot read .*edges.txt"):
+        load_dataset(str(write_edge_list(tmp_path / "d", "0 1\n2 x\n", x, y)))
+    with pytest.raises(SpgnnError, match="two columns"):
+        load_dataset(str(write_edge_list(tmp_path / "e", "0 1 2\n", x, y)))
+    with pytest.raises(SpgnnError, match="meta.json"):
+        load_dataset(str(write_edge_list(tmp_path / "f", "0 1\n", x, y, meta={"directd": True})))
+    with pytest.raises(SpgnnError, match="labels must be class ids >= 0"):
+        load_dataset(str(write_edge_list(tmp_path / "g", "0 1\n", x, [0, -1, 0, 1, 0, 1])))
+    folder = write_edge_list(tmp_path / "h", "0 1\n", x, y)
+    (folder / "features.npy").unlink()
+    with pytest.raises(SpgnnError, match="missing features.npy"):
+        load_dataset(str(folder))
+    (folder / "features.npy").write_bytes(b"garbage")
+    with pytest.raises(SpgnnError, match="cannot read .*features.npy"):
+        load_dataset(str(folder))
+
+
+# ---------------------------------------------------------------------------------------------- lookup errors
+
+def test_unknown_name_lists_the_choices():
+    with pytest.raises(SpgnnError) as e:
+        load_dataset("pubmedd")
+    msg = str(e.value)
+    assert "unknown dataset 'pubmedd'" in msg and "\n" not in msg
+    for name in list(KNOWN_DATASETS) + ["rmat:SCALE[:EDGEFACTOR]", "sbm:N:K[:PIN:POUT[:F]]"]:
+        assert name in msg
+
+
+def test_missing_path_and_bad_named_args():
+    with pytest.raises(SpgnnError, match="no such file or folder: nowhere/g.npz"):
+        load_dataset("nowhere/g.npz")
+    with pytest.raises(SpgnnError, match="takes no ':' argument"):
+        load_dataset("cora:1")
+    with pytest.raises(SpgnnError, match="empty dataset spec"):
+        load_dataset("  ")
+
+
+def test_missing_named_dataset_lists_searched_dirs(tmp_path):
+    with pytest.raises(SpgnnError) as e:
+        load_dataset("citeseer", data_dir=str(tmp_path))
+    msg = str(e.value)
+    assert str(tmp_path) in msg and "ind.citeseer.graph" in msg
+    assert "--data-dir" in msg and DATA_DIR_ENV in msg
+    with pytest.raises(SpgnnError) as e:
+        load_dataset("amazon-computers")
+    msg = str(e.value)
+    assert str(tmp_path / "cwd" / "datasets") in msg and str(tmp_path / "shared" / "datasets") in msg
+    assert str(tmp_path / "home" / ".cache" / "spgnn" / "datasets") in msg and "amazon-computers.zip" in msg
+
+
+# ---------------------------------------------------------------------------------------------- splits
+
+def test_per_class_split_counts_and_determinism():
+    y = np.repeat(np.arange(4), [100, 60, 50, 25])
+    y = y[np.random.default_rng(9).permutation(y.size)]
+    train, val, test = per_class_split(y, 4, seed=5)
+    assert np.bincount(y[train], minlength=4).tolist() == [20, 20, 20, 20]
+    assert np.bincount(y[val], minlength=4).tolist() == [30, 30, 30, 5]     # small class: train first
+    assert np.bincount(y[test], minlength=4).tolist() == [50, 10, 0, 0]
+    assert (train.astype(int) + val + test == 1).all()
+    again = per_class_split(y, 4, seed=5)
+    assert all(np.array_equal(a, b) for a, b in zip((train, val, test), again, strict=True))
+    assert not np.array_equal(train, per_class_split(y, 4, seed=6)[0])
+    with pytest.raises(SpgnnError, match="values in"):
+        per_class_split(y, 3, seed=0)
+
+
+# ---------------------------------------------------------------------------------------------- synthetic
+
+def test_rmat_statistics_and_determinism():
+    g = load_dataset("rmat:10", seed=1)
+    assert g.n == 1024 and g.num_features == 128 and g.num_classes == 8 and g.name == "rmat:10:16"
+    assert_simple_undirected(g)
+    assert 8 * 1024 < g.nnz <= 2 * 16 * 1024
+    assert np.bincount(g.y, minlength=8).min() > 0
+    assert g.train_mask.sum() == 8 * 20
+    deg = np.diff(g.adj.indptr)
+    assert deg.max() > 20 * deg.mean()                          # R-MAT's skewed degrees
+    assert_same_graph(g, load_dataset("rmat:10", seed=1))
+    other = load_dataset("rmat:10", seed=2)
+    assert (other.adj != g.adj).nnz > 0 and not np.array_equal(other.x, g.x)
+    assert load_dataset("rmat:8:4").nnz <= 2 * 4 * 256
+
+
+def test_rmat_scale_17_is_fast():
+    t = time.perf_counter()
+    g = load_dataset("rmat:17")
+    assert g.n == 1 << 17 and g.nnz > 3_000_000
+    assert time.perf_counter() - t < 10
+
+
+def test_sbm_statistics_and_determinism():
+    g = load_dataset("sbm:2000:4")
+    assert g.n == 2000 and g.num_classes == 4 and g.num_features == 64
+    assert np.bincount(g.y).tolist() == [500] * 4
+    assert_simple_undirected(g)
+    assert 9 < g.nnz / g.n < 11                                  # mean degree 8 inside + 2 across
+    c = g.adj.tocoo()
+    assert 0.75 < np.mean(g.y[c.row] == g.y[c.col]) < 0.85
+    assert_same_graph(g, load_dataset("sbm:2000:4"))
+    assert (load_dataset("sbm:2000:4", seed=1).adj != g.adj).nnz > 0
+    centroid = np.stack([g.x[g.y == k].mean(0) for k in range(4)])
+    nearest = np.argmin(((g.x[:, None] - centroid) ** 2).sum(-1), 1)
+    assert np.mean(nearest == g.y) > 0.4                         # the features alone are informative
+
+
+def test_sbm_explicit_probabilities_and_features():
+    g = load_dataset("sbm:300:3:0.1:0:8")
+    c = g.adj.tocoo()
+    assert g.num_features == 8 and np.all(g.y[c.row] == g.y[c.col])
+    assert 0.6 * 0.1 * 99 < g.nnz / g.n < 1.4 * 0.1 * 99
+    assert load_dataset("sbm:300:3:::5").num_features == 5
+    assert load_dataset("sbm:200000:10").n == 200000             # O(edges), not O(N^2)
+
+
+@pytest.mark.parametrize("spec, match", [
+    ("rmat:0", "SCALE must be an integer in"),
+    ("rmat:x", "SCALE must be an integer"),
+    ("rmat:10:0", "EDGEFACTOR must be an integer"),
+    ("rmat:10:16:3", "too many fields"),
+    ("rmat", "SCALE is required"),
+    ("sbm:0:2", "N must be an integer"),
+    ("sbm:abc:2", "N must be an integer"),
+    ("sbm:100", "N and K are required"),
+    ("sbm:10:20", "1 <= K <= N"),
+    ("sbm:100:2:1.5:0.1", "PIN must be a number in"),
+    ("sbm:100:2:0.1:-1", "POUT must be a number in"),
+    ("sbm:1000000:2:1:1", "too many"),
+])
+def test_bad_synthetic_specs(spec, match):
+    with pytest.raises(SpgnnError, match=match):
+        load_dataset(spec)
+
+
+def test_save_npz_keeps_directed_graphs(tmp_path):
+    g = load_dataset(str(write_edge_list(tmp_path / "el", "0 1\n1 2\n", small_features(), [0, 1, 0, 1, 0, 1],
+                                         meta={"directed": True})))
+    assert_same_graph(read_npz(save_npz(g, tmp_path / "d.npz")), g)

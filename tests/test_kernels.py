@@ -1,0 +1,179 @@
+"""Local kernels: CSR container, spmm against scipy on every backend, dropout masks."""
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from spgnn import kernels
+from spgnn.errors import SpgnnError
+from spgnn.kernels import CSR, dropout_mask, mix_key, spmm
+
+BACKENDS = ["numba", "torch"] + (["torch-sparse"] if importlib.util.find_spec("torch_sparse") else [])
+TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
+TORCH = {np.float32: torch.float32, np.float64: torch.float64}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    old = kernels.get_backend()
+    kernels.set_backend(request.param)
+    yield request.param
+    kernels.set_backend(old)
+
+
+def random_csr(m, k, density, dtype, seed=0):
+    """A random m×k scipy CSR with ~1/5 of its rows empty and column indices unsorted within rows."""
+    rng = np.random.default_rng(seed)
+    a = sp.random(m, k, density=density, format="coo", random_state=rng, dtype=np.float64)
+    keep = rng.random(m) > 0.2
+    row, col, val = a.row[keep[a.row]], a.col[keep[a.row]], a.data[keep[a.row]]
+    order = np.lexsort((rng.random(row.size), row))  # by row, random order within a row
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=m))])
+    return sp.csr_matrix((val[order].astype(dtype), col[order], indptr), shape=(m, k))
+
+
+SHAPES = [  # m, k, density, f
+    (60, 50, 0.1, 16),
+    (40, 70, 0.6, 33),  # long rows: the 8-nonzeros-per-pass loop and its tail
+    (30, 20, 0.2, 1),
+    (30, 20, 0.2, 0),
+    (8, 9, 0.0, 4),  # nnz = 0
+    (0, 5, 0.0, 3),  # m = 0
+    (5, 0, 0.0, 3),  # k = 0
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,k,density,f", SHAPES)
+def test_spmm_matches_scipy(backend, dtype, m, k, density, f):
+    a = random_csr(m, k, density, dtype)
+    assert m == 0 or k == 0 or density == 0 or a.has_sorted_indices == 0
+    h = torch.randn(k, f, dtype=TORCH[dtype])
+    z = spmm(CSR.from_scipy(a, dtype), h)
+    assert z.shape == (m, f) and z.dtype == h.dtype
+    np.testing.assert_allclose(z.numpy(), a @ h.numpy(), **TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_spmm_out_accumulate_noncontiguous(backend, dtype):
+    a1, a2 = random_csr(50, 40, 0.2, dtype, seed=1), random_csr(50, 30, 0.2, dtype, seed=2)
+    h1 = torch.randn(12, 40, dtype=TORCH[dtype]).t()  # non-contiguous inputs
+    h2 = torch.randn(30, 24, dtype=TORCH[dtype])[:, ::2]
+    ref = a1 @ h1.numpy() + a2 @ h2.numpy()
+    for out in (torch.full((50, 12), 7.0, dtype=TORCH[dtype]), torch.zeros((12, 50), dtype=TORCH[dtype]).t()):
+        assert spmm(CSR.from_scipy(a1, dtype), h1, out=out) is out
+        assert spmm(CSR.from_scipy(a2, dtype), h2, out=out, accumulate=True) is out
+        np.testing.assert_allclose(out.numpy(), ref, **TOL[dtype])
+
+
+def test_spmm_data_dtype_follows_h_and_no_autograd():
+    a = random_csr(20, 15, 0.3, np.float64)
+    csr = CSR.from_scipy(a, np.float32)
+    h = torch.randn(15, 4, dtype=torch.float64, requires_grad=True)
+    z = spmm(csr, h)
+    assert z.dtype == torch.float64 and z.grad_fn is None and not z.requires_grad
+    np.testing.assert_allclose(z.numpy(), a.astype(np.float32).astype(np.float64) @ h.detach().numpy(), 1e-12)
+
+
+def test_spmm_rejects_bad_shapes():
+    csr = CSR.from_scipy(random_csr(5, 4, 0.5, np.float32))
+    with pytest.raises(ValueError):
+        spmm(csr, torch.randn(5, 3))
+    with pytest.raises(ValueError):
+        spmm(csr, torch.randn(4, 3), out=torch.empty(5, 2))
+
+
+def test_csr_basics_and_transpose():
+    a = random_csr(30, 45, 0.2, np.float64)
+    csr = CSR.from_scipy(a, np.float64)
+    assert csr.nnz == a.nnz and csr.shape == (30, 45) and csr.indices.dtype == np.int32
+    assert csr.nbytes == csr.indptr.nbytes + csr.indices.nbytes + csr.data.nbytes
+    assert (csr.to_scipy() != a).nnz == 0
+    t = csr.transpose()
+    assert t.shape == (45, 30) and t is csr.transpose()
+    assert (t.to_scipy() != a.T).nnz == 0 and (t.transpose().to_scipy() != a).nnz == 0
+    c32 = csr.astype(np.float32)
+    assert c32.data.dtype == np.float32 and c32 is csr.astype("float32") and csr.astype(np.float64) is csr
+    dense = csr.to("cpu").to_dense().numpy()
+    np.testing.assert_array_equal(dense, a.toarray())
+    empty = CSR.from_scipy(sp.csr_matrix((0, 3)))
+    assert empty.transpose().shape == (3, 0) and empty.nnz == 0
+
+
+def test_csr_validates():
+    with pytest.raises(ValueError):
+        CSR(np.array([0, 1, 2]), np.array([0, 5]), np.ones(2), (2, 3))  # column out of range
+    with pytest.raises(ValueError):
+        CSR(np.array([0, 2, 1]), np.array([0, 1]), np.ones(2), (2, 3))  # decreasing indptr
+    with pytest.raises(ValueError):
+        CSR(np.array([0, 1]), np.array([0]), np.ones(1), (2, 3))  # indptr too short
+
+
+def test_backend_selection(monkeypatch):
+    old = kernels.get_backend()
+    try:
+        with pytest.raises(SpgnnError):
+            kernels.set_backend("cusparse")
+        if "torch-sparse" not in BACKENDS:
+            with pytest.raises(SpgnnError, match="torch_sparse"):
+                kernels.set_backend("torch-sparse")
+        monkeypatch.setenv("SPGNN_SPMM_BACKEND", "torch")
+        monkeypatch.setattr(kernels, "_backend", None)
+        assert kernels.get_backend() == "torch"
+    finally:
+        kernels.set_backend(old)
+
+
+# ----------------------------------------------------------------------------------------- dropout
+
+
+@pytest.mark.parametrize("impl", ["numba", "torch"])
+def test_dropout_mask_is_partition_independent(impl, monkeypatch):
+    monkeypatch.setattr(kernels, "_backend", impl)
+    rng = np.random.default_rng(0)
+    ids = rng.choice(10**9, size=300, replace=False).astype(np.int64)
+    key = mix_key(42, 3, 1)
+    full = dropout_mask(ids, 64, 0.3, key)
+    perm = rng.permutation(ids.size)
+    np.testing.assert_array_equal(dropout_mask(ids[perm], 64, 0.3, key).numpy(), full.numpy()[perm])
+    np.testing.assert_array_equal(dropout_mask(ids[7:8], 64, 0.3, key).numpy(), full.numpy()[7:8])
+    assert full.dtype == torch.float32 and full.shape == (300, 64)
+
+
+def test_dropout_mask_statistics_and_keys():
+    p, ids = 0.3, np.arange(400, dtype=np.int64)
+    mask = dropout_mask(ids, 100, p, mix_key(1, 0, 0)).numpy()
+    assert set(np.unique(mask)) == {0.0, np.float32(1 / (1 - p))}
+    n, zeros = mask.size, (mask == 0).sum()
+    assert abs(zeros - n * p) < 6 * math.sqrt(n * p * (1 - p))
+    assert abs(mask.mean() - 1.0) < 0.05
+    other = dropout_mask(ids, 100, p, mix_key(1, 1, 0)).numpy()
+    assert 0.3 < (other != mask).mean() < 0.5  # independent masks differ in 2p(1-p) = 42% of entries
+    assert np.array_equal(dropout_mask(ids, 100, 0.0, 5).numpy(), np.ones((400, 100), np.float32))
+    assert dropout_mask(np.zeros(0, np.int64), 7, 0.5, 1).shape == (0, 7)
+
+
+def test_dropout_mask_numba_equals_torch(monkeypatch):
+    ids = np.concatenate([np.arange(50), [2**62, -1, -(2**63)]]).astype(np.int64)
+    for key in (0, 12345, -5, 2**64 - 1, np.uint64(7), mix_key(9, 9, 9)):
+        monkeypatch.setattr(kernels, "_backend", "numba")
+        a = dropout_mask(ids, 37, 0.5, key)
+        monkeypatch.setattr(kernels, "_backend", "torch")
+        b = dropout_mask(torch.from_numpy(ids), 37, 0.5, key)
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan")])
+def test_dropout_mask_rejects_bad_p(p):
+    with pytest.raises(ValueError):
+        dropout_mask(np.arange(3), 4, p, 0)
+
+
+def test_mix_key():
+    keys = {mix_key(s, e, layer) for s in range(3) for e in range(3) for layer in range(3)}
+    assert len(keys) == 27 and all(0 <= k < 2**64 for k in keys)
+    assert mix_key(1, 2, 3) == mix_key(1, 2, 3) != mix_key(3, 2, 1)
