@@ -11,7 +11,7 @@ from . import launch, spmm
 from .errors import SpgnnError
 from .layers import LAYERS
 from .partition import PARTITIONERS
-from .trainer import TrainConfig, Trainer
+from .trainer import TrainConfig, Trainer, load_and_partition
 
 
 def _train_parser(sub) -> argparse.ArgumentParser:
@@ -66,26 +66,26 @@ def train(args, argv) -> int:
         if args.nprocs < 1:
             raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
         if launched.kind == "single" and args.nprocs > 1:
+            load_and_partition(cfg, args.nprocs)     # bad input: one message, before any process starts
             return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs")
     comm = launch.init(cfg.device, cfg.timeout)
-    try:
-        trainer = Trainer(cfg, comm)
-        if comm.rank == 0 and not args.quiet:
-            print(f"spgnn: {cfg.model} on {trainer.graph.name} (n={trainer.graph.n}, nnz={trainer.graph.nnz}), "
-                  f"{cfg.algo} on {comm.world_size} process(es), launcher {launched.kind}", flush=True)
-        report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
-        if comm.rank == 0:
-            f = report["final"]
-            print(f"final  train {f['train_acc']:.4f}  val {f['val_acc']:.4f}  test {f['test_acc']:.4f}  "
-                  f"median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
-            if cfg.output:
-                Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-                Path(cfg.output).write_text(json.dumps(report, indent=1))
-    finally:
-        launch.shutdown()
+    trainer = Trainer(cfg, comm)
+    if comm.rank == 0 and not args.quiet:
+        g = trainer.graph
+        print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {cfg.algo} on {comm.world_size} "
+              f"process(es), launcher {launched.kind}", flush=True)
+    report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
+    if comm.rank == 0:
+        f = report["final"]
+        print(f"final  train {f['train_acc']:.4f}  val {f['val_acc']:.4f}  test {f['test_acc']:.4f}  "
+              f"median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
+        if cfg.output:
+            Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(cfg.output).write_text(json.dumps(report, indent=1))
+    launch.shutdown()      # only after success: on an error the process exits and its peers see it
     return 0
 
 

@@ -40,7 +40,7 @@ def detect() -> Launch:
     """Read the launcher's environment (no communication)."""
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
-        kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env"
+        kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else env.get("SPGNN_LAUNCHER", "env")
         world = int(env["WORLD_SIZE"])
         return Launch(kind, int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)))
     if any(v in env for v in MPI_RANK_VARS):
@@ -110,38 +110,51 @@ def init(device: str = "cpu", timeout_s: float = 300.0) -> Comm:
 
 
 def shutdown() -> None:
+    """Leave torch.distributed once every rank is done (a rank tearing down while a peer is still in
+    its last collective makes the peer abort)."""
     if dist.is_available() and dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 
 def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
     """Run ``python -m spgnn ARGV`` as `nprocs` local processes (the torchrun environment) and wait.
 
-    When one exits with an error the others are terminated; returns the first non-zero exit code."""
+    When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated;
+    so are all of them when this process is interrupted. Returns the first non-zero exit code."""
     if nprocs < 1:
         raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
-               LOCAL_WORLD_SIZE=str(nprocs))
-    procs = [subprocess.Popen([sys.executable, "-m", "spgnn", *argv],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(nprocs)]
-    code, failed_at = 0, None
+               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn")
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    procs, code, failed_at = [], 0, None
     try:
+        for r in range(nprocs):
+            procs.append(subprocess.Popen([sys.executable, "-m", "spgnn", *argv],
+                                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
         while any(p.poll() is None for p in procs):
-            bad = [p.returncode for p in procs if p.returncode not in (None, 0)]
-            if bad and failed_at is None:
+            if failed_at is None and (bad := [p.returncode for p in procs if p.returncode]):
                 code, failed_at = bad[0], time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
-                for p in procs:
-                    if p.poll() is None:
-                        p.send_signal(signal.SIGTERM)
+                break
             time.sleep(0.05)
     except KeyboardInterrupt:
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
         for p in procs:
-            p.send_signal(signal.SIGINT)
+            if p.poll() is None:
+                p.terminate()
         for p in procs:
-            p.wait()
-        return 130
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
     return code or next((p.returncode for p in procs if p.returncode), 0)
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue):

@@ -76,15 +76,20 @@ def row_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.where(s == 0, 1, s)
 
 
+def load_and_partition(cfg: TrainConfig, P: int, graph=None, parts=None) -> tuple[graphs.Graph, Partition]:
+    """The run's graph (loaded unless given) and its checked P-way partition (`parts` overrides
+    cfg.partition). Raises SpgnnError for bad data or a partition that cannot work."""
+    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    return g, Partition(make_parts(cfg.partition if parts is None else parts, g.adj, P, cfg.seed), P)
+
+
 class Trainer:
     """One rank's share of a full-batch training run."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: graphs.Graph | None = None, parts=None):
         self.cfg, self.comm = cfg.validate(), comm
-        g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-        self.graph = g
-        P = comm.world_size
-        self.partition = Partition(make_parts(cfg.partition if parts is None else parts, g.adj, P, cfg.seed), P)
+        g, self.partition = load_and_partition(cfg, comm.world_size, graph, parts)
+        self.graph, P = g, comm.world_size
         algo_cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, algo_cls.grid_shape(P), algo_cls.grid_names, cfg.device)
         torch.manual_seed(cfg.seed)

@@ -1,0 +1,136 @@
+"""The command line end to end: four launchers give the same run, the report has its fields, bad input
+gives one clear line and a non-zero exit on every rank, and a rank that dies does not hang the others."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+SPGNN = [sys.executable, "-m", "spgnn", "train"]
+QUICK = ["--epochs", "30", "--quiet", "--eval-every", "0"]
+
+
+def run(args, timeout=180, env=None, cmd=None):
+    return subprocess.run((cmd or SPGNN) + args, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def write_graph(folder, n=6, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5)), f=3, x=None, y=None):
+    """A tiny edge-list dataset folder with explicit masks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "edges.txt").write_text("".join(f"{a} {b}\n" for a, b in edges))
+    np.save(folder / "features.npy", np.ones((n, f), np.float32) if x is None else x)
+    np.save(folder / "labels.npy", np.arange(n) % 2 if y is None else y)
+    for name, m in (("train", [0, 1]), ("val", [2]), ("test", [3, 4, 5])):
+        np.save(folder / f"{name}_mask.npy", np.isin(np.arange(n), m))
+    return str(folder)
+
+
+def test_report_fields(tmp_path):
+    out = tmp_path / "r.json"
+    res = run(["--epochs", "3", "--output", str(out), "--nprocs", "2", "--algo", "1d"])
+    assert res.returncode == 0, res.stderr
+    assert sum(x.startswith("epoch ") for x in res.stdout.splitlines()) == 3   # one line an epoch, rank 0 only
+    r = json.loads(out.read_text())
+    assert r["config"]["algo"] == "1d" and r["world_size"] == 2
+    assert 0 <= r["final"]["test_acc"] <= 1 and {"train_acc", "val_acc"} <= set(r["final"])
+    assert len(r["epochs"]) == 3 and all(e["loss"] > 0 and e["time_s"] > 0 for e in r["epochs"])
+    for key in ("comm", "memory"):
+        assert [x["rank"] for x in r[key]["per_rank"]] == [0, 1]
+    for c, m in zip(r["comm"]["per_rank"], r["memory"]["per_rank"], strict=True):
+        assert c["sent_bytes"] > 0 and c["recv_bytes"] > 0
+        assert m["peak_rss_bytes"] > 10 * 2**20 and m["saved_for_backward_bytes"] > 0
+
+
+@pytest.mark.skipif(not (shutil.which("mpirun") and shutil.which("torchrun")), reason="mpirun/torchrun absent")
+def test_four_launches_same_run(tmp_path):
+    """spawn, mpirun, torchrun (P = 2) and a single process give the same training curve."""
+    reports = {}
+    launches = {
+        "spawn": (SPGNN + ["--nprocs", "2"], None),
+        "mpirun": (["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2"] + SPGNN, None),
+        "torchrun": ([shutil.which("torchrun"), "--nproc-per-node", "2", "-m", "spgnn", "train"], None),
+        "single": (SPGNN, None),
+    }
+    for name, (cmd, env) in launches.items():
+        out = tmp_path / f"{name}.json"
+        res = run(QUICK + ["--output", str(out)], cmd=cmd, env=env)
+        assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
+        reports[name] = json.loads(out.read_text())
+    base = reports["spawn"]
+    for name, r in reports.items():
+        assert r["world_size"] == (1 if name == "single" else 2), name
+        np.testing.assert_allclose([e["loss"] for e in r["epochs"]], [e["loss"] for e in base["epochs"]],
+                                   rtol=1e-5, err_msg=name)
+        assert r["final"]["test_acc"] == base["final"]["test_acc"], name
+
+
+def _bad_inputs(tmp):
+    good = write_graph(tmp / "good")
+    nan = np.ones((6, 3), np.float32)
+    nan[2, 1] = np.nan
+    parts = {"short": np.zeros(3, np.int64), "big": np.array([0, 0, 0, 1, 1, 5]), "empty": np.zeros(6, np.int64)}
+    for k, v in parts.items():
+        np.save(tmp / f"{k}.npy", v)
+    (tmp / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
+    return {
+        "unknown dataset": (["--dataset", "no-such-graph"], "unknown dataset"),
+        "missing file": (["--dataset", str(tmp / "absent.npz")], "no such file"),
+        "corrupt file": (["--dataset", str(tmp / "corrupt.npz")], "cannot read"),
+        "size mismatch": (["--dataset", write_graph(tmp / "mis", y=np.zeros(5, np.int64))], "labels"),
+        "edge id >= n": (["--dataset", write_graph(tmp / "ids", edges=((0, 1), (2, 9)))], "[0, 6)"),
+        "NaN features": (["--dataset", write_graph(tmp / "nan", x=nan)], "NaN"),
+        "nprocs < 1": (["--nprocs", "0"], "--nprocs"),
+        "more ranks than nodes": (["--dataset", good, "--nprocs", "7"], "only 6 nodes"),
+        "partition length": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "short.npy")],
+                             "length 3"),
+        "part id >= P": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "big.npy")], "[0, 2)"),
+        "empty part": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "empty.npy")], "empty"),
+        "bad dropout": (["--dropout", "1"], "--dropout"),
+    }
+
+
+def test_bad_input_one_clear_line(tmp_path):
+    for name, (args, needle) in _bad_inputs(tmp_path).items():
+        t0 = time.monotonic()
+        res = run(args + ["--epochs", "1"], timeout=120)
+        lines = [x for x in res.stderr.splitlines() if x.strip()]
+        assert res.returncode != 0, name
+        assert len(lines) == 1 and lines[0].startswith("spgnn: error: "), f"{name}: {res.stderr[-1500:]}"
+        assert needle in lines[0], f"{name}: {lines[0]}"
+        assert "Traceback" not in res.stderr and time.monotonic() - t0 < 60, name
+
+
+@pytest.mark.skipif(not shutil.which("mpirun"), reason="mpirun absent")
+def test_bad_input_under_mpirun_exits_every_rank(tmp_path):
+    res = run(["--partition", str(tmp_path / "nope.npy")],
+              cmd=["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3"] + SPGNN, timeout=120)
+    assert res.returncode != 0
+    assert res.stderr.count("spgnn: error: unknown partition") == 1
+
+
+def test_rank_that_dies_does_not_hang_the_others(tmp_path):
+    """Two ranks started by hand (the torchrun environment, no supervisor): kill one, the other exits
+    with an error well within the collective timeout."""
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE="2",
+               MASTER_PORT=str(__import__("spgnn.launch", fromlist=["x"]).free_port()))
+    args = SPGNN + ["--epochs", "100000", "--quiet", "--timeout", "30"]
+    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        time.sleep(6)
+        assert procs[0].poll() is None and procs[1].poll() is None, "training should still be running"
+        procs[1].send_signal(signal.SIGKILL)
+        t0 = time.monotonic()
+        _, err = procs[0].communicate(timeout=60)
+        assert procs[0].returncode == 1 and time.monotonic() - t0 < 35
+        assert "communication failed" in err
+    finally:
+        for p in procs:
+            p.kill()
