@@ -1,10 +1,17 @@
-"""Small graphs for tests: random structure with the awkward cases (isolated nodes, nodes without
-in-edges, a hub), symmetric or directed."""
+"""Test data: where the real datasets are, and small graphs with the awkward cases (isolated nodes,
+nodes without in-edges, a hub), symmetric or directed."""
+
+from pathlib import Path
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 
 from spgnn.graph import Graph, edges_to_adj
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real datasets not found at {SHARED} "
+                                  f"(a fresh clone has no ../shared/datasets)")
 
 
 def small_graph(n=60, f=12, classes=4, directed=False, seed=0, avg_degree=4) -> Graph:

@@ -27,10 +27,7 @@ from spgnn.datasets import (
     save_npz,
 )
 from spgnn.errors import SpgnnError
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real datasets not found at {SHARED} "
-                                  f"(a fresh clone has no ../shared/datasets)")
+from tests.graphs import SHARED, needs_shared
 
 
 @pytest.fixture(autouse=True)
