@@ -11,7 +11,7 @@ noise falls on all of them alike; medians are reported:
    ``edge_index`` (default: Â recomputed every call; the baseline) and with ``cached=True``.
 2. spmm: Z = Â·H (Â = D^-½(A+I)D^-½, f = 128, float32): ``spgnn.kernels.spmm`` versus ``torch.sparse.mm`` on a
    CSR tensor (the baseline) versus ``torch_sparse.matmul`` (if installed) versus the memory-bandwidth bound
-   (nnz·f·4 bytes of H rows read + n·f·4 written) / (copy bandwidth measured in the same interleaved loop).
+   (nnz·f·4 bytes of H rows read + n·f·4 written) / (copy bandwidth of a 512 MB tensor, timed just before).
 3. spmm-transposed: the backward product Âᵀ·G with spgnn's cached ``CSR.transpose()`` versus torch's
    autograd backward through ``torch.sparse.mm`` (the baseline), plus what rebuilding the transpose costs.
 
@@ -28,6 +28,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -152,6 +153,14 @@ def bench_epoch(g: Graph, args) -> dict:
     return out
 
 
+def copy_seconds(args) -> list[float]:
+    """Seconds per copy of a COPY_BYTES float32 tensor, timed on its own (interleaved with the SpMMs it would
+    flush their operands from cache)."""
+    src = torch.ones(COPY_BYTES // 4)                         # pages touched before timing
+    dst = torch.zeros_like(src)
+    return time_interleaved({"copy": lambda: dst.copy_(src)}, args.warmup, args.repeats, args.budget_s)["copy"]
+
+
 def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
     """Sections 2 and 3, and the accuracy checks (max |difference| against torch)."""
     n, nnz = a_hat.shape[0], a_hat.nnz
@@ -165,17 +174,14 @@ def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
         has_torch_sparse = True
     except ImportError:
         has_torch_sparse = False
-    copy_src = torch.ones(COPY_BYTES // 4)                   # pages touched before timing
-    copy_dst = torch.zeros_like(copy_src)
 
     forward = {"spgnn.kernels.spmm (" + kernels.get_backend() + ")": lambda: kernels.spmm(a_hat, h),
                "torch.sparse.mm (CSR tensor)": lambda: torch.sparse.mm(a_torch, h)}
     if has_torch_sparse:
         ts = a_hat._torch_sparse(torch.device("cpu"), torch.float32)
         forward["torch_sparse.matmul"] = lambda: torch_sparse.matmul(ts, h)
-    forward["copy 512 MB (bandwidth probe)"] = lambda: copy_dst.copy_(copy_src)
+    copy_times = copy_seconds(args)
     times = time_interleaved(forward, args.warmup, args.repeats, args.budget_s)
-    copy_times = times.pop("copy 512 MB (bandwidth probe)")
     copy_s = float(np.median(copy_times))
     bandwidth = 2 * COPY_BYTES / copy_s                      # bytes read + written per second
     bound_bytes = (nnz + n) * F_SPMM * 4
@@ -186,10 +192,8 @@ def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
                                          ms=1e3 * bound_bytes / bandwidth)
     spgnn_fwd = next(iter(forward))
     fwd = section(rows, "torch.sparse.mm (CSR tensor)", spgnn_fwd, times)
-    fwd["copy_bandwidth"] = {"bytes_read_plus_written": 2 * COPY_BYTES, "median_s": copy_s,
-                             "times_s": copy_times,
-                             "gb_per_s": bandwidth / 1e9}
-    forward.clear()                                           # frees the 1 GB of copy buffers
+    fwd["copy_bandwidth"] = {"bytes_read_plus_written": 2 * COPY_BYTES, "times_s": copy_times,
+                             "median_s": copy_s, "gb_per_s": bandwidth / 1e9}
 
     h_leaf = h.clone().requires_grad_()
     z = torch.sparse.mm(a_torch, h_leaf)                      # graph kept: only the backward is timed
@@ -244,9 +248,28 @@ def machine_facts() -> dict:
             "git_commit": commit}
 
 
+def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
+    """Fraction of all CPU time not idle over `interval_s` while this process sleeps (None off Linux)."""
+    def idle_total():
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        return ticks[3] + ticks[4], sum(ticks)               # idle + iowait, all
+
+    try:
+        idle0, total0 = idle_total()
+        time.sleep(interval_s)
+        idle1, total1 = idle_total()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
 SECTIONS = {"epoch": ("epoch", "training step, forward + backward + Adam (2-layer GCN, hidden 128)"),
             "spmm": ("SpMM Â·H", "Z = Â·H, f = 128, float32"),
             "spmm_transposed": ("SpMM Âᵀ·G", "the backward product Âᵀ·G, f = 128, float32")}
+
+
+def fmt_ms(ms: float) -> str:
+    return f"{ms:,.1f}" if ms >= 10 else f"{ms:.2f}"
 
 
 def markdown(name: str, result: dict) -> str:
@@ -258,7 +281,7 @@ def markdown(name: str, result: dict) -> str:
     for key, (short, _) in SECTIONS.items():
         sec = result[key]
         for system, r in sec["systems"].items():
-            ms = "—" if r["median_ms"] is None else f"{r['median_ms']:,.1f}"
+            ms = "—" if r["median_ms"] is None else fmt_ms(r["median_ms"])
             ratio = "—" if r.get("speedup_vs_baseline") is None else f"{r['speedup_vs_baseline']:.2f}×"
             note = "; ".join(filter(None, ["baseline" if system == sec["baseline"] else "", r["note"]]))
             lines.append(f"| {short} | {system} | {ms} | {ratio} | {note} |")
@@ -286,16 +309,16 @@ def bar_chart(results: dict, path: Path) -> str:
     except ImportError:
         return "matplotlib is not installed: no chart written"
     fig, axes = plt.subplots(len(results), len(SECTIONS), squeeze=False,
-                             figsize=(6 * len(SECTIONS), 0.9 + 2.2 * len(results)))
+                             figsize=(6.5 * len(SECTIONS), 0.9 + 2.6 * len(results)))
     for i, (name, result) in enumerate(results.items()):
         for j, (key, (title, _)) in enumerate(SECTIONS.items()):
             sec, ax = result[key], axes[i][j]
             items = [(s, r["median_ms"]) for s, r in sec["systems"].items() if r["median_ms"] is not None]
             colors = ["tab:green" if s == sec["spgnn"] else "tab:gray" if s == sec["baseline"] else "tab:blue"
                       for s, _ in items]
-            ax.barh([s for s, _ in items][::-1], [ms for _, ms in items][::-1], color=colors[::-1])
+            ax.barh([textwrap.fill(s, 30) for s, _ in items][::-1], [ms for _, ms in items][::-1], color=colors[::-1])
             for k, (_, ms) in enumerate(items[::-1]):
-                ax.text(ms, k, f" {ms:,.1f}", va="center", fontsize=7)
+                ax.text(ms, k, " " + fmt_ms(ms), va="center", fontsize=7)
             ax.set_title(f"{name}: {title}", fontsize=8)
             ax.set_xlabel("ms (median)", fontsize=7)
             ax.tick_params(labelsize=6)
@@ -315,7 +338,7 @@ def parse_args(argv=None):
     p.add_argument("--data-dir", default=None, help="folder holding named datasets (default: spgnn's search)")
     p.add_argument("--repeats", type=int, default=10, help="timed rounds per group (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (numba compiles, caches fill)")
-    p.add_argument("--budget-s", type=float, default=60.0,
+    p.add_argument("--budget-s", type=float, default=120.0,
                    help=f"stop a group's timed rounds after this many seconds (at least {MIN_REPEATS} rounds)")
     p.add_argument("--feature-norm", choices=("row", "none"), default="row",
                    help="features as given to both spgnn and PyG (spgnn's default: row)")
@@ -340,7 +363,10 @@ def main(argv=None) -> int:
             return 2
     if args.threads:
         kernels.set_num_threads(args.threads)
-    load_before = os.getloadavg()
+    load_before, busy_before = os.getloadavg(), cpu_busy_fraction()
+    if busy_before is not None and busy_before > 0.2:
+        print(f"bench_epoch: warning: the CPUs were {busy_before:.0%} busy with other work just before starting; "
+              f"competing processes slow multi-threaded kernels unevenly", file=sys.stderr)
     started = datetime.now(UTC).isoformat(timespec="seconds")
     t_start = time.perf_counter()
     results = {}
@@ -356,7 +382,8 @@ def main(argv=None) -> int:
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = machine_facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    machine = machine_facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+                                 "cpu_busy_fraction_before": busy_before}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
               "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": machine,
               "targets": targets, "datasets": results}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import kernels
+from ..graph import is_symmetric
 from .base import DistSpMM
 
 
@@ -40,7 +41,9 @@ class OneD(DistSpMM):
         self.group = grid.group("part")
         self.sizes = partition.sizes()
         self.blocks = _column_blocks(adj[self.rows], partition.offsets)
-        self.blocks_t = _column_blocks(adj[:, self.rows].T.tocsr(), partition.offsets)
+        # Block row i of Aᵀ; for a symmetric A (GCN on an undirected graph) it is A's own.
+        self.blocks_t = self.blocks if is_symmetric(adj) else \
+            _column_blocks(adj[:, self.rows].T.tocsr(), partition.offsets)
 
     def _stages(self, blocks, h):
         z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))
