@@ -13,14 +13,14 @@ from tests.reference_model import assert_close, reference_grads
 GRAPHS = {"sym": small_graph(n=53, f=9, seed=4), "dir": small_graph(n=53, f=9, seed=5, directed=True)}
 CASES = [(gname, model, layers, algo, part)
          for gname in GRAPHS for model in ("gcn", "sage") for layers in (1, 2)
-         for algo in ("1d", "1d-halo") for part in ("block", "random")]
+         for algo in ("1d", "1d-halo", "1.5d") for part in ("block", "random")]
 
 
 def _rank(comm):
     out = []
     for gname, model, layers, algo, part in CASES:
         cfg = TrainConfig(model=model, layers=layers, hidden=8, dropout=0.5, seed=3, algo=algo, partition=part,
-                          feature_norm="none")
+                          feature_norm="none", replication=2 if algo == "1.5d" and comm.world_size % 2 == 0 else 0)
         t = Trainer(cfg, comm, graph=GRAPHS[gname])
         t.x.requires_grad_(True)
         _, logits = t.forward_backward(epoch=2)
@@ -51,7 +51,7 @@ def _curve(comm, model, algo):
     return [e["loss"] for e in Trainer(cfg, comm).run(log=None)["epochs"]]
 
 
-@pytest.mark.parametrize("model,algo", [("gcn", "1d-halo"), ("sage", "1d")])
+@pytest.mark.parametrize("model,algo", [("gcn", "1d-halo"), ("sage", "1.5d")])
 def test_loss_curve_independent_of_P(model, algo):
     """20 epochs on Cora with dropout: the same losses at P = 1, 2 and 4."""
     curves = {P: run_local(_curve, P, model, algo)[0] for P in (1, 2, 4)}

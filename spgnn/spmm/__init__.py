@@ -2,9 +2,11 @@
 
 from ..errors import SpgnnError
 from .base import DistSpMM
-from .oned import OneD, OneDHalo
+from .oned import OneDHalo
+from .onefive import OneD, OneFiveD
+from .sar import SAR
 
-ALGORITHMS = {cls.name: cls for cls in (OneD, OneDHalo)}
+ALGORITHMS = {cls.name: cls for cls in (OneD, OneDHalo, OneFiveD, SAR)}
 
 
 def get(name: str) -> type[DistSpMM]:
@@ -15,4 +17,9 @@ def get(name: str) -> type[DistSpMM]:
         raise SpgnnError(f"unknown algorithm {name!r}: choose one of {', '.join(ALGORITHMS)}") from None
 
 
-__all__ = ["ALGORITHMS", "DistSpMM", "get"]
+def attention_algorithms() -> list[str]:
+    """The algorithms that implement `DistSpMM.attend` (and so run GAT)."""
+    return [name for name, cls in ALGORITHMS.items() if cls.attend is not DistSpMM.attend]
+
+
+__all__ = ["ALGORITHMS", "DistSpMM", "attention_algorithms", "get"]

@@ -12,7 +12,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import attention
 from ..comm import Comm, Group
+from ..errors import SpgnnError
 from ..grid import ProcessGrid
 from ..partition import Partition
 
@@ -25,25 +27,35 @@ class DistSpMM:
     grid_names: tuple = ("part",)
 
     @classmethod
-    def grid_shape(cls, P: int, **options) -> tuple:
-        """The grid shape this algorithm runs on for P processes."""
+    def grid_shape(cls, P: int, replication: int = 0) -> tuple:
+        """The grid shape this algorithm runs on for P processes; shape[0] is the number of vertex
+        parts (block rows). `replication` 0 means the algorithm's default. Raises SpgnnError for
+        options it cannot honour."""
+        if replication not in (0, 1):
+            raise SpgnnError(f"--replication {replication} applies to --algo 1.5d only")
         return (P,)
 
     def __init__(self, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu"):
-        """`adj`: the global n×n scipy CSR A, already renumbered by `partition`."""
+        """`adj`: the global n×n scipy CSR A, already renumbered by `partition`; this rank holds block
+        row ``grid.coord[0]``."""
         self.comm, self.grid, self.partition, self.device = comm, grid, partition, device
         self.n = adj.shape[0]
+        self.part = grid.coord[0]
         offsets = partition.offsets
-        self.rows = slice(int(offsets[comm.rank]), int(offsets[comm.rank + 1]))
+        self.rows = slice(int(offsets[self.part]), int(offsets[self.part + 1]))
 
     # -- layout ---------------------------------------------------------------------------------------
     def local_rows(self, x: np.ndarray) -> np.ndarray:
         """The rows of a global (renumbered) n-row array that this rank holds."""
         return x[self.rows]
 
-    def grad_group(self) -> Group:
-        """Ranks over which parameter gradients are summed (the ranks holding disjoint rows)."""
+    def rows_group(self) -> Group:
+        """A group whose members' rows cover every row exactly once (sums of per-row quantities)."""
         return self.comm.world
+
+    def grad_group(self) -> Group:
+        """Ranks over which parameter gradients are summed."""
+        return self.rows_group()
 
     # -- products -------------------------------------------------------------------------------------
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
@@ -57,6 +69,27 @@ class DistSpMM:
     def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
         """Row-wise log-softmax over the class columns."""
         return F.log_softmax(h, dim=1)
+
+    # -- attention (GAT) --------------------------------------------------------------------------------
+    def attend(self, v: torch.Tensor, s_src: torch.Tensor, s_dst: torch.Tensor, slope: float,
+               dropout: float = 0.0, key: int = 0) -> torch.Tensor:
+        """out_i = Σ_{j→i} softmax_j(LeakyReLU(s_src[j] + s_dst[i]))·V_j over the in-edges of A's pattern
+        (`spgnn.attention`), for the local rows: v (n_i×H×F), s_src and s_dst (n_i×H) → n_i×H×F;
+        differentiable in all three. `dropout`, `key`: attention dropout drawn by `attention.edge_mask`."""
+        from . import attention_algorithms
+
+        raise SpgnnError(f"--algo {self.name} does not support attention (GAT): use "
+                         f"{' or '.join(attention_algorithms())}")
+
+    def _edge_mask(self, rows, cols_global, heads: int, p: float, key: int, dtype):
+        """Attention dropout mask of local-row edges rows ← cols_global (renumbered global ids)."""
+        perm = self.partition.perm
+        return attention.edge_mask(perm[self.rows.start + rows], perm[cols_global], self.n, heads, p, key, dtype)
+
+    @classmethod
+    def options(cls, cfg) -> dict:
+        """Constructor keyword options this algorithm takes from a run's TrainConfig."""
+        return {}
 
     def _forward(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

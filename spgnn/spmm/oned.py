@@ -1,10 +1,6 @@
-"""1D algorithms: rank i owns block row i of A (the in-edges of its nodes) and rows H_i of H.
+"""Sparsity-aware 1D: rank i owns block row i of A (the in-edges of its nodes) and rows H_i of H.
 
-``1d`` (CAGNET): Z_i = Σ_j A_ij·H_j, H_j broadcast by rank j in stage j, one block live at a time; the
-backward runs the same stages on G with the block row i of Aᵀ. Per SpMM rank i sends |H_i|·(P−1) and
-receives Σ_{j≠i} |H_j| (n − n_i rows of f words).
-
-``1d-halo`` (sparsity-aware): rank i receives from each j only the rows R_ij of H_j that A_ij touches
+``1d-halo``: rank i receives from each j only the rows R_ij of H_j that A_ij touches
 (one all-to-all) and computes Z_i = [A_ii A_i,halo]·[H_i; H_halo]. The backward computes
 [A_ii A_i,halo]ᵀ·G_i locally and returns the halo rows' share to their owners, who add it in: the
 forward's exchange reversed. Per SpMM rank i receives Σ_{j≠i} |R_ij|·f words forward and sends them back
@@ -16,8 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import kernels
-from ..graph import is_symmetric
+from .. import attention, kernels
 from .base import DistSpMM
 
 
@@ -25,41 +20,10 @@ def _owner(cols: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return np.searchsorted(offsets, cols, side="right") - 1
 
 
-def _column_blocks(m, offsets) -> list:
+def column_blocks(m, offsets) -> list:
     """[M[:, offsets[j]:offsets[j+1]] for each part j] as local CSR blocks."""
     return [kernels.CSR.from_scipy(m[:, offsets[j]:offsets[j + 1]])
             for j in range(len(offsets) - 1)]
-
-
-class OneD(DistSpMM):
-    """CAGNET's 1D SpMM: P broadcast stages, one block of H live at a time."""
-
-    name = "1d"
-
-    def __init__(self, adj, partition, comm, grid, device="cpu"):
-        super().__init__(adj, partition, comm, grid, device)
-        self.group = grid.group("part")
-        self.sizes = partition.sizes()
-        self.blocks = _column_blocks(adj[self.rows], partition.offsets)
-        # Block row i of Aᵀ; for a symmetric A (GCN on an undirected graph) it is A's own.
-        self.blocks_t = self.blocks if is_symmetric(adj) else \
-            _column_blocks(adj[:, self.rows].T.tocsr(), partition.offsets)
-
-    def _stages(self, blocks, h):
-        z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))
-        me = self.group.ranks.index(self.comm.rank)
-        for j, src in enumerate(self.group.ranks):
-            buf = h if j == me else h.new_empty((int(self.sizes[j]), h.shape[1]))
-            self.comm.broadcast(buf, src, self.group)
-            if blocks[j].nnz:
-                kernels.spmm(blocks[j], buf, out=z, accumulate=True)
-        return z
-
-    def _forward(self, h):
-        return self._stages(self.blocks, h)
-
-    def _backward(self, g):
-        return self._stages(self.blocks_t, g)
 
 
 class OneDHalo(DistSpMM):
@@ -80,6 +44,7 @@ class OneDHalo(DistSpMM):
         local_col = np.where(_owner(a.indices, offs) == me, a.indices - offs[me],
                              n_i + np.searchsorted(remote, a.indices))
         self.a = kernels.CSR(a.indptr, local_col, a.data, (n_i, n_i + remote.size))
+        self.cols_global = np.concatenate([np.arange(self.rows.start, self.rows.stop), remote])  # of a's columns
         self.a_t = self.a.transpose()
         # Tell each owner which of its rows this rank needs (setup phase, counted).
         counts = torch.as_tensor(self.recv_rows, dtype=torch.int64)
@@ -87,12 +52,43 @@ class OneDHalo(DistSpMM):
         wanted = torch.as_tensor(remote - offs[owner], dtype=torch.int64)
         self.send_idx = comm.all_to_all_v(wanted, self.recv_rows, self.send_rows, self.group).to(device)
 
-    def _forward(self, h):
-        halo = self.comm.all_to_all_v(h[self.send_idx], self.send_rows, self.recv_rows, self.group)
-        return kernels.spmm(self.a, torch.cat([h, halo]))
+    def _with_halo(self, h):
+        """[H_i; H_halo]: the local rows and the remote rows A_i touches, in the order of a's columns."""
+        return torch.cat([h, self.comm.all_to_all_v(h[self.send_idx], self.send_rows, self.recv_rows, self.group)])
 
-    def _backward(self, g):
-        gx = kernels.spmm(self.a_t, g)
-        n_i = g.shape[0]
+    def _fold_halo(self, gx):
+        """The reverse of `_with_halo`: halo rows' gradients returned to their owners and added in."""
+        n_i = self.rows.stop - self.rows.start
         back = self.comm.all_to_all_v(gx[n_i:], self.recv_rows, self.send_rows, self.group)
         return gx[:n_i].index_add_(0, self.send_idx, back)
+
+    def _forward(self, h):
+        return kernels.spmm(self.a, self._with_halo(h))
+
+    def _backward(self, g):
+        return self._fold_halo(kernels.spmm(self.a_t, g))
+
+    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
+        """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows:
+        the halo rows and the edges×heads coefficients stay saved for the backward."""
+        n_i, heads, f = v.shape
+        rows = torch.as_tensor(np.repeat(np.arange(n_i), np.diff(self.a.indptr)))
+        cols = torch.as_tensor(self.a.indices, dtype=torch.int64)
+        x = _HaloRows.apply(torch.cat([v.reshape(n_i, -1), s_src], 1), self)
+        mask = self._edge_mask(rows.numpy(), self.cols_global[cols.numpy()], heads, dropout, key, v.dtype) \
+            if dropout > 0 else None
+        return attention.attend(rows, cols, x[:, :-heads].view(-1, heads, f), x[:, -heads:], s_dst, slope, mask)
+
+
+class _HaloRows(torch.autograd.Function):
+    """X_i ↦ [X_i; X_halo]; backward: the halo rows' gradients go back to their owners."""
+
+    @staticmethod
+    def forward(ctx, x, op):
+        ctx.op, ctx.layer = op, op.comm.layer
+        return op._with_halo(x.contiguous())
+
+    @staticmethod
+    def backward(ctx, g):
+        with ctx.op.comm.phase("backward", ctx.layer):
+            return ctx.op._fold_halo(g.contiguous().clone()), None
