@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import sys
+from contextlib import contextmanager
 
 import torch
 
@@ -53,7 +54,35 @@ class _Handle:
         self.meter._release(self.key)
 
 
+_PEAK_BEFORE_RESET = [0]       # the high-water mark `rss_growth` cleared, so that `peak_rss_bytes` still sees it
+
+
 def peak_rss_bytes() -> int:
     """Peak resident set size of this process so far."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak if sys.platform == "darwin" else peak * 1024)
+    return max(int(peak if sys.platform == "darwin" else peak * 1024), _PEAK_BEFORE_RESET[0])
+
+
+def _status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+@contextmanager
+def rss_growth():
+    """Peak RSS growth of the block: its high-water RSS minus the RSS at its start, i.e. the memory it had to
+    take from the OS (memory the allocator reuses from earlier frees does not show: a lower bound on what
+    the block allocated). Linux only: the kernel's high-water mark is reset first (``/proc/self/clear_refs``),
+    so what C libraries allocate counts too. Yields a dict whose ``bytes`` is set on exit (None where /proc
+    cannot do this)."""
+    out = {"bytes": None}
+    try:
+        _PEAK_BEFORE_RESET[0] = peak_rss_bytes()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        start = _status_bytes("VmRSS")
+    except (OSError, StopIteration):
+        start = None
+    yield out
+    if start is not None:
+        out["bytes"] = max(0, _status_bytes("VmHWM") - start)
