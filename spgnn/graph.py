@@ -136,4 +136,4 @@ def mean_norm(adj: sp.spmatrix) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(dinv) @ a, dtype=np.float32)
 
 
-NORMALIZATIONS = {"gcn": gcn_norm, "mean": mean_norm}
+NORMALIZATIONS = {"gcn": gcn_norm, "mean": mean_norm, "self-loops": add_self_loops}

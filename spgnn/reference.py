@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import attention
 from .comm import Comm
 
 
@@ -18,6 +19,7 @@ class SerialSpMM:
         coo = adj.tocoo()
         idx = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64)
         self.a = torch.sparse_coo_tensor(idx, torch.as_tensor(coo.data), coo.shape, dtype=dtype).coalesce()
+        self.edges = self.a.indices()                  # (rows i, cols j) of the edges j → i
         self.comm = Comm(0, 1)
         self.n = adj.shape[0]
         self.rows = slice(0, self.n)
@@ -33,3 +35,11 @@ class SerialSpMM:
 
     def log_softmax(self, h):
         return torch.log_softmax(h, dim=1)
+
+    def rows_group(self):
+        return self.comm.world
+
+    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
+        rows, cols = self.edges
+        mask = attention.edge_mask(rows, cols, self.n, v.shape[1], dropout, key, v.dtype) if dropout > 0 else None
+        return attention.attend(rows, cols, v, s_src, s_dst, slope, mask)

@@ -9,9 +9,10 @@ from spgnn.layers import GNN
 from spgnn.reference import SerialSpMM
 
 
-def reference_grads(g, model="gcn", layers=2, hidden=8, dropout=0.5, seed=3, epoch=2):
+def reference_grads(g, model="gcn", layers=2, hidden=8, dropout=0.5, seed=3, epoch=2, **options):
+    """`options`: GNN's heads, out_heads, batch_norm."""
     torch.manual_seed(seed)
-    net = GNN(model, g.num_features, hidden, g.num_classes, layers, dropout, seed)
+    net = GNN(model, g.num_features, hidden, g.num_classes, layers, dropout, seed, **options)
     algo = SerialSpMM(NORMALIZATIONS[net.adjacency](g.adj))
     x = torch.as_tensor(g.x).clone().requires_grad_(True)
     net.train()

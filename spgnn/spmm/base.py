@@ -51,11 +51,35 @@ class DistSpMM:
 
     def rows_group(self) -> Group:
         """A group whose members' rows cover every row exactly once (sums of per-row quantities)."""
-        return self.comm.world
+        return self.grid.group(self.rows_group_name)
 
     def grad_group(self) -> Group:
         """Ranks over which parameter gradients are summed."""
         return self.rows_group()
+
+    # -- cost -----------------------------------------------------------------------------------------
+    rows_group_name = "world"
+
+    @classmethod
+    def spmm_cost(cls, stats, shape: tuple, rank: int, f: int) -> dict:
+        """What `rank` moves for one SpMM of width f (float32), exactly as its ledger records it:
+        {"setup" | "forward" | "backward": [(op, group name, sent bytes, received bytes, messages), …]},
+        one tuple a collective call. `stats` gives the partition's block statistics (`spgnn.cost.BlockStats`)."""
+        raise NotImplementedError(f"{cls.name} has no cost model")
+
+    @classmethod
+    def has_cost_model(cls) -> bool:
+        """Whether this algorithm states its `spmm_cost` (a subclass with another schedule resets it to
+        ``DistSpMM.spmm_cost``)."""
+        return cls.spmm_cost.__func__ is not DistSpMM.spmm_cost.__func__
+
+    @classmethod
+    def member(cls, shape: tuple, group: str, rank: int) -> tuple[int, int]:
+        """(size, position of `rank`) of the group `group` in a grid of `shape` (row-major ranks)."""
+        if group == "world":
+            return int(np.prod(shape)), rank
+        d = cls.grid_names.index(group)
+        return shape[d], int(np.unravel_index(rank, shape)[d])
 
     # -- products -------------------------------------------------------------------------------------
     def spmm(self, h: torch.Tensor) -> torch.Tensor:

@@ -52,6 +52,15 @@ class OneDHalo(DistSpMM):
         wanted = torch.as_tensor(remote - offs[owner], dtype=torch.int64)
         self.send_idx = comm.all_to_all_v(wanted, self.recv_rows, self.send_rows, self.group).to(device)
 
+    @classmethod
+    def spmm_cost(cls, stats, shape, rank, f):
+        R = stats.halo                        # R[i, j] = |R_ij|: rows of part j that block row i needs
+        need, give, P, word = R[rank], R[:, rank], len(R), 8      # setup exchanges int64 counts and ids
+        return {"setup": [("all_to_all", "part", (P - 1) * word, (P - 1) * word, P - 1),
+                          ("all_to_all", "part", need.sum() * word, give.sum() * word, np.count_nonzero(need))],
+                "forward": [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))],
+                "backward": [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
+
     def _with_halo(self, h):
         """[H_i; H_halo]: the local rows and the remote rows A_i touches, in the order of a's columns."""
         return torch.cat([h, self.comm.all_to_all_v(h[self.send_idx], self.send_rows, self.recv_rows, self.group)])

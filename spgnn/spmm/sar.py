@@ -1,0 +1,178 @@
+"""SAR (Mostafa, MLSys 2022): sequential aggregation and rematerialization over a 1D partition.
+
+Rank i holds the in-edges of its rows split by source part j into shards A_ij, each over only the rows R_ij
+of H_j it touches (1d-halo's layout, whose set-up this reuses). A product is a ring of P−1 rounds: in round r
+rank i receives R_ij from j = (i−r) mod P, sends R_{i+r,i} to (i+r) mod P, adds A_ij·H_{R_ij} into the
+accumulator and frees the rows. Nothing remote outlives its round, so what a rank keeps for the backward is
+O(n_i) and falls as 1/P.
+
+- Linear aggregation (Z = A·H): the backward computes A_ijᵀ·G_i (|R_ij|×f) locally and returns it to owner j
+  in the reverse ring; nothing is re-fetched. Bytes per product equal 1d-halo's.
+- Attention (`attend`): the forward keeps an online softmax (running row maximum m_i, sum l_i, accumulator),
+  so the edges×heads scores of one shard exist at a time; only V_i, s_src, s_dst, out_i and L_i = m_i + log l_i
+  are saved. The backward rematerializes shard by shard: re-fetch [V | s_src] rows R_ij, rebuild the shard's
+  graph with α = exp(e − L_i) recomputed, back-propagate the surrogate Σ dO_i·Σ_j α_ij·m_ij·V_j − Σ D_i·Σ_j α_ij
+  (D_i = dO_i·out_i supplies softmax's normalisation term, so per-shard gradients sum to the exact one),
+  return the remote rows' gradients to their owners, free. Twice 1d-halo's forward bytes.
+
+`depth` rounds are kept in flight ahead of the one being computed (asynchronous all-to-alls); bytes and
+results do not depend on it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+
+from .. import attention, kernels
+from .base import DistSpMM
+from .oned import OneDHalo
+
+
+class SAR(OneDHalo):
+    """Sequential aggregation over the shards A_ij in a ring; rematerializing backward for attention."""
+
+    name = "sar"
+    spmm_cost = DistSpMM.__dict__["spmm_cost"]      # its ring schedule has no cost model yet
+
+    def __init__(self, adj, partition, comm, grid, device="cpu", depth: int = 1):
+        super().__init__(adj, partition, comm, grid, device)
+        self.depth, self.P = max(0, int(depth)), self.group.size
+        self.me = self.group.ranks.index(comm.rank)
+        n_i = self.rows.stop - self.rows.start
+        halo = n_i + np.concatenate([[0], np.cumsum(self.recv_rows)])   # a's columns R_ij: halo[j]:halo[j+1]
+        lo, hi = halo[:-1].copy(), halo[1:].copy()
+        lo[self.me], hi[self.me] = 0, n_i                                # shard i: the local columns
+        a = self.a.to_scipy()
+        self.shards = [kernels.CSR.from_scipy(a[:, lo[j]:hi[j]], a.dtype) for j in range(self.P)]
+        self.shard_cols = [self.cols_global[lo[j]:hi[j]] for j in range(self.P)]
+        self._coo = {}
+        self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
+        self.a = self.a_t = None                                   # the shards replace 1d-halo's block
+
+    @classmethod
+    def options(cls, cfg) -> dict:
+        return {"depth": cfg.prefetch}
+
+    def _sent_to(self, j):
+        """Indices of the local rows owner j's shard A_ji touches (R_ji)."""
+        return self.send_idx[self.send_offsets[j]:self.send_offsets[j + 1]]
+
+    def _ring(self, payload, reverse=False):
+        """Yield (j, rows received from j) for rounds r = 1…P−1, `depth` rounds in flight ahead.
+
+        Forward direction: receive R_ij from j = i−r and send payload(i+r) (rows R_{i+r,i}) to i+r.
+        Reverse: send payload(i−r) (rows R_{i,i−r}) to i−r and receive rows R_{i+r,i} from i+r."""
+        P, me = self.P, self.me
+
+        def start(r):
+            to, frm = ((me - r) % P, (me + r) % P) if reverse else ((me + r) % P, (me - r) % P)
+            send = payload(to)
+            send_rows, recv_rows = np.zeros(P, np.int64), np.zeros(P, np.int64)
+            send_rows[to] = send.shape[0]
+            recv_rows[frm] = (self.send_rows if reverse else self.recv_rows)[frm]
+            return frm, self.comm.all_to_all_v_async(send, send_rows, recv_rows, self.group)
+
+        pending, issued = deque(), 0
+        for r in range(1, P):
+            while issued < min(r + self.depth, P - 1):
+                issued += 1
+                pending.append(start(issued))
+            frm, work = pending.popleft()
+            yield frm, work.wait()
+
+    # -- linear aggregation ----------------------------------------------------------------------------
+    def _forward(self, h):
+        z = kernels.spmm(self.shards[self.me], h)
+        for j, h_j in self._ring(lambda to: h[self._sent_to(to)]):
+            kernels.spmm(self.shards[j], h_j, out=z, accumulate=True)
+        return z
+
+    def _backward(self, g):
+        dh = kernels.spmm(self.shards[self.me].T, g)
+        for j, back in self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True):
+            dh.index_add_(0, self._sent_to(j), back)
+        return dh
+
+    # -- attention -------------------------------------------------------------------------------------
+    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
+        return _Attention.apply(v, s_src, s_dst, self, (slope, dropout, key))
+
+    def _edges(self, j, heads, dropout, key, dtype):
+        """Shard j's edges (rows, cols) as int64 tensors and its attention dropout mask (or None)."""
+        if j not in self._coo:
+            a = self.shards[j]
+            self._coo[j] = (torch.as_tensor(np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))),
+                            torch.as_tensor(a.indices, dtype=torch.int64))
+        rows, cols = self._coo[j]
+        mask = self._edge_mask(rows.numpy(), self.shard_cols[j][cols.numpy()], heads, dropout, key, dtype) \
+            if dropout > 0 else None
+        return rows, cols, mask
+
+    def _shards(self, x):
+        """(j, [V | s_src] rows of shard j) for the local shard, then the ring's."""
+        yield self.me, x
+        yield from self._ring(lambda to: x[self._sent_to(to)])
+
+    @torch.no_grad()
+    def _attend_forward(self, v, s_src, s_dst, slope, dropout, key):
+        """(out n_i×H×F, L n_i×H) by an online softmax over the shards."""
+        n_i, heads, f = v.shape
+        m = s_dst.new_full((n_i, heads), float("-inf"))
+        l, acc = s_dst.new_zeros((n_i, heads)), v.new_zeros((n_i, heads, f))
+        for j, x_j in self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1)):
+            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype)
+            e = attention.scores(rows, cols, x_j[:, -heads:], s_dst, slope)
+            m_new = torch.maximum(m, attention.segment_max(e, rows, n_i))
+            rescale = torch.exp(m - m_new).nan_to_num_(0.0)         # rows still without edges: −inf − −inf
+            p = torch.exp(e - m_new[rows])
+            l.mul_(rescale).add_(attention.segment_sum(p, rows, n_i))
+            v_j = x_j[:, :-heads].view(-1, heads, f)
+            acc.mul_(rescale.unsqueeze(-1)).add_(attention.weighted_sum(p if mask is None else p * mask,
+                                                                        rows, cols, v_j, n_i))
+            m = m_new
+        out = acc / torch.where(l > 0, l, 1.0).unsqueeze(-1)
+        return out, m + torch.log(l)
+
+    def _attend_backward(self, v, s_src, s_dst, out, lse, d_out, slope, dropout, key):
+        """(dV, ds_src, ds_dst) by rematerializing each shard's graph; remote-row gradients go home."""
+        n_i, heads, f = v.shape
+        d_norm = (d_out * out).sum(-1)                                # D_i = dO_i·out_i, n_i×H
+        ds_dst = torch.zeros_like(s_dst)
+
+        def shard_grad(j, x_j):
+            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype)
+            with torch.enable_grad():
+                x_j, s_d = x_j.detach().requires_grad_(), s_dst.detach().requires_grad_()
+                alpha = torch.exp(attention.scores(rows, cols, x_j[:, -heads:], s_d, slope) - lse[rows])
+                c = attention.weighted_sum(alpha if mask is None else alpha * mask, rows, cols,
+                                           x_j[:, :-heads].view(-1, heads, f), n_i)
+                surrogate = (c * d_out).sum() - (attention.segment_sum(alpha, rows, n_i) * d_norm).sum()
+                dx_j, ds_d = torch.autograd.grad(surrogate, (x_j, s_d))
+            ds_dst.add_(ds_d)
+            return dx_j
+
+        shards = self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1))
+        dx = shard_grad(*next(shards))
+        for j, back in self._ring(lambda to: shard_grad(*next(shards)), reverse=True):
+            dx.index_add_(0, self._sent_to(j), back)
+        return dx[:, :-heads].reshape(n_i, heads, f), dx[:, -heads:], ds_dst
+
+
+class _Attention(torch.autograd.Function):
+    """Autograd glue for SAR attention: saves only local n_i-row tensors; backward in phase "backward"."""
+
+    @staticmethod
+    def forward(ctx, v, s_src, s_dst, op, args):
+        out, lse = op._attend_forward(v, s_src, s_dst, *args)
+        ctx.save_for_backward(v, s_src, s_dst, out, lse)
+        ctx.op, ctx.args, ctx.layer = op, args, op.comm.layer
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out):
+        with ctx.op.comm.phase("backward", ctx.layer):
+            grads = ctx.op._attend_backward(*ctx.saved_tensors, d_out.contiguous(), *ctx.args)
+        return (*grads, None, None)
