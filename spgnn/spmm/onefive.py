@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from .. import kernels
+from ..comm import ring_words
 from ..errors import SpgnnError
 from ..graph import is_symmetric
 from .base import DistSpMM
@@ -44,8 +45,19 @@ class OneFiveD(DistSpMM):
         self.blocks_t = self.blocks if is_symmetric(adj) else \
             column_blocks(adj[:, self.rows].T.tocsr(), partition.offsets)
 
-    def rows_group(self):
-        return self.column
+    rows_group_name = "block"
+
+    @classmethod
+    def spmm_cost(cls, stats, shape, rank, f):
+        teams, c = shape
+        q, k = divmod(rank, c)
+        rows = stats.sizes * f * 4                                 # bytes of each block of H
+        calls = [("broadcast", "block", rows[q] * (teams - 1), 0, teams - 1) if j == q else
+                 ("broadcast", "block", 0, rows[j], 0) for j in range(k, teams, c)]
+        if c > 1:
+            b = ring_words(int(stats.sizes[q]) * f, c, k) * 4
+            calls.append(("all_reduce", "replica", b, b, 2 * (c - 1)))
+        return {"setup": [], "forward": calls, "backward": calls}
 
     def _stages(self, blocks, h):
         z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))

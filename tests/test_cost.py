@@ -1,0 +1,76 @@
+"""The cost model predicts every byte, message and call each rank records in a training step and an
+evaluation, for every algorithm and grid, P = 1…4, symmetric and directed graphs, GCN and GraphSAGE."""
+
+import pytest
+
+from spgnn import cost
+from spgnn.launch import run_local
+from spgnn.partition import Partition, make_parts
+from spgnn.trainer import TrainConfig, Trainer
+from tests.graphs import small_graph
+
+GRAPHS = {"sym": small_graph(n=50, f=7, seed=11), "dir": small_graph(n=50, f=7, seed=12, directed=True)}
+
+
+def _configs(P):
+    for gname, model in (("sym", "gcn"), ("dir", "sage")):
+        for algo, c in (("1d", 0), ("1d-halo", 0), ("1.5d", 1), ("1.5d", 2)):
+            if P % max(c, 1) == 0:
+                yield gname, TrainConfig(model=model, algo=algo, replication=c, hidden=6, layers=3,
+                                         partition="random", feature_norm="none")
+
+
+def _measure(comm):
+    out = []
+    for gname, cfg in _configs(comm.world_size):
+        comm.ledger.reset()
+        t = Trainer(cfg, comm, graph=GRAPHS[gname])
+        t.step(0)
+        t.evaluate()
+        out.append({k: tuple(v[:4]) for k, v in t.comm.ledger.rows.items()})
+    return out
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_predicted_ledger_equals_measured(P):
+    measured = run_local(_measure, P)
+    for k, (gname, cfg) in enumerate(_configs(P)):
+        predicted = cost.predict(cfg, GRAPHS[gname], P)
+        for rank in range(P):
+            want = {key: tuple(v[:4]) for key, v in predicted[rank].rows.items()}
+            assert measured[rank][k] == want, f"{cfg.algo} c={cfg.replication} {cfg.model} {gname} rank {rank}"
+
+
+def test_expected_statistics_match_a_random_graph():
+    """The statistics-only model (n, nnz) is close to the exact halo of a uniformly random graph."""
+    from spgnn.datasets import load_dataset
+
+    g = load_dataset("sbm:4000:1")          # one block: uniformly random edges
+    P = 8
+    part = Partition(make_parts("random", g.adj, P, seed=0), P)
+    exact = cost.BlockStats.of(part.renumber(g.adj), part).halo.sum()
+    expected = cost.BlockStats.expected(g.n, g.nnz, P).halo.sum()
+    assert abs(expected - exact) / exact < 0.05, (expected, exact)
+
+
+def test_auto_picks_the_lowest_predicted_time(tmp_path):
+    """--algo auto compares every modelled algorithm and grid, and its choice follows the α-β figures:
+    with all-to-all made expensive it leaves 1d-halo."""
+    g = small_graph(n=64, f=4, avg_degree=40, seed=2)
+    cfg, table = cost.choose(TrainConfig(algo="auto", hidden=64, partition="random"), g, 4)
+    assert [(r["algo"], r["replication"]) for r in table] == cost.candidates(4)
+    assert (cfg.algo, cfg.replication) == min((r["seconds"], r["algo"], r["replication"]) for r in table)[1:]
+    slow_a2a = dict(cost.DEFAULT_ALPHA_BETA, all_to_all=(1.0, 1e-3))
+    assert cost.choose(cfg, g, 4, slow_a2a)[0].algo != "1d-halo"
+
+
+def test_planning_reproduces_the_expected_crossover():
+    """At cluster scale the model prefers 1.5D replication on a dense graph at moderate P, and the
+    sparsity-aware halo exchange on a sparse graph at large P (1D broadcast never: it moves n·f)."""
+    widths, n_params = [128, 128], 2 * 128 * 128
+    dense = cost.plan_table(100_000, 50_000_000, [64], widths, n_params)
+    sparse = cost.plan_table(2_449_029, 123_718_280, [4096], widths, n_params)
+    assert min(dense, key=lambda r: r["seconds"])["algo"] == "1.5d"
+    assert min(sparse, key=lambda r: r["seconds"])["algo"] == "1d-halo"
+    oned = next(r for r in sparse if r["algo"] == "1d")
+    assert oned["recv_bytes_per_rank"] > 0.9 * 2_449_029 * 128 * 4 * 2     # ≈ n·f words a SpMM, 2 a layer
