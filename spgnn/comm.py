@@ -85,6 +85,10 @@ class TorchTransport:
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg)
 
+    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
+        """Start the exchange; returns a handle whose wait() blocks until `out` is filled."""
+        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg, async_op=True)
+
     def all_reduce(self, t, group):
         dist.all_reduce(t, group=group.pg)
 
@@ -127,8 +131,8 @@ class Comm:
         finally:
             self._phase, self._layer = saved
 
-    def _record(self, op, group, sent, recv, messages, t0):
-        key = (self._phase, self._layer, op, group.name)
+    def _record(self, op, group, sent, recv, messages, t0, where=None):
+        key = (*(where or (self._phase, self._layer)), op, group.name)
         self.ledger.record(key, sent, recv, messages, time.perf_counter() - t0)
 
     # -- collectives ----------------------------------------------------------------------------------
@@ -150,12 +154,39 @@ class Comm:
         group = group or self.world
         t0 = time.perf_counter()
         out = self._exchange(send, send_rows, recv_rows, group)
+        self._record_all_to_all(group, send, send_rows, recv_rows, t0)
+        return out
+
+    def all_to_all_v_async(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
+        """`all_to_all_v` started now and finished by the returned handle's ``wait()``, which returns the
+        received rows and records the same bytes (in the phase current at the start); the transport may
+        overlap the exchange with computation meanwhile (one without ``all_to_all_v_async`` does it at once)."""
+        group = group or self.world
+        t0, where = time.perf_counter(), (self._phase, self._layer)
+        start = getattr(self.transport, "all_to_all_v_async", None)
+        if group.size > 1 and start is not None:
+            send = send.contiguous()
+            out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
+            work = start(out, send, list(map(int, recv_rows)), list(map(int, send_rows)), group)
+        else:
+            out, work = self._exchange(send, send_rows, recv_rows, group), None
+        started = time.perf_counter() - t0
+
+        def wait() -> torch.Tensor:
+            t1 = time.perf_counter()
+            if work is not None:
+                work.wait()
+            self._record_all_to_all(group, send, send_rows, recv_rows, t1 - started, where)
+            return out
+
+        return _Pending(wait)
+
+    def _record_all_to_all(self, group, send, send_rows, recv_rows, t0, where=None):
         me, rb = group.ranks.index(self.rank), _row_bytes(send)
         others = [j for j in range(group.size) if j != me]
         self._record("all_to_all", group, sum(int(send_rows[j]) for j in others) * rb,
                      sum(int(recv_rows[j]) for j in others) * rb,
-                     sum(int(send_rows[j]) > 0 for j in others), t0)
-        return out
+                     sum(int(send_rows[j]) > 0 for j in others), t0, where)
 
     def all_gather_v(self, mine: torch.Tensor, rows, group: Group | None = None) -> torch.Tensor:
         """Concatenation over group members of their row blocks; `rows[j]` is member j's row count."""
@@ -185,11 +216,8 @@ class Comm:
         t0 = time.perf_counter()
         if g > 1:
             self.transport.all_reduce(t, group)
-        me = group.ranks.index(self.rank)
-        c_me = len(np.array_split(np.empty(t.numel(), dtype=np.bool_), g)[me])
-        words = (t.numel() - c_me + (g - 1) * c_me) if g > 1 else 0
-        self._record("all_reduce", group, words * t.element_size(), words * t.element_size(),
-                     2 * (g - 1), t0)
+        b = ring_words(t.numel(), g, group.ranks.index(self.rank)) * t.element_size()
+        self._record("all_reduce", group, b, b, 2 * (g - 1), t0)
         return t
 
     def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None) -> torch.Tensor:
@@ -221,5 +249,23 @@ class Comm:
         return self.all_reduce(t, group).tolist()
 
 
+class _Pending:
+    """An exchange in flight: ``wait()`` returns its result."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait):
+        self.wait = wait
+
+
 def _row_bytes(t: torch.Tensor) -> int:
     return t.element_size() * int(np.prod(t.shape[1:], dtype=np.int64))
+
+
+def ring_words(numel: int, g: int, me: int) -> int:
+    """Words member `me` sends (and receives) in a ring all-reduce of `numel` words over g members: a
+    reduce-scatter and an all-gather of the chunks np.array_split makes, numel − c + (g−1)·c, c its chunk."""
+    if g == 1:
+        return 0
+    c = numel // g + (me < numel % g)
+    return numel - c + (g - 1) * c

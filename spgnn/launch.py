@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .comm import Comm
+from .comm import Comm, TorchTransport
 from .errors import SpgnnError
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -91,22 +91,54 @@ def share_cores(local_world_size: int) -> int:
     return threads
 
 
-def init(device: str = "cpu", timeout_s: float = 300.0) -> Comm:
-    """Set up torch.distributed for this process (gloo on CPU, nccl on CUDA) and return its `Comm`.
+TRANSPORTS = ("auto", "torch", "mpi")
 
-    Every collective fails after `timeout_s` seconds, so a rank that dies cannot leave the others
-    waiting forever."""
+
+def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
+    """The transport `name` stands for in this launch: ``auto`` is mpi when mpirun started the job (then
+    `detect` has imported mpi4py) and the device is the CPU, else torch. SpgnnError where mpi cannot work."""
+    if name not in TRANSPORTS:
+        raise SpgnnError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
+    cpu = not device.startswith("cuda")
+    if name == "auto":
+        return "mpi" if launched.kind == "mpirun" and cpu else "torch"
+    if name == "mpi" and not cpu:
+        raise SpgnnError(f"--transport mpi moves CPU tensors only; with --device {device} use --transport torch "
+                         "(nccl)")
+    if name == "mpi" and launched.kind != "mpirun":
+        how = {"single": "a plain process or --nprocs", "spawn": "--nprocs", "env": "a RANK/WORLD_SIZE environment"}
+        raise SpgnnError(f"--transport mpi needs a job started by mpirun (mpirun -np N spgnn ...), not by "
+                         f"{how.get(launched.kind, launched.kind)}: use --transport torch or auto")
+    return name
+
+
+def make_transport(name: str):
+    """A transport object for a resolved name (``torch`` or ``mpi``)."""
+    if name == "mpi":
+        from .mpi_transport import MPITransport
+
+        return MPITransport()
+    return TorchTransport()
+
+
+def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto") -> Comm:
+    """Set up torch.distributed for this process (gloo on CPU, nccl on CUDA) and return its `Comm`, whose
+    collectives go through `transport` (see `resolve_transport`; torch.distributed is set up either way).
+
+    Every torch collective fails after `timeout_s` seconds, so a rank that dies cannot leave the others
+    waiting forever (under mpirun, mpirun itself ends the job when a rank dies)."""
     launch = detect()
     share_cores(launch.local_world_size)
+    mover = make_transport(resolve_transport(transport, launch, device))
     if launch.world_size == 1:
-        return Comm(0, 1)
+        return Comm(0, 1, mover)
     if device.startswith("cuda"):
         torch.cuda.set_device(launch.rank % torch.cuda.device_count())
     backend = "nccl" if device.startswith("cuda") else "gloo"
     url = _mpi_rendezvous() if launch.kind == "mpirun" else "env://"
     dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
-    return Comm(launch.rank, launch.world_size)
+    return Comm(launch.rank, launch.world_size, mover)
 
 
 def shutdown() -> None:
@@ -115,6 +147,16 @@ def shutdown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
+
+
+def abort(code: int) -> None:
+    """Under mpirun, end every rank of the job now (MPI_Abort); elsewhere do nothing. A rank leaving after an
+    error would otherwise wait in MPI_Finalize for peers that wait for it in a collective: a hang."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and detect().kind == "mpirun":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(code)
 
 
 def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:

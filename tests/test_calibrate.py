@@ -1,0 +1,26 @@
+"""The α-β fit and the size parser of ``spgnn calibrate`` (no processes needed)."""
+
+import numpy as np
+import pytest
+
+from spgnn.calibrate import fit_alpha_beta, parse_ops, parse_sizes
+from spgnn.errors import SpgnnError
+
+
+def test_fit_recovers_alpha_and_beta():
+    x = 4.0 ** np.arange(6, 14)
+    alpha, beta = 20e-6, 1 / 3e9
+    a, b, err = fit_alpha_beta(x, alpha + beta * x)
+    assert a == pytest.approx(alpha, rel=1e-6) and b == pytest.approx(beta, rel=1e-6) and err < 1e-9
+    a, b, _ = fit_alpha_beta(x, np.full_like(x, 1e-3))          # flat: all latency, no negative β
+    assert a == pytest.approx(1e-3) and b == 0
+
+
+def test_parse_sizes_and_ops():
+    assert parse_sizes("4K, 1M,64MB,100") == [4096, 1 << 20, 64 << 20, 100]
+    assert parse_ops("all_reduce,broadcast") == ["all_reduce", "broadcast"]
+    for bad in ("0", "4X", "", "1M,,2M"):
+        with pytest.raises(SpgnnError):
+            parse_sizes(bad)
+    with pytest.raises(SpgnnError, match="allreduce"):
+        parse_ops("allreduce")
