@@ -1,0 +1,207 @@
+"""Data-parallel minibatch training on sampled blocks (`spgnn.sampling`), the graph replicated on every rank
+(or, for the sampler only, its adjacency rows split over the ranks: `split_graph`, `spgnn.sampling_dist`).
+
+An epoch shuffles the training nodes (seeded by (seed, epoch)) into minibatches of `batch_size` seeds,
+minibatch j keyed mix_key(seed, epoch, j). Step t trains on minibatches t·P … t·P+P−1, rank r on t·P+r;
+a bulk call samples `bulk` steps' minibatches of one rank at once. The loss of a step is the mean
+cross-entropy over all its seeds (every rank divides its sum by the step's global seed count), so the summed
+gradient is that of one minibatch of P·batch_size seeds. A minibatch depends only on its key: which rank or
+bulk call draws it does not change it.
+
+Layer l of the model runs on minibatch block B_l (|nodes[l+1]|×|nodes[l]|) through a `BlockSpMM`; the same
+GCN / GraphSAGE layers as full-batch training. Evaluation is full-graph, exact: the model on the whole
+normalised adjacency (`SerialSpMM`), on every rank (each holds the graph).
+
+Ledger phases: "sampling" (seconds of the SpGEMM sampling; with `split_graph` also the bytes of the row
+fetches), "features" (seconds of the feature gather: local, features are replicated), "forward", "optimizer"
+(the gradient all-reduce, bytes counted), "eval".
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from . import graph as graphs
+from .comm import Comm, Group
+from .datasets import load_dataset
+from .errors import SpgnnError
+from .kernels import mix_key
+from .layers import GNN
+from .reference import SerialSpMM
+from .sampling import Minibatch, make_sampler, parse_sampler
+from .sampling_dist import make_distributed_sampler
+from .trainer import TrainConfig, all_reduce_gradients, format_epoch, row_normalize
+
+
+class BlockSpMM(SerialSpMM):
+    """Z = B·H for one layer's sampled block B (|out|×|in| scipy CSR); row-wise ops see this rank's minibatch."""
+
+    name = "minibatch"
+
+    def __init__(self, block, comm: Comm, device="cpu"):
+        super().__init__(block)
+        self.a, self.comm = self.a.to(device), comm
+
+    def rows_group(self) -> Group:
+        return Group("self", (self.comm.rank,))
+
+
+def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The epoch's minibatches: a (seed, epoch)-seeded shuffle of the training nodes cut every batch_size."""
+    perm = np.random.default_rng([seed, epoch]).permutation(train_ids)
+    return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+
+
+def check_options(cfg: TrainConfig, sampler: str, batch_size: int, bulk: int, graph=None):
+    """(cfg with one layer per sampler size, the graph); SpgnnError for options no run can use."""
+    _, sizes = parse_sampler(sampler)
+    cfg = replace(cfg, layers=len(sizes)).validate()
+    if cfg.model not in ("gcn", "sage"):
+        raise SpgnnError(f"--sampler trains gcn or sage models, not {cfg.model!r}")
+    if bulk < 1:
+        raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
+    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    train = int(g.train_mask.sum())
+    if not 1 <= batch_size <= train:
+        raise SpgnnError(f"--batch-size must lie in [1, {train}] (the training nodes of {g.name}), got {batch_size}")
+    return cfg, g
+
+
+class MinibatchTrainer:
+    """One rank's share of a sampled minibatch training run (`sampler` as `--sampler`, e.g. 'sage:15,10,5';
+    the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the sampler's rows of
+    the adjacency split over the ranks and fetched on demand (`spgnn.sampling_dist`); else replicated."""
+
+    def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int, bulk: int = 1, graph=None,
+                 split_graph: bool = False):
+        cfg, g = check_options(cfg, sampler, batch_size, bulk, graph)
+        self.train_ids = np.flatnonzero(g.train_mask)
+        self.cfg, self.comm, self.graph = cfg, comm, g
+        self.spec, self.batch_size, self.bulk = sampler, batch_size, bulk
+        torch.manual_seed(cfg.seed)
+        self.model = GNN(cfg.model, g.num_features, cfg.hidden, g.num_classes, cfg.layers, cfg.dropout,
+                         cfg.seed, batch_norm=cfg.batch_norm).to(cfg.device)
+        self.adj = graphs.NORMALIZATIONS[self.model.adjacency](g.adj)
+        self.sampler = make_distributed_sampler(sampler, self.adj, comm) if split_graph \
+            else make_sampler(sampler, self.adj)
+        x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
+        self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.steps_done, self.sampled, self.full = 0, 0, None
+
+    def _record(self, phase: str, op: str, t0: float) -> None:
+        self.comm.ledger.record((phase, None, op, "local"), 0, 0, 0, time.perf_counter() - t0)
+
+    def sample(self, batches: list, js: list[int], epoch: int) -> list[Minibatch]:
+        """Minibatches j ∈ js of the epoch, in one bulk call (ledger phase "sampling")."""
+        t0 = time.perf_counter()
+        out = self.sampler.sample([batches[j] for j in js], [mix_key(self.cfg.seed, epoch, j) for j in js])
+        self._record("sampling", "spgemm", t0)
+        self.sampled += len(js)
+        return out
+
+    def step(self, mb: Minibatch | None, total: int) -> float:
+        """Forward and backward of this rank's minibatch (none: a zero gradient), gradient all-reduce, Adam.
+        Returns this rank's loss sum."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        loss_sum = torch.zeros(())
+        if mb is not None:
+            t0 = time.perf_counter()
+            x, y = self.x[torch.as_tensor(mb.inputs)], self.y[torch.as_tensor(mb.seeds)]
+            self._record("features", "gather", t0)
+            algos = [BlockSpMM(b, self.comm, self.cfg.device) for b in mb.blocks]
+            ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
+            with self.comm.phase("forward"):
+                logits = self.model(algos, x, ids, self.steps_done)
+                loss_sum = F.nll_loss(torch.log_softmax(logits, 1), y, reduction="sum")
+            (loss_sum / total).backward()
+        with self.comm.phase("optimizer"):
+            all_reduce_gradients(self.model, self.comm, self.comm.world)
+            self.opt.step()
+        self.steps_done += 1
+        return float(loss_sum.detach())
+
+    def schedule(self, epoch: int):
+        """This rank's steps of the epoch: yields (global seed count of the step, its minibatch or None),
+        sampling `bulk` steps ahead in one call."""
+        P, r = self.comm.world_size, self.comm.rank
+        batches = epoch_batches(self.train_ids, self.batch_size, self.cfg.seed, epoch)
+        steps = math.ceil(len(batches) / P)
+        for t0 in range(0, steps, self.bulk):
+            ts = range(t0, min(t0 + self.bulk, steps))
+            mine = [t * P + r for t in ts if t * P + r < len(batches)]
+            drawn = dict(zip(mine, self.sample(batches, mine, epoch)))
+            for t in ts:
+                yield sum(len(b) for b in batches[t * P:(t + 1) * P]), drawn.get(t * P + r)
+
+    def epoch(self, epoch: int) -> float:
+        """One pass over the training nodes; returns the mean training loss over them."""
+        loss = sum(self.step(mb, total) for total, mb in self.schedule(epoch))
+        with self.comm.phase("optimizer"):
+            (loss,) = self.comm.all_sum([loss])
+        return loss / len(self.train_ids)
+
+    @torch.no_grad()
+    def logits(self) -> torch.Tensor:
+        """Full-graph logits (no dropout): the model on the whole normalised adjacency."""
+        self.model.eval()
+        if self.full is None:
+            self.full = SerialSpMM(self.adj)
+            self.full.a, self.full.comm = self.full.a.to(self.cfg.device), self.comm
+        with self.comm.phase("eval"):
+            return self.model(self.full, self.x, torch.arange(self.graph.n))
+
+    def evaluate(self) -> dict:
+        pred = self.logits().argmax(1).cpu().numpy()
+        g = self.graph
+        return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
+                for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
+
+    def run(self, log=print) -> dict:
+        """Train for cfg.epochs; returns the report (the same on every rank but for its comm part)."""
+        epochs, best = [], {"val_acc": -1.0}
+        for epoch in range(self.cfg.epochs):
+            t0 = time.perf_counter()
+            loss = self.epoch(epoch)
+            record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
+            if self.cfg.eval_every and (epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs - 1):
+                record |= self.evaluate()
+                if record["val_acc"] > best["val_acc"]:
+                    best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
+            epochs.append(record)
+            if self.comm.rank == 0 and log:
+                log(format_epoch(record))
+        return self.report(epochs, self.evaluate(), best)
+
+    def report(self, epochs, final, best) -> dict:
+        led = self.comm.ledger
+        mine = {"rank": self.comm.rank, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),
+                "messages": led.total("messages"), "seconds": led.total("seconds"), "table": led.table(),
+                "sampling_s": led.total("seconds", phase="sampling"), "minibatches": self.sampled}
+        everyone = self.comm.all_gather_object(mine)
+        times = [e["time_s"] for e in epochs]
+        g = self.graph
+        sampled = sum(r["minibatches"] for r in everyone)
+        return {
+            "config": asdict(self.cfg) | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
+                                          "split_graph": self.sampler.off is None},
+            "world_size": self.comm.world_size,
+            "transport": self.comm.transport.name,
+            "graph": {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features, "classes": g.num_classes},
+            "grid": {"algo": "minibatch, adjacency " + ("rows split" if self.sampler.off is None else "replicated"),
+                     "shape": [self.comm.world_size]},
+            "epochs": epochs,
+            "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
+            "best": best,
+            "median_epoch_s": float(np.median(times)) if times else None,
+            "sampling": {"minibatches": sampled, "seconds_per_rank": [r["sampling_s"] for r in everyone],
+                         "minibatches_per_s": sampled / max(max(r["sampling_s"] for r in everyone), 1e-12)},
+            "comm": {"per_rank": everyone},
+        }

@@ -1,0 +1,257 @@
+"""Bulk samplers (spgnn/sampling.py) and minibatch training (spgnn/minibatch.py): sampled edges exist, node-wise
+draws are min(fanout, deg) distinct uniform neighbours, LADIES draws follow the squared column norms, a
+minibatch depends only on its key (bulk grouping, P = 1, 2), bad input is refused, GraphSAGE learns Cora."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy import stats
+
+from spgnn.comm import Comm
+from spgnn.errors import SpgnnError
+from spgnn.graph import edges_to_adj, gcn_norm, mean_norm
+from spgnn.launch import run_local
+from spgnn.minibatch import MinibatchTrainer, check_options, epoch_batches
+from spgnn.sampling import LayerSampler, NodeSampler, make_sampler, parse_sampler
+from spgnn.trainer import TrainConfig
+from tests.graphs import small_graph
+
+GRAPHS = {"sym": small_graph(n=80, seed=1), "dir": small_graph(n=80, seed=2, directed=True)}
+SPECS = ["sage:4,3", "sage:1", "sage:100,100", "ladies:10,10", "ladies:1000"]
+
+
+def star(leaves: int) -> sp.csr_matrix:
+    """Node 0 with in-edges from nodes 1..leaves (and the reverse edges)."""
+    return edges_to_adj(np.arange(1, leaves + 1), np.zeros(leaves, int), leaves + 1, symmetric=True)
+
+
+def seeds_of(g, k=5, b=6, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.choice(g.n, b, replace=False) for _ in range(k)]
+
+
+def digest(mb):
+    return ([v.tolist() for v in mb.nodes],
+            [(b.indptr.tolist(), b.indices.tolist(), np.round(b.data, 6).tolist()) for b in mb.blocks])
+
+
+@pytest.mark.parametrize("gname", GRAPHS)
+@pytest.mark.parametrize("norm", [mean_norm, gcn_norm])
+@pytest.mark.parametrize("spec", SPECS)
+def test_blocks_are_subgraphs(gname, norm, spec):
+    """Block entries are graph edges (or N's self loops); outputs lead inputs; full fanout gives N's rows."""
+    g = GRAPHS[gname]
+    n_mat = norm(g.adj)
+    for mb in make_sampler(spec, n_mat).sample(seeds_of(g), [11, 12, 13, 14, 15]):
+        assert len(mb.blocks) == len(parse_sampler(spec)[1])
+        for l, block in enumerate(mb.blocks):
+            out, inp = mb.nodes[l + 1], mb.nodes[l]
+            assert block.shape == (len(out), len(inp))
+            np.testing.assert_array_equal(inp[:len(out)], out)
+            assert len(np.unique(inp)) == len(inp)
+            coo = block.tocoo()
+            gi, gj = out[coo.row], inp[coo.col]
+            off = gi != gj
+            assert np.all(np.asarray(g.adj[gi[off], gj[off]]).ravel() != 0), "a sampled edge is not in the graph"
+            np.testing.assert_allclose(coo.data[~off], n_mat.diagonal()[gi[~off]], rtol=1e-6)
+            if spec in ("sage:100,100", "ladies:1000"):            # everything drawn: exactly N's rows
+                np.testing.assert_allclose(block.toarray(), n_mat[out][:, inp].toarray(), rtol=1e-5, atol=1e-7)
+                assert np.isclose(n_mat[out].sum(), block.sum(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("gname", GRAPHS)
+def test_node_wise_counts(gname):
+    """Each frontier vertex gets min(fanout, deg) distinct in-neighbours, mean-normalised."""
+    g = GRAPHS[gname]
+    deg = np.diff(g.adj.indptr)
+    for mb in NodeSampler(mean_norm(g.adj), [3, 2]).sample(seeds_of(g), list(range(5))):
+        for l, fanout in zip((1, 0), (3, 2)):
+            block, out = mb.blocks[l], mb.nodes[l + 1]
+            np.testing.assert_array_equal(np.diff(block.indptr), np.minimum(fanout, deg[out]))
+            rows = np.asarray(block.sum(axis=1)).ravel()
+            np.testing.assert_allclose(rows, (deg[out] > 0).astype(float), rtol=1e-6)
+
+
+def test_node_wise_uniform():
+    """Chi-square over 4000 draws (fixed keys): each of 30 neighbours is equally likely."""
+    draws, fanout, leaves = 4000, 5, 30
+    mbs = NodeSampler(mean_norm(star(leaves)), [fanout]).sample([np.array([0])] * draws, list(range(draws)))
+    counts = np.bincount(np.concatenate([mb.nodes[0][1:] for mb in mbs]), minlength=leaves + 1)[1:]
+    assert counts.sum() == draws * fanout
+    assert stats.chisquare(counts).pvalue > 1e-3
+
+
+def ladies_setup():
+    g = GRAPHS["dir"]
+    n_mat = gcn_norm(g.adj)
+    front = np.array([1, 3, 5, 8, 13, 21])
+    s = LayerSampler(n_mat, [1])
+    expected = np.asarray(s.off[front].multiply(s.off[front]).sum(axis=0)).ravel()
+    return s, front, expected / expected.sum()
+
+
+def test_ladies_probabilities_are_column_norms():
+    s, front, p_ref = ladies_setup()
+    p = s.probabilities(s.frontier_rows(front), np.array([0, len(front)]))
+    np.testing.assert_allclose(p.toarray()[0], p_ref, rtol=1e-10, atol=1e-15)
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_ladies_inclusion(size):
+    """Inclusion frequencies over T draws: s = 1 ∝ the squared column norms (chi-square); s = 2 against the
+    exact successive-sampling inclusion π_j = p_j + Σ_{i≠j} p_i p_j / (1 − p_i) (every |z| < 5)."""
+    s, front, p = ladies_setup()
+    T = 4000
+    fronts = np.tile(front, T)
+    ptr = np.arange(T + 1) * len(front)
+    keys = np.array([k * 7919 + 1 for k in range(T)], dtype=np.uint64)
+    prob = s.probabilities(s.frontier_rows(fronts), ptr)
+    pick = s.draw(prob, size, keys)
+    counts = np.bincount(prob.indices[pick], minlength=s.n)
+    assert np.all(np.bincount(np.repeat(np.arange(T), np.diff(prob.indptr))[pick]) == size)
+    assert counts[p == 0].sum() == 0
+    support = p > 0
+    if size == 1:
+        assert stats.chisquare(counts[support], T * p[support]).pvalue > 1e-3
+    else:
+        q = p[support]
+        pi = q + q * ((q / (1 - q)).sum() - q / (1 - q))
+        z = (counts[support] - T * pi) / np.sqrt(T * pi * (1 - pi))
+        assert np.abs(z).max() < 5, z
+
+
+@pytest.mark.parametrize("spec", ["sage:4,3", "ladies:10,10"])
+def test_deterministic_and_independent_of_bulk(spec):
+    g = GRAPHS["sym"]
+    s = make_sampler(spec, gcn_norm(g.adj))
+    seeds = seeds_of(g)
+    a = [digest(mb) for mb in s.sample(seeds, [5, 6, 7, 8, 9])]
+    assert a == [digest(mb) for mb in s.sample(seeds, [5, 6, 7, 8, 9])]
+    assert a[2] == digest(s.sample([seeds[2]], [7])[0])
+    assert a[1:3] == [digest(mb) for mb in s.sample(seeds[1:3], [6, 7])]
+    assert a != [digest(mb) for mb in s.sample(seeds, [1, 6, 7, 8, 9])]
+
+
+SPEC_PAIR = ("sage:4,3", "ladies:20,20")
+
+
+def _drawn(comm, bulk, split=False):
+    """Per sampler spec: the minibatches this rank draws in epoch 0, and its weights after 2 epochs."""
+    g = small_graph(n=200, seed=3, avg_degree=6)
+    out = []
+    for spec in SPEC_PAIR:
+        t = MinibatchTrainer(TrainConfig(model="sage", seed=4, epochs=2, eval_every=0), comm, spec, 9, bulk, graph=g,
+                             split_graph=split)
+        drawn = {mb.key: digest(mb) for _, mb in t.schedule(0) if mb is not None}
+        t.run(log=None)
+        out.append((drawn, [p.detach().numpy().copy() for p in t.model.parameters()]))
+    return out
+
+
+def test_distributed_sampling_matches_single_process():
+    """P = 1, 2 ranks together draw exactly the minibatches one process draws in a single bulk call, and
+    data-parallel training leaves every rank with the same weights, whether the adjacency is replicated or
+    split by rows (P = 2, split_graph)."""
+    from spgnn.kernels import mix_key
+
+    g = small_graph(n=200, seed=3, avg_degree=6)
+    batches = epoch_batches(np.flatnonzero(g.train_mask), 9, 4, 0)
+    keys = [mix_key(4, 0, j) for j in range(len(batches))]
+    weights = {}
+    for P, bulk, split in ((1, 3, False), (2, 2, False), (2, 1, True)):
+        results = run_local(_drawn, P, bulk, split)
+        for i, spec in enumerate(SPEC_PAIR):
+            expected = {mb.key: digest(mb) for mb in make_sampler(spec, mean_norm(g.adj)).sample(batches, keys)}
+            got = {}
+            for res in results:
+                assert not set(got) & set(res[i][0])
+                got |= res[i][0]
+            assert got == expected, f"{spec} P={P}"
+            for res in results[1:]:
+                for a, b in zip(res[i][1], results[0][i][1]):
+                    np.testing.assert_array_equal(a, b)
+            weights.setdefault((spec, P), results[0][i][1])
+            for a, b in zip(results[0][i][1], weights[spec, P]):    # split rows: the same training as replicated
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bad_input():
+    g = GRAPHS["sym"]
+    for spec, what in [("sage:0,3", "positive"), ("ladies:-1", "positive"), ("gat:3", "must be one of"),
+                       ("sage", "integers"), ("sage:a", "integers")]:
+        with pytest.raises(SpgnnError, match=what):
+            parse_sampler(spec)
+    with pytest.raises(SpgnnError, match="positive"):
+        NodeSampler(mean_norm(g.adj), [3, 0])
+    cfg = TrainConfig(model="sage")
+    train = int(g.train_mask.sum())
+    with pytest.raises(SpgnnError, match="--batch-size"):
+        check_options(cfg, "sage:3", train + 1, 1, g)
+    with pytest.raises(SpgnnError, match="--bulk"):
+        check_options(cfg, "sage:3", 4, 0, g)
+    with pytest.raises(SpgnnError, match="gcn or sage"):
+        check_options(TrainConfig(model="gat", algo="1d-halo"), "sage:3", 4, 1, g)
+
+
+def test_isolated_and_no_in_edges():
+    """Seeds without in-neighbours get empty rows (GCN: only the self loop)."""
+    g = GRAPHS["dir"]
+    for norm in (mean_norm, gcn_norm):
+        for spec in ("sage:3", "ladies:5"):
+            mb = make_sampler(spec, norm(g.adj)).sample([np.array([g.n - 1, g.n - 2])], [1])[0]
+            np.testing.assert_allclose(mb.blocks[0].toarray(), norm(g.adj)[[g.n - 1, g.n - 2]][:, mb.nodes[0]]
+                                       .toarray(), atol=1e-7)
+
+
+@pytest.mark.parametrize("spec", ["sage:10,5", "ladies:256,256"])
+def test_minibatch_sage_learns_cora(spec):
+    cfg = TrainConfig(model="sage", epochs=8, eval_every=0, hidden=16, seed=0)
+    report = MinibatchTrainer(cfg, Comm(0, 1), spec, 32, bulk=4).run(log=None)
+    assert report["epochs"][-1]["loss"] < report["epochs"][0]["loss"] - 0.2
+    assert report["final"]["test_acc"] > 0.6           # chance: 0.32 (the largest class)
+    phases = {row["phase"] for row in report["comm"]["per_rank"][0]["table"]}
+    assert {"sampling", "features"} <= phases
+
+
+def test_cli(tmp_path, capsys):
+    from spgnn.cli import main
+
+    assert main(["train", "--sampler", "foo:1"]) == 2
+    assert "--sampler must be one of" in capsys.readouterr().err
+    assert main(["train", "--sampler", "sage:5", "--batch-size", "500"]) == 2
+    out = tmp_path / "r.json"
+    assert main(["train", "--sampler", "sage:5,5", "--batch-size", "40", "--bulk", "2", "--epochs", "2", "--quiet",
+                 "--model", "gcn", "--output", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["config"]["sampler"] == "sage:5,5" and report["config"]["layers"] == 2
+    assert report["sampling"]["minibatches"] == 2 * 4
+
+
+def _row_split(comm):
+    """Each rank samples its share (j ≡ rank mod P) of 12 minibatches, rows of N_off fetched from their owners."""
+    from spgnn.sampling_dist import make_distributed_sampler
+
+    g = small_graph(n=200, seed=3, avg_degree=6)
+    batches = epoch_batches(np.arange(g.n), 16, 5, 0)[:12]
+    out = []
+    for spec in SPEC_PAIR:
+        sampler = make_distributed_sampler(spec, mean_norm(g.adj), comm)
+        mine = list(range(comm.rank, len(batches), comm.world_size))
+        for chunk in (mine[:2], mine[2:]):                  # two bulk calls
+            out += [(spec, mb.key, digest(mb)) for mb in sampler.sample([batches[j] for j in chunk], chunk)]
+    return out, comm.ledger.total("recv_bytes", phase="sampling")
+
+
+def test_row_distributed_sampling_matches_single_process():
+    """N_off split by rows over P = 2, 3 ranks: the same minibatches as one process; rows cross ranks."""
+    g = small_graph(n=200, seed=3, avg_degree=6)
+    batches = epoch_batches(np.arange(g.n), 16, 5, 0)[:12]
+    expected = {(spec, mb.key): digest(mb) for spec in SPEC_PAIR
+                for mb in make_sampler(spec, mean_norm(g.adj)).sample(batches, list(range(12)))}
+    for P in (2, 3):
+        results = run_local(_row_split, P)
+        got = {(spec, key): d for rows, _ in results for spec, key, d in rows}
+        assert got == expected, f"P={P}"
+        assert all(moved > 0 for _, moved in results)
