@@ -1,17 +1,23 @@
-"""The ``spgnn`` command line: ``spgnn train ...`` (other tools add subcommands here)."""
+"""The ``spgnn`` command line: ``spgnn train ...``, ``spgnn calibrate ...``, ``spgnn partition ...`` (other
+tools add subcommands here)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import traceback
+from dataclasses import replace
 from pathlib import Path
 
+from . import calibrate as calibration
 from . import launch, spmm
+from .datasets import load_dataset
 from .errors import SpgnnError
 from .layers import LAYERS
-from .partition import PARTITIONERS
-from .trainer import TrainConfig, Trainer, load_and_partition
+from .partition import available, make_partition, save_partition
+from .partition_metrics import metrics_table, partition_metrics, warm_up
+from .trainer import TrainConfig, Trainer, plan
 
 
 def _train_parser(sub) -> argparse.ArgumentParser:
@@ -27,11 +33,20 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--data-dir", default=d.data_dir, help="where named datasets are looked up (else $SPGNN_DATA_DIR, "
       "./datasets, ../shared/datasets, ~/.cache/spgnn/datasets); cora is bundled")
     a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
-    a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS), help="distributed SpMM algorithm: 1d "
-      "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches")
-    a("--partition", default=d.partition, help=f"vertex partition: {', '.join(PARTITIONERS)}, or a path to "
-      "a .npy/.txt part vector (one part id per node)")
+    a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: 1d "
+      "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches, 1.5d "
+      "replicates block rows c times to cut the broadcast volume by c², sar aggregates shard by shard in a "
+      "ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto picks the algorithm "
+      "and grid with the lowest predicted communication time (see spgnn cost)")
+    a("--replication", type=int, default=d.replication, help="1.5d: replication factor c, dividing the "
+      "number of processes (0: the divisor nearest its square root)")
+    a("--partition", default=d.partition, help=f"vertex partition: {', '.join(available())}, or a path to "
+      "a partition saved by spgnn partition (.npz) or a .npy/.txt part vector (one part id per node)")
+    a("--prefetch", type=int, default=d.prefetch, help="sar: ring rounds fetched ahead of the one computed")
     a("--layers", type=int, default=d.layers, help="number of GNN layers")
+    a("--heads", type=int, default=d.heads, help="gat: attention heads of each hidden layer (concatenated)")
+    a("--out-heads", type=int, default=d.out_heads, help="gat: attention heads of the last layer (averaged)")
+    a("--batch-norm", action="store_true", help="global batch normalization after each hidden layer")
     a("--hidden", type=int, default=d.hidden, help="hidden width")
     a("--dropout", type=float, default=d.dropout, help="dropout probability before each layer")
     a("--lr", type=float, default=d.lr, help="Adam learning rate")
@@ -40,13 +55,44 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--seed", type=int, default=d.seed, help="seed for weights, dropout, random partitions and splits")
     a("--feature-norm", default=d.feature_norm, choices=["row", "none"], help="row-normalise features")
     a("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs (0: only at the end)")
+    a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling.py; graph replicated "
+      "on every rank, data-parallel): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 first) or ladies:SIZES "
+      "layer-wise (e.g. ladies:512,512); one layer per size (overrides --layers)")
+    a("--batch-size", type=int, default=1024, help="--sampler: seed nodes per minibatch")
+    a("--bulk", type=int, default=1, help="--sampler: minibatches each rank samples in one bulk call")
+    a("--split-graph", action="store_true", help="--sampler: split the adjacency's rows over the ranks and fetch "
+      "the rows each sampling step needs from their owners (default: every rank holds the whole graph)")
+    _launch_options(p, d)
+    a("--output", default=d.output, help="write the JSON run report here (rank 0)")
+    a("--quiet", action="store_true", help="no per-epoch lines")
+    return p
+
+
+def _launch_options(p, d: TrainConfig) -> None:
+    a = p.add_argument
     a("--device", default=d.device, help="cpu (gloo) or cuda (nccl)")
+    a("--calibration", default=d.calibration, help="α-β figures from spgnn calibrate --output, for the "
+      "predicted seconds in the report and for --algo auto (default: gloo figures measured on 2 cores)")
+    a("--transport", default=d.transport, choices=launch.TRANSPORTS, help="what moves the data: torch "
+      "(torch.distributed), mpi (mpi4py, for mpirun jobs on CPU), auto (mpi under mpirun on CPU, else torch)")
     a("--timeout", type=float, default=d.timeout, help="seconds before a stalled collective fails "
       "(a rank that died cannot leave the others waiting)")
     a("--nprocs", type=int, default=None, help="start this many local processes (not needed under mpirun "
       "or torchrun, which give the process count)")
-    a("--output", default=d.output, help="write the JSON run report here (rank 0)")
-    a("--quiet", action="store_true", help="no per-epoch lines")
+
+
+def _calibrate_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("calibrate", help="measure α and β of each collective on the transport in force",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Time each collective at several message sizes and fit seconds = α + β·bytes "
+                                   "(bytes as the ledger counts them). Launch like train.")
+    a = p.add_argument
+    a("--sizes", default=calibration.DEFAULT_SIZES, help="message sizes per rank (K, M, G: powers of 1024)")
+    a("--ops", default=",".join(calibration.OPS), help="collectives to measure")
+    a("--repeats", type=int, default=5, help="timed calls per size")
+    a("--budget", type=float, default=10.0, help="seconds per size after which at least 3 calls are enough")
+    _launch_options(p, TrainConfig())
+    a("--output", default=None, help="write the JSON fits here (rank 0; schema in spgnn/calibrate.py)")
     return p
 
 
@@ -55,28 +101,45 @@ def build_parser() -> argparse.ArgumentParser:
                                      "written as sparse-dense matrix products over a process grid.")
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
+    _calibrate_parser(sub)
+    _partition_parser(sub)
+    _cost_parser(sub)
     return parser
+
+
+def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None):
+    """This process's `Comm` in the job (mpirun, torchrun or a single process), or, for --nprocs N from a
+    plain shell, the exit code of N local copies of this command (after `check` has vetted the input)."""
+    launched = launch.detect()
+    launch.resolve_transport(transport, launched, device)
+    if args.nprocs is not None:
+        if args.nprocs < 1:
+            raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
+        if launched.kind == "single" and args.nprocs > 1:
+            check()     # bad input: one message, before any process starts
+            return launch.spawn(argv, args.nprocs)
+        if launched.kind != "single" and args.nprocs != launched.world_size:
+            raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
+                             f"{launched.kind} started: drop --nprocs")
+    return launch.init(device, timeout, transport)
 
 
 def train(args, argv) -> int:
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__})
     cfg.validate()
-    launched = launch.detect()
-    if args.nprocs is not None:
-        if args.nprocs < 1:
-            raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
-        if launched.kind == "single" and args.nprocs > 1:
-            load_and_partition(cfg, args.nprocs)     # bad input: one message, before any process starts
-            return launch.spawn(argv, args.nprocs)
-        if launched.kind != "single" and args.nprocs != launched.world_size:
-            raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
-                             f"{launched.kind} started: drop --nprocs")
-    comm = launch.init(cfg.device, cfg.timeout)
-    trainer = Trainer(cfg, comm)
+    sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
+    if sampled:
+        from .minibatch import MinibatchTrainer, check_options
+    check = (lambda: check_options(cfg, *sampled)) if sampled else (lambda: plan(cfg, args.nprocs))
+    comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
+    if isinstance(comm, int):
+        return comm
+    trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else Trainer(cfg, comm)
     if comm.rank == 0 and not args.quiet:
         g = trainer.graph
-        print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {cfg.algo} on {comm.world_size} "
-              f"process(es), launcher {launched.kind}", flush=True)
+        how = f"sampler {args.sampler}" if sampled else cfg.algo
+        print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
+              f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}", flush=True)
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
     if comm.rank == 0:
         f = report["final"]
@@ -89,12 +152,146 @@ def train(args, argv) -> int:
     return 0
 
 
+def calibrate(args, argv) -> int:
+    sizes, ops = calibration.parse_sizes(args.sizes), calibration.parse_ops(args.ops)
+    if args.repeats < 1:
+        raise SpgnnError(f"--repeats must be at least 1, got {args.repeats}")
+    comm = _join(args, argv, args.device, args.timeout, args.transport)
+    if isinstance(comm, int):
+        return comm
+    result = calibration.calibrate(comm, sizes, ops, args.repeats, args.device, args.budget)
+    if comm.rank == 0:
+        print(calibration.format_table(result), flush=True)
+        if args.output:
+            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.output).write_text(json.dumps(result, indent=1))
+    launch.shutdown()
+    return 0
+
+
+def _partition_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("partition", help="partition a graph, print the partition's quality, save it",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Compute a P-way vertex partition and print its edge cut, 1d-halo "
+                                   "communication volume, replication factor, imbalances, time and memory "
+                                   "(see spgnn/partition_metrics.py); --compare does so for several methods.")
+    a = p.add_argument
+    a("--dataset", default=TrainConfig.dataset, help="as for spgnn train")
+    a("--data-dir", default=None, help="as for spgnn train")
+    a("--nparts", type=int, required=True, help="number of parts P (the processes of a 1D run)")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--method", help=f"one of {', '.join(available())}, or a saved partition file")
+    how.add_argument("--compare", help="comma-separated methods to tabulate side by side")
+    a("--seed", type=int, default=0, help="seed of the partitioner (and of the dataset's split)")
+    a("--param", action="append", default=[], metavar="KEY=VALUE", help="a parameter of --method, e.g. "
+      "gamma=1.5 for fennel or mode=eco for kahip (values read as JSON, else as text); repeatable")
+    a("--output", default=None, help="save the partition here (.npz with method, parameters, seed, versions "
+      "and a hash of the graph), for spgnn train --partition FILE")
+    a("--json", default=None, help="write the metrics here as JSON")
+    return p
+
+
+def _param(text: str) -> tuple[str, object]:
+    key, eq, value = text.partition("=")
+    if not (eq and key):
+        raise SpgnnError(f"--param takes KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def partition(args, argv) -> int:
+    methods = args.compare.split(",") if args.compare else [args.method]
+    params = dict(_param(t) for t in args.param)
+    if args.compare and (params or args.output):
+        raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
+    g = load_dataset(args.dataset, args.data_dir, seed=args.seed)
+    rows = []
+    for method in methods:
+        warm_up(method, args.nparts)
+        part = make_partition(method, g.adj, args.nparts, args.seed, **params)
+        rows.append(partition_metrics(g.adj, part, g.train_mask) | part.info | {"method": method})
+    print(f"spgnn: {g.name} (n={g.n}, nnz={g.nnz}), {args.nparts} parts, seed {args.seed}", flush=True)
+    print(metrics_table(rows), flush=True)
+    if args.output:
+        info = part.info
+        path = save_partition(args.output, part.parts, info.get("method", methods[0]), info.get("params", {}),
+                              info.get("seed", args.seed), g)
+        print(f"saved {path}: use it with spgnn train --dataset {args.dataset} --partition {path} "
+              f"on {args.nparts} processes", flush=True)
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows},
+                                              indent=1, default=str))
+    return 0
+
+
+def _cost_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser("cost", help="predict communication with the cost model, without running",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Bytes per rank and seconds of one training epoch for every modelled algorithm "
+                                   "and grid, for a graph given by statistics (planning at cluster scale: P can be "
+                                   "thousands) or by --dataset (exact block statistics of its partition).")
+    a = p.add_argument
+    a("--nodes", type=float, help="n, the number of nodes (with --nnz, instead of --dataset)")
+    a("--nnz", type=float, help="nonzeros of the adjacency: directed edge entries, both directions counted")
+    a("--dataset", help="a dataset spgnn train accepts: exact statistics of its partition (modest P)")
+    a("--data-dir", default=None, help="where named datasets are looked up")
+    a("--partition", default="random", help="partition for --dataset")
+    a("--nprocs", default="4,16,64,256,1024,4096", help="comma-separated process counts")
+    a("--features", type=int, default=128, help="input feature width (--nodes mode)")
+    a("--hidden", type=int, default=128, help="hidden width")
+    a("--classes", type=int, default=128, help="output classes (--nodes mode)")
+    a("--layers", type=int, default=3, help="GNN layers")
+    a("--model", default="gcn", choices=["gcn", "sage"], help="layer type")
+    a("--calibration", default=None, help="α-β figures from spgnn calibrate --output (default: gloo, 2 cores)")
+    a("--output", default=None, help="write the table as JSON here")
+    return p
+
+
+def cost_command(args, argv) -> int:
+    from . import cost
+
+    Ps = [int(x) for x in args.nprocs.split(",")]
+    ab = cost.load_calibration(args.calibration) if args.calibration else None
+    if args.dataset:
+        cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
+                          layers=args.layers, partition=args.partition)
+        graph = plan(cfg, 1).graph
+        rows = []
+        for P in Ps:
+            for algo, c in cost.candidates(P):
+                ledgers = cost.predict(replace(cfg, algo=algo, replication=c), graph, P, evals=0, setup=False)
+                moved = max(led.total("recv_bytes") for led in ledgers)
+                rows.append({"P": P, "algo": algo, "replication": max(c, 1), "recv_bytes_per_rank": moved,
+                             "seconds": max(cost.seconds(led, ab) for led in ledgers)})
+    elif args.nodes and args.nnz:
+        widths = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
+        n_params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:])) * (2 if args.model == "sage" else 1)
+        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, widths, n_params, ab)
+    else:
+        raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
+    best = {P: min((r for r in rows if r["P"] == P), key=lambda r: r["seconds"]) for P in Ps}
+    print(f"{'P':>6} {'algo':>8} {'c':>3} {'MB in/rank/epoch':>17} {'comm s/epoch':>13}")
+    for r in rows:
+        mark = "  <- best" if best[r["P"]] is r else ""
+        print(f"{r['P']:>6} {r['algo']:>8} {r['replication']:>3} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
+              f"{r['seconds']:>13.4f}{mark}")
+    if args.output:
+        Path(args.output).write_text(json.dumps({"rows": rows, "argv": argv}, indent=1))
+    return 0
+
+
+COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cost": cost_command}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     rank = launch.detect().rank if argv else 0
     try:
-        return train(args, argv)
+        return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
         if rank == 0:  # input errors are the same on every rank: say it once
             print(f"spgnn: error: {e}", file=sys.stderr, flush=True)
@@ -103,4 +300,9 @@ def main(argv: list[str] | None = None) -> int:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"spgnn: error: rank {rank}: communication failed ({first}); another process probably "
               f"exited or stalled, see its output", file=sys.stderr, flush=True)
+        launch.abort(1)
+        return 1
+    except Exception:  # anything else failed on this rank: say where; under mpirun end the job, not hang it
+        traceback.print_exc()
+        launch.abort(1)
         return 1

@@ -74,9 +74,17 @@ def spmm_widths(widths) -> list[int]:
     return [spmm_width(a, b) for a, b in zip(widths[:-1], widths[1:])]
 
 
-def epoch_ledger(cls, stats, shape, rank, widths, n_params, epochs=1, evals=1, setup=True) -> Ledger:
+def input_has_backward(layer_widths) -> bool:
+    """Whether layer 0's sparse product has a backward: only when it multiplies by W first (Â·(X·W)); Â·X
+    needs no gradient, the features X being data."""
+    return spmm_width(layer_widths[0], layer_widths[1]) < layer_widths[0]
+
+
+def epoch_ledger(cls, stats, shape, rank, widths, n_params, epochs=1, evals=1, setup=True,
+                 input_backward=True) -> Ledger:
     """The ledger `rank` records for the algorithm's setup, `epochs` training steps and `evals`
-    evaluations of a model with SpMM widths `widths` and `n_params` float32 parameters."""
+    evaluations of a model with SpMM widths `widths` and `n_params` float32 parameters
+    (`input_backward`: whether layer 0's product has a backward, `input_has_backward`)."""
     ledger = Ledger()
     cost = {w: cls.spmm_cost(stats, shape, rank, w) for w in set(widths)}
 
@@ -95,7 +103,8 @@ def epoch_ledger(cls, stats, shape, rank, widths, n_params, epochs=1, evals=1, s
         for layer, w in enumerate(widths):
             record("forward", layer, cost[w]["forward"])
         for layer, w in reversed(list(enumerate(widths))):
-            record("backward", layer, cost[w]["backward"])
+            if layer or input_backward:
+                record("backward", layer, cost[w]["backward"])
         g, me = cls.member(shape, cls.rows_group_name, rank)       # the gradient group
         if g > 1:
             b = ring_words(n_params, g, me) * 4
@@ -108,11 +117,12 @@ def epoch_ledger(cls, stats, shape, rank, widths, n_params, epochs=1, evals=1, s
     return ledger
 
 
-def model_shape(cfg, graph) -> tuple[list[int], int]:
-    """(SpMM widths per layer, number of parameters) of the model `cfg` describes on `graph`."""
+def model_shape(cfg, graph) -> tuple[list[int], int, bool]:
+    """(SpMM widths per layer, number of parameters, whether layer 0's product has a backward) of the
+    model `cfg` describes on `graph`."""
     net = GNN(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.layers, cfg.dropout, cfg.seed)
     widths = [graph.num_features] + [cfg.hidden] * (cfg.layers - 1) + [graph.num_classes]
-    return spmm_widths(widths), sum(p.numel() for p in net.parameters())
+    return spmm_widths(widths), sum(p.numel() for p in net.parameters()), input_has_backward(widths)
 
 
 def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = True) -> list[Ledger]:
@@ -126,8 +136,9 @@ def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = T
         raise SpgnnError(f"the cost model covers --model {' or '.join(MODELLED)}, not {cfg.model}")
     adj = graphs.NORMALIZATIONS[LAYERS[cfg.model].adjacency](g.adj)
     stats = BlockStats.of(partition.renumber(adj), partition)
-    widths, n_params = model_shape(cfg, g)
-    return [epoch_ledger(cls, stats, shape, r, widths, n_params, epochs, evals, setup) for r in range(P)]
+    widths, n_params, input_backward = model_shape(cfg, g)
+    return [epoch_ledger(cls, stats, shape, r, widths, n_params, epochs, evals, setup, input_backward)
+            for r in range(P)]
 
 
 def charged_bytes(op: str, sent: int, recv: int) -> int:
@@ -173,18 +184,20 @@ def choose(cfg, graph, P: int, alpha_beta=None) -> tuple[object, list[dict]]:
     return replace(cfg, algo=best["algo"], replication=best["replication"]), table
 
 
-def plan_table(n: int, nnz: int, Ps, widths, n_params: int, alpha_beta=None, ranks: int = 8) -> list[dict]:
+def plan_table(n: int, nnz: int, Ps, layer_widths, n_params: int, alpha_beta=None, ranks: int = 8) -> list[dict]:
     """Predicted per-epoch communication (one training step) of every modelled algorithm and grid for a
     graph known by n and nnz (`BlockStats.expected`), at each P in `Ps`: the largest over the first
-    `ranks` ranks of bytes received and of seconds. Parts are equal, so those ranks stand for all."""
+    `ranks` ranks of bytes received and of seconds, for layer widths [f_0, …, f_L]. Parts are equal, so
+    those ranks stand for all."""
+    widths, input_backward = spmm_widths(layer_widths), input_has_backward(layer_widths)
     rows = []
     for P in Ps:
         for algo, c in candidates(P):
             cls = spmm.get(algo)
             shape = cls.grid_shape(P, c)
             stats = BlockStats.expected(n, nnz, shape[0])
-            ledgers = [epoch_ledger(cls, stats, shape, r, widths, n_params, evals=0, setup=False)
-                       for r in range(min(P, ranks))]
+            ledgers = [epoch_ledger(cls, stats, shape, r, widths, n_params, evals=0, setup=False,
+                                    input_backward=input_backward) for r in range(min(P, ranks))]
             rows.append({"P": P, "algo": algo, "replication": shape[1] if len(shape) > 1 else 1,
                          "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                          "seconds": max(seconds(led, alpha_beta) for led in ledgers)})

@@ -65,7 +65,8 @@ class SAGEConv(nn.Module):
         self.weight_self = nn.Parameter(glorot_(torch.empty(f_in, f_out)))
 
     def forward(self, algo, h):
-        return _aggregate_then_transform(algo, h, self.weight_neigh, self.bias) + algo.linear(h, self.weight_self)
+        z = _aggregate_then_transform(algo, h, self.weight_neigh, self.bias)
+        return z + algo.linear(h[:z.shape[0]], self.weight_self)    # a sampled block's outputs lead its inputs
 
 
 class GATConv(nn.Module):
@@ -121,8 +122,12 @@ class GNN(nn.Module):
         self.dropout, self.seed = dropout, seed
 
     def forward(self, algo, h, node_ids, epoch: int = 0):
-        """Logits for the local rows; `node_ids` are their original (global) ids, for the dropout masks."""
+        """Logits for the local rows; `node_ids` are their original (global) ids, for the dropout masks.
+        Minibatch (`spgnn.minibatch`): `algo` and `node_ids` are per-layer lists (layer i's block, its input nodes)."""
+        algos, ids = (algo, node_ids) if isinstance(algo, list) else ([algo] * len(self.convs),
+                                                                        [node_ids] * len(self.convs))
         for i, conv in enumerate(self.convs):
+            algo, node_ids = algos[i], ids[i]
             if self.training and self.dropout > 0:
                 key = kernels.mix_key(self.seed, epoch, i)
                 h = h * kernels.dropout_mask(node_ids, h.shape[1], self.dropout, key).to(h.device, h.dtype)

@@ -14,15 +14,17 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import cost, spmm
 from . import graph as graphs
-from . import spmm
 from .comm import Comm
 from .datasets import load_dataset
 from .errors import SpgnnError
 from .grid import ProcessGrid
+from .launch import TRANSPORTS
 from .layers import GNN, LAYERS
 from .memory import SavedTensorMeter, peak_rss_bytes
-from .partition import Partition, make_parts
+from .partition import make_partition
+from .partition_metrics import partition_metrics
 
 
 @dataclass
@@ -41,17 +43,28 @@ class TrainConfig:
     weight_decay: float = 5e-4
     epochs: int = 200
     seed: int = 0
+    replication: int = 0
+    heads: int = 8
+    out_heads: int = 1
+    batch_norm: bool = False
+    prefetch: int = 1
     device: str = "cpu"
     feature_norm: str = "row"
     eval_every: int = 1
     timeout: float = 300.0
+    transport: str = "auto"
+    calibration: str | None = None
     output: str | None = None
 
     def validate(self) -> TrainConfig:
         """Raise SpgnnError for option values no run can use (before any process starts)."""
         checks = [
             (self.model in LAYERS, f"--model must be one of {', '.join(LAYERS)}, got {self.model!r}"),
+            (self.replication >= 0, f"--replication must be non-negative, got {self.replication}"),
             (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
+            (min(self.heads, self.out_heads) >= 1, f"--heads and --out-heads must be at least 1, got "
+                                                   f"{self.heads} and {self.out_heads}"),
+            (self.prefetch >= 0, f"--prefetch must be non-negative, got {self.prefetch}"),
             (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
             (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
             (self.lr > 0, f"--lr must be positive, got {self.lr}"),
@@ -62,11 +75,17 @@ class TrainConfig:
             (self.timeout > 0, f"--timeout must be positive, got {self.timeout}"),
             (self.device == "cpu" or self.device.startswith("cuda"),
              f"--device must be cpu or cuda[:N], got {self.device!r}"),
+            (self.transport in TRANSPORTS,
+             f"--transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"),
         ]
         for ok, message in checks:
             if not ok:
                 raise SpgnnError(message)
-        spmm.get(self.algo)
+        if self.algo != "auto":
+            spmm.get(self.algo)
+        if self.model == "gat" and self.algo not in spmm.attention_algorithms():
+            raise SpgnnError(f"--model gat needs attention, which --algo {self.algo} does not support: use "
+                             f"--algo {' or '.join(spmm.attention_algorithms())}")
         return self
 
 
@@ -76,27 +95,65 @@ def row_normalize(x: np.ndarray) -> np.ndarray:
     return x / np.where(s == 0, 1, s)
 
 
-def load_and_partition(cfg: TrainConfig, P: int, graph=None, parts=None) -> tuple[graphs.Graph, Partition]:
-    """The run's graph (loaded unless given) and its checked P-way partition (`parts` overrides
-    cfg.partition). Raises SpgnnError for bad data or a partition that cannot work."""
+@dataclass
+class Plan:
+    """What a run on P processes will be: the graph, the config with ``--algo auto`` resolved (and the
+    candidates it compared), the checked partition into as many parts as the grid has block rows, and
+    the grid shape."""
+
+    graph: graphs.Graph
+    cfg: TrainConfig
+    partition: object
+    shape: tuple
+    compared: list | None = None
+
+
+def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
+    """The run's `Plan` (`parts` overrides cfg.partition). Raises SpgnnError for bad data, options or
+    partitions, before any communication."""
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    return g, Partition(make_parts(cfg.partition if parts is None else parts, g.adj, P, cfg.seed), P)
+    compared = None
+    if cfg.algo == "auto":
+        cfg, compared = cost.choose(cfg, g, P, cost.load_calibration(cfg.calibration) if cfg.calibration else None)
+    shape = spmm.get(cfg.algo).grid_shape(P, cfg.replication)
+    partition = make_partition(cfg.partition if parts is None else parts, g.adj, shape[0], cfg.seed)
+    return Plan(g, cfg, partition, shape, compared)
+
+
+def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
+    """Sum the parameter gradients over `group` in one flat all-reduce (missing gradients count as zero)."""
+    if group.size == 1:
+        return
+    params = list(model.parameters())
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    comm.all_reduce(flat, group)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
 
 
 class Trainer:
     """One rank's share of a full-batch training run."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: graphs.Graph | None = None, parts=None):
-        self.cfg, self.comm = cfg.validate(), comm
-        g, self.partition = load_and_partition(cfg, comm.world_size, graph, parts)
-        self.graph, P = g, comm.world_size
+        self.plan = plan(cfg.validate(), comm.world_size, graph, parts)
+        self.comm, self.cfg, g, self.partition, shape = comm, self.plan.cfg, self.plan.graph, \
+            self.plan.partition, self.plan.shape
+        cfg = self.cfg
+        self.graph = g
         algo_cls = spmm.get(cfg.algo)
-        self.grid = ProcessGrid(comm, algo_cls.grid_shape(P), algo_cls.grid_names, cfg.device)
+        self.grid = ProcessGrid(comm, shape, algo_cls.grid_names, cfg.device)
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, g.num_features, cfg.hidden, g.num_classes, cfg.layers, cfg.dropout,
-                         cfg.seed).to(cfg.device)
+                         cfg.seed, cfg.heads, cfg.out_heads, cfg.batch_norm).to(cfg.device)
         adj = self.partition.renumber(graphs.NORMALIZATIONS[self.model.adjacency](g.adj))
-        self.algo = algo_cls(adj, self.partition, comm, self.grid, cfg.device)
+        self.algo = algo_cls(adj, self.partition, comm, self.grid, cfg.device, **algo_cls.options(cfg))
+        self.stats = None       # block statistics for the cost model's prediction, made on rank 0
+        if comm.rank == 0 and cfg.model in cost.MODELLED and algo_cls.has_cost_model():
+            self.stats = cost.BlockStats.of(adj, self.partition)
+            _ = self.stats.halo         # computed now, so that the global adjacency can be freed
+            self.stats.adj = None
         x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
         self.x, self.y = self.local(x), self.local(g.y)
         self.node_ids = torch.as_tensor(self.algo.local_rows(self.partition.perm))
@@ -131,21 +188,12 @@ class Trainer:
         loss_sum, _ = self.forward_backward(epoch)
         with self.comm.phase("optimizer"):
             self.opt.step()
-            (total,) = self.comm.all_sum([loss_sum.item()])
+            (total,) = self.comm.all_sum([loss_sum.item()], self.algo.rows_group())
         return total / self.counts["train"]
 
     def sync_gradients(self) -> None:
         """Sum parameter gradients over the ranks that hold disjoint rows (one all-reduce)."""
-        group = self.algo.grad_group()
-        if group.size == 1:
-            return
-        params = list(self.model.parameters())
-        flat = torch.cat([p.grad.reshape(-1) for p in params])
-        self.comm.all_reduce(flat, group)
-        offset = 0
-        for p in params:
-            p.grad.copy_(flat[offset:offset + p.numel()].view_as(p))
-            offset += p.numel()
+        all_reduce_gradients(self.model, self.comm, self.algo.grad_group())
 
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -154,8 +202,20 @@ class Trainer:
         with self.comm.phase("eval"):
             pred = self.logits().argmax(dim=1)
             correct = [float((pred[m] == self.y[m]).sum()) for m in self.masks.values()]
-            totals = self.comm.all_sum(correct)
+            totals = self.comm.all_sum(correct, self.algo.rows_group())
         return {f"{k}_acc": c / max(self.counts[k], 1) for k, c in zip(self.masks, totals)}
+
+    @torch.no_grad()
+    def predict(self) -> np.ndarray:
+        """Logits of every node (no dropout), rows in original node ids, on every rank."""
+        self.model.eval()
+        with self.comm.phase("eval"):
+            mine = (self.node_ids.numpy(), self.logits().cpu().numpy())
+            everyone = self.comm.all_gather_object(mine)
+        out = np.empty((self.graph.n, everyone[0][1].shape[1]), np.float32)
+        for ids, rows in everyone:
+            out[ids] = rows
+        return out
 
     def run(self, log=print) -> dict:
         """Train for cfg.epochs; returns the report (complete on rank 0, this rank's part elsewhere)."""
@@ -185,13 +245,17 @@ class Trainer:
         }
         everyone = self.comm.all_gather_object(mine)
         times = [e["time_s"] for e in epochs]
+        evals = sum("val_acc" in e for e in epochs) + 1
         g = self.graph
         return {
             "config": asdict(self.cfg),
             "world_size": self.comm.world_size,
+            "transport": self.comm.transport.name,
             "graph": {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features,
                       "classes": g.num_classes, "symmetric": bool(g.is_symmetric)},
-            "partition": {"method": str(self.cfg.partition), "sizes": self.partition.sizes().tolist()},
+            "partition": {"method": str(self.cfg.partition), "sizes": self.partition.sizes().tolist(),
+                          "info": self.partition.info,
+                          "metrics": partition_metrics(g.adj, self.partition, g.train_mask)},
             "grid": {"algo": self.algo.name, "shape": list(self.grid.shape), "names": list(self.grid.names)},
             "epochs": epochs,
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
@@ -199,7 +263,23 @@ class Trainer:
             "median_epoch_s": float(np.median(times)) if times else None,
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
+            "predicted": self.predicted(len(epochs), evals),
         }
+
+    def predicted(self, epochs: int, evals: int) -> dict | None:
+        """The cost model's figures for this run (setup, `epochs` steps, `evals` evaluations), to set
+        beside the measured `comm` (on rank 0, for models and algorithms the model covers; else None)."""
+        if self.stats is None:
+            return None
+        ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None
+        widths, n_params, input_backward = cost.model_shape(self.cfg, self.graph)
+        ledgers = [cost.epoch_ledger(type(self.algo), self.stats, self.grid.shape, r, widths, n_params, epochs,
+                                     evals, input_backward=input_backward) for r in range(self.comm.world_size)]
+        return {"alpha_beta": self.cfg.calibration or "default: gloo on 2 cores (DESIGN.md section 4)",
+                "auto_compared": self.plan.compared,
+                "per_rank": [{"rank": r, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),
+                              "messages": led.total("messages"), "seconds": cost.seconds(led, ab)}
+                             for r, led in enumerate(ledgers)]}
 
 
 def format_epoch(r: dict) -> str:

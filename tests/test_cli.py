@@ -1,5 +1,6 @@
-"""The command line end to end: four launchers give the same run, the report has its fields, bad input
-gives one clear line and a non-zero exit on every rank, and a rank that dies does not hang the others."""
+"""The command line end to end: four launchers give the same run (mpirun's on the mpi transport, the others
+on torch's), the report has its fields, bad input gives one clear line and a non-zero exit on every rank,
+and a rank that dies does not hang the others."""
 
 import json
 import os
@@ -66,6 +67,7 @@ def test_four_launches_same_run(tmp_path):
     base = reports["spawn"]
     for name, r in reports.items():
         assert r["world_size"] == (1 if name == "single" else 2), name
+        assert r["transport"] == ("mpi" if name == "mpirun" else "torch"), name      # --transport auto
         np.testing.assert_allclose([e["loss"] for e in r["epochs"]], [e["loss"] for e in base["epochs"]],
                                    rtol=1e-5, err_msg=name)
         assert r["final"]["test_acc"] == base["final"]["test_acc"], name
@@ -93,6 +95,8 @@ def _bad_inputs(tmp):
         "part id >= P": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "big.npy")], "[0, 2)"),
         "empty part": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "empty.npy")], "empty"),
         "bad dropout": (["--dropout", "1"], "--dropout"),
+        "mpi without mpirun": (["--transport", "mpi", "--nprocs", "2"], "needs a job started by mpirun"),
+        "mpi on cuda": (["--transport", "mpi", "--device", "cuda"], "CPU tensors only"),
     }
 
 
