@@ -36,7 +36,7 @@ from .layers import GNN
 from .reference import SerialSpMM
 from .sampling import Minibatch, make_sampler, parse_sampler
 from .sampling_dist import make_distributed_sampler
-from .trainer import TrainConfig, all_reduce_gradients, format_epoch, row_normalize
+from .trainer import TrainConfig, all_reduce_gradients, epoch_loop, row_normalize
 
 
 class BlockSpMM(SerialSpMM):
@@ -166,18 +166,7 @@ class MinibatchTrainer:
 
     def run(self, log=print) -> dict:
         """Train for cfg.epochs; returns the report (the same on every rank but for its comm part)."""
-        epochs, best = [], {"val_acc": -1.0}
-        for epoch in range(self.cfg.epochs):
-            t0 = time.perf_counter()
-            loss = self.epoch(epoch)
-            record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
-            if self.cfg.eval_every and (epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs - 1):
-                record |= self.evaluate()
-                if record["val_acc"] > best["val_acc"]:
-                    best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
-            epochs.append(record)
-            if self.comm.rank == 0 and log:
-                log(format_epoch(record))
+        epochs, best = epoch_loop(self.epoch, self.evaluate, self.cfg, log if self.comm.rank == 0 else None)
         return self.report(epochs, self.evaluate(), best)
 
     def report(self, epochs, final, best) -> dict:

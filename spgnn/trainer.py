@@ -219,20 +219,8 @@ class Trainer:
 
     def run(self, log=print) -> dict:
         """Train for cfg.epochs; returns the report (complete on rank 0, this rank's part elsewhere)."""
-        epochs, best = [], {"val_acc": -1.0}
-        for epoch in range(self.cfg.epochs):
-            t0 = time.perf_counter()
-            loss = self.step(epoch)
-            record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
-            if self.cfg.eval_every and (epoch % self.cfg.eval_every == 0 or epoch == self.cfg.epochs - 1):
-                record |= self.evaluate()
-                if record["val_acc"] > best["val_acc"]:
-                    best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
-            epochs.append(record)
-            if self.comm.rank == 0 and log:
-                log(format_epoch(record))
-        final = self.evaluate()
-        return self.report(epochs, final, best)
+        epochs, best = epoch_loop(self.step, self.evaluate, self.cfg, log if self.comm.rank == 0 else None)
+        return self.report(epochs, self.evaluate(), best)
 
     def report(self, epochs, final, best) -> dict:
         mine = {
@@ -280,6 +268,23 @@ class Trainer:
                 "per_rank": [{"rank": r, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),
                               "messages": led.total("messages"), "seconds": cost.seconds(led, ab)}
                              for r, led in enumerate(ledgers)]}
+
+
+def epoch_loop(step, evaluate, cfg: TrainConfig, log=None) -> tuple[list[dict], dict]:
+    """Run `step(epoch)` (returning the loss) for cfg.epochs, `evaluate()` every cfg.eval_every epochs and
+    at the last; returns the per-epoch records and the best-validation record. `log` gets one line an epoch."""
+    epochs, best = [], {"val_acc": -1.0}
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        record = {"epoch": epoch, "loss": step(epoch), "time_s": time.perf_counter() - t0}
+        if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+            record |= evaluate()
+            if record["val_acc"] > best["val_acc"]:
+                best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
+        epochs.append(record)
+        if log:
+            log(format_epoch(record))
+    return epochs, best
 
 
 def format_epoch(r: dict) -> str:
