@@ -204,19 +204,22 @@ def verdict(records: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------- extrapolation
 
 
-def cagnet_words(n: int, nnz: int, P: int, widths: list[int]) -> dict:
-    """CAGNET's leading-order bandwidth per process for one training step (each SpMM forward and backward),
-    DESIGN.md §1: 2D (nnz + n·f)/√P, 3D (nnz + n·f)/P^⅔ words per SpMM of width f."""
+def cagnet_words(n: int, nnz: int, P: int, widths: list[int], input_backward: bool) -> dict:
+    """CAGNET's leading-order bandwidth per process for one training step (the SpMMs the model counts: every
+    forward, every backward but layer 0's unless `input_backward`), DESIGN.md §1: 2D (nnz + n·f)/√P, 3D
+    (nnz + n·f)/P^⅔ words per SpMM of width f."""
     per = [(nnz + n * f) for f in widths] * 2
+    if not input_backward:
+        per.pop(len(widths))
     return {"2d": sum(per) / math.sqrt(P), "3d": sum(per) / P ** (2 / 3)}
 
 
-def a2a_messages(n: int, nnz: int, P: int, widths: list[int], n_params: int) -> tuple[int, int]:
+def a2a_messages(n: int, nnz: int, P: int, widths: list[int], n_params: int, input_backward: bool) -> tuple[int, int]:
     """(all-to-all calls, all-to-all messages) rank 0 of 1d-halo makes in one training step (the model)."""
     cls = spmm.get("1d-halo")
     shape = cls.grid_shape(P)
     led = cost.epoch_ledger(cls, cost.BlockStats.expected(n, nnz, P), shape, 0, widths, n_params, evals=0,
-                            setup=False)
+                            setup=False, input_backward=input_backward)
     return int(led.total("calls", op="all_to_all")), int(led.total("messages", op="all_to_all"))
 
 
@@ -225,7 +228,7 @@ def extrapolate() -> dict:
     alpha = cost.DEFAULT_ALPHA_BETA["all_to_all"][0]
     for name, (n, nnz, classes) in OGB.items():
         layer_widths = [PLAN_F] + [HIDDEN] * (PLAN_LAYERS - 1) + [classes]
-        widths = cost.spmm_widths(layer_widths)
+        widths, input_backward = cost.spmm_widths(layer_widths), cost.input_has_backward(layer_widths)
         n_params = sum(a * b + b for a, b in zip(layer_widths[:-1], layer_widths[1:]))
         rows = cost.plan_table(n, nnz, PLAN_PS, layer_widths, n_params)
         for r in rows:
@@ -233,7 +236,7 @@ def extrapolate() -> dict:
         best, extra = {}, {}
         for P in PLAN_PS:
             at = [r for r in rows if r["P"] == P]
-            calls, messages = a2a_messages(n, nnz, P, widths, n_params)
+            calls, messages = a2a_messages(n, nnz, P, widths, n_params, input_backward)
             halo = next(r for r in at if r["algo"] == "1d-halo")
             halo["a2a_messages"] = messages
             halo["seconds_alpha_per_message"] = halo["seconds"] + alpha * (messages - calls)
@@ -242,7 +245,7 @@ def extrapolate() -> dict:
             best[P] = {"by_seconds": [pick["algo"], pick["replication"]],
                        "by_words": [(w := min(at, key=lambda r: r["recv_bytes_per_rank"]))["algo"], w["replication"]],
                        "by_seconds_alpha_per_a2a_message": [pick_msg["algo"], pick_msg["replication"]]}
-            extra[P] = cagnet_words(n, nnz, P, widths)
+            extra[P] = cagnet_words(n, nnz, P, widths, input_backward)
         out[name] = {"n": n, "nnz": nnz, "classes": classes, "layer_widths": layer_widths, "spmm_widths": widths,
                      "n_params": n_params, "rows": rows, "best": best, "cagnet_estimate_words": extra}
     return out
@@ -403,18 +406,8 @@ def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list
             "which is CAGNET's latency argument. (3) The statistics-only model assumes uniformly random columns "
             "(a random partition), the worst case for the halo; a METIS partition of ogbn-products touches far "
             "fewer remote rows. (4) The α-β figures are loopback gloo on 2 cores, not a cluster network: the "
-            "seconds rank algorithms, they do not forecast."]
-    phantom = any(m["phase"] == "backward" and m["layer"] == 0 and m["kind"] == "predicted, not measured"
-                  for r in records for m in r["mismatches"])
-    if phantom:
-        notes = ", ".join(f"{name} ×{2 * sum(e['spmm_widths']) / (2 * sum(e['spmm_widths']) - e['spmm_widths'][0]):.2f}"
-                          for name, e in ex.items())
-        out.append("- Caveat from the MISMATCH table: the model predicts a backward SpMM for layer 0 that the run "
-                   "never makes (the first layer aggregates the raw features first, which need no gradient). "
-                   "`plan_table` builds on the same `epoch_ledger`, so the scale figures overstate the SpMM words "
-                   f"of one step by {notes} (the CAGNET columns are counted the same way), alike for every "
-                   "algorithm: the rankings stand, the absolute words do not.")
-    return out + [""]
+            "seconds rank algorithms, they do not forecast.", ""]
+    return out
 
 
 def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:

@@ -35,7 +35,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: 1d "
       "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches, 1.5d "
-      "replicates block rows c times to cut the broadcast volume by c², sar aggregates shard by shard in a "
+      "replicates block rows c times to cut the broadcast volume by c, sar aggregates shard by shard in a "
       "ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto picks the algorithm "
       "and grid with the lowest predicted communication time (see spgnn cost)")
     a("--replication", type=int, default=d.replication, help="1.5d: replication factor c, dividing the "

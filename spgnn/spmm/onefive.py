@@ -6,7 +6,7 @@ of the P/c column blocks, H_j broadcast by team j's replica k along grid column 
 members), one block live at a time; the team then all-reduces its partials ("replica" group, c members),
 so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of
 width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves a ring all-reduce of
-n_q·f words: about n·f/c² + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
+n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
 """
 
 from __future__ import annotations
