@@ -1,20 +1,23 @@
 """Data-parallel minibatch training on sampled blocks (`spgnn.sampling`), the graph replicated on every rank
-(or, for the sampler only, its adjacency rows split over the ranks: `split_graph`, `spgnn.sampling_dist`).
+(`--replicate-graph`, the default) or split 1.5D (`--split-graph --replication c`: P/c row blocks of the adjacency
+and of the features, each held by c ranks; rows fetched from their owners, `spgnn.sampling_dist`).
 
 An epoch shuffles the training nodes (seeded by (seed, epoch)) into minibatches of `batch_size` seeds,
 minibatch j keyed mix_key(seed, epoch, j). Step t trains on minibatches t·P … t·P+P−1, rank r on t·P+r;
 a bulk call samples `bulk` steps' minibatches of one rank at once. The loss of a step is the mean
 cross-entropy over all its seeds (every rank divides its sum by the step's global seed count), so the summed
 gradient is that of one minibatch of P·batch_size seeds. A minibatch depends only on its key: which rank or
-bulk call draws it does not change it.
+bulk call draws it does not change it. `batch_size` None is the default, min(1024, |train|).
 
 Layer l of the model runs on minibatch block B_l (|nodes[l+1]|×|nodes[l]|) through a `BlockSpMM`; the same
 GCN / GraphSAGE layers as full-batch training. Evaluation is full-graph, exact: the model on the whole
-normalised adjacency (`SerialSpMM`), on every rank (each holds the graph).
+normalised adjacency (`SerialSpMM`), on every rank (each holds the graph and the features for it, also when
+split: the split applies to training).
 
-Ledger phases: "sampling" (seconds of the SpGEMM sampling; with `split_graph` also the bytes of the row
-fetches), "features" (seconds of the feature gather: local, features are replicated), "forward", "optimizer"
-(the gradient all-reduce, bytes counted), "eval".
+Ledger phases: "sampling" (the SpGEMM sampling; split: with the bytes of the row fetches), "features" (the
+input features of each step's minibatch: a local gather when replicated, an all-to-all from their owners when
+split), "forward", "optimizer" (the gradient all-reduce, bytes counted), "eval". The local rows ("local"
+group) hold the seconds not spent inside that phase's collectives.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from .kernels import mix_key
 from .layers import GNN
 from .reference import SerialSpMM
 from .sampling import Minibatch, make_sampler, parse_sampler
-from .sampling_dist import make_distributed_sampler
+from .sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
 from .trainer import TrainConfig, all_reduce_gradients, epoch_loop, row_normalize
 
 
@@ -58,29 +61,43 @@ def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int)
     return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
 
 
-def check_options(cfg: TrainConfig, sampler: str, batch_size: int, bulk: int, graph=None):
-    """(cfg with one layer per sampler size, the graph); SpgnnError for options no run can use."""
+DEFAULT_BATCH_SIZE = 1024
+
+
+def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: int, graph=None,
+                  nprocs: int | None = None, split_graph: bool = False):
+    """(cfg with one layer per sampler size, the graph, the batch size: None → min(1024, |train|)); SpgnnError
+    for options no run can use (`nprocs`, when known, is checked against the replication of a split graph)."""
     _, sizes = parse_sampler(sampler)
     cfg = replace(cfg, layers=len(sizes)).validate()
     if cfg.model not in ("gcn", "sage"):
         raise SpgnnError(f"--sampler trains gcn or sage models, not {cfg.model!r}")
     if bulk < 1:
         raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
+    if not split_graph and cfg.replication > 1:
+        raise SpgnnError(f"--replication {cfg.replication} with --sampler needs --split-graph (a replicated graph "
+                         "is whole on every process)")
+    if split_graph and nprocs and nprocs % (cfg.replication or 1):
+        raise SpgnnError(f"--replication {cfg.replication} must divide the number of processes {nprocs} "
+                         "(--split-graph holds P/c row blocks, each on c processes)")
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     train = int(g.train_mask.sum())
+    if batch_size is None:
+        batch_size = min(DEFAULT_BATCH_SIZE, train)
     if not 1 <= batch_size <= train:
         raise SpgnnError(f"--batch-size must lie in [1, {train}] (the training nodes of {g.name}), got {batch_size}")
-    return cfg, g
+    return cfg, g, batch_size
 
 
 class MinibatchTrainer:
     """One rank's share of a sampled minibatch training run (`sampler` as `--sampler`, e.g. 'sage:15,10,5';
-    the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the sampler's rows of
-    the adjacency split over the ranks and fetched on demand (`spgnn.sampling_dist`); else replicated."""
+    the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the adjacency's rows
+    (for sampling) and the features (for training) split 1.5D with replication c = cfg.replication (0 means 1)
+    and fetched from their owners (`spgnn.sampling_dist`); else both replicated."""
 
-    def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int, bulk: int = 1, graph=None,
-                 split_graph: bool = False):
-        cfg, g = check_options(cfg, sampler, batch_size, bulk, graph)
+    def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
+                 graph=None, split_graph: bool = False):
+        cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph, comm.world_size, split_graph)
         self.train_ids = np.flatnonzero(g.train_mask)
         self.cfg, self.comm, self.graph = cfg, comm, g
         self.spec, self.batch_size, self.bulk = sampler, batch_size, bulk
@@ -88,21 +105,32 @@ class MinibatchTrainer:
         self.model = GNN(cfg.model, g.num_features, cfg.hidden, g.num_classes, cfg.layers, cfg.dropout,
                          cfg.seed, batch_norm=cfg.batch_norm).to(cfg.device)
         self.adj = graphs.NORMALIZATIONS[self.model.adjacency](g.adj)
-        self.sampler = make_distributed_sampler(sampler, self.adj, comm) if split_graph \
-            else make_sampler(sampler, self.adj)
         x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
         self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
+        if split_graph:
+            self.layout = RowBlocks(g.n, comm, cfg.replication or 1)
+            self.sampler = make_distributed_sampler(sampler, self.adj, comm, layout=self.layout)
+            self.features = FeatureFetcher(self.x, self.layout)
+        else:
+            self.layout = None
+            self.sampler = make_sampler(sampler, self.adj)
+            self.features = lambda ids: self.x[torch.as_tensor(ids)]
         self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.steps_done, self.sampled, self.full = 0, 0, None
 
-    def _record(self, phase: str, op: str, t0: float) -> None:
-        self.comm.ledger.record((phase, None, op, "local"), 0, 0, 0, time.perf_counter() - t0)
+    def _timed(self, phase: str, op: str, work):
+        """work(), its seconds outside the collectives it records in `phase` booked as a local `op` row there."""
+        led, t0 = self.comm.ledger, time.perf_counter()
+        in_comm = led.total("seconds", phase=phase)
+        out = work()
+        in_comm = led.total("seconds", phase=phase) - in_comm
+        led.record((phase, None, op, "local"), 0, 0, 0, time.perf_counter() - t0 - in_comm)
+        return out
 
     def sample(self, batches: list, js: list[int], epoch: int) -> list[Minibatch]:
         """Minibatches j ∈ js of the epoch, in one bulk call (ledger phase "sampling")."""
-        t0 = time.perf_counter()
-        out = self.sampler.sample([batches[j] for j in js], [mix_key(self.cfg.seed, epoch, j) for j in js])
-        self._record("sampling", "spgemm", t0)
+        out = self._timed("sampling", "spgemm", lambda: self.sampler.sample(
+            [batches[j] for j in js], [mix_key(self.cfg.seed, epoch, j) for j in js]))
         self.sampled += len(js)
         return out
 
@@ -112,10 +140,10 @@ class MinibatchTrainer:
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
         loss_sum = torch.zeros(())
+        inputs = mb.inputs if mb is not None else np.zeros(0, np.int64)     # split: a collective, so every rank
+        x = self._timed("features", "gather", lambda: self.features(inputs))
         if mb is not None:
-            t0 = time.perf_counter()
-            x, y = self.x[torch.as_tensor(mb.inputs)], self.y[torch.as_tensor(mb.seeds)]
-            self._record("features", "gather", t0)
+            y = self.y[torch.as_tensor(mb.seeds)]
             algos = [BlockSpMM(b, self.comm, self.cfg.device) for b in mb.blocks]
             ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
             with self.comm.phase("forward"):
@@ -177,15 +205,16 @@ class MinibatchTrainer:
         everyone = self.comm.all_gather_object(mine)
         times = [e["time_s"] for e in epochs]
         g = self.graph
-        sampled = sum(r["minibatches"] for r in everyone)
+        sampled, split = sum(r["minibatches"] for r in everyone), self.layout is not None
         return {
             "config": asdict(self.cfg) | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
-                                          "split_graph": self.sampler.off is None},
+                                          "split_graph": split, "replication": self.layout.c if split else None},
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features, "classes": g.num_classes},
-            "grid": {"algo": "minibatch, adjacency " + ("rows split" if self.sampler.off is None else "replicated"),
-                     "shape": [self.comm.world_size]},
+            "grid": {"algo": "minibatch, graph " + ("split 1.5D (P/c row blocks × c replicas)" if split else
+                                                    "replicated"),
+                     "shape": list(self.layout.grid.shape) if split else [self.comm.world_size]},
             "epochs": epochs,
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,

@@ -1,20 +1,25 @@
-"""Bulk samplers (spgnn/sampling.py) and minibatch training (spgnn/minibatch.py): sampled edges exist, node-wise
-draws are min(fanout, deg) distinct uniform neighbours, LADIES draws follow the squared column norms, a
-minibatch depends only on its key (bulk grouping, P = 1, 2), bad input is refused, GraphSAGE learns Cora."""
+"""Bulk samplers (spgnn/sampling.py), the 1.5D split graph (spgnn/sampling_dist.py) and minibatch training
+(spgnn/minibatch.py): sampled edges exist, node-wise draws are min(fanout, deg) distinct uniform neighbours, LADIES
+draws follow the squared column norms, a minibatch depends only on its key (bulk grouping, P = 1, 2, 4, graph
+replicated or split with c = 1, 2), fetched features are the true rows and their bytes are what the requests
+imply, bad input is refused, GraphSAGE learns Cora."""
 
 import json
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 from scipy import stats
 
 from spgnn.comm import Comm
 from spgnn.errors import SpgnnError
 from spgnn.graph import edges_to_adj, gcn_norm, mean_norm
+from spgnn.kernels import mix_key
 from spgnn.launch import run_local
 from spgnn.minibatch import MinibatchTrainer, check_options, epoch_batches
 from spgnn.sampling import LayerSampler, NodeSampler, make_sampler, parse_sampler
+from spgnn.sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
 from spgnn.trainer import TrainConfig
 from tests.graphs import small_graph
 
@@ -137,33 +142,58 @@ def test_deterministic_and_independent_of_bulk(spec):
 SPEC_PAIR = ("sage:4,3", "ladies:20,20")
 
 
-def _drawn(comm, bulk, split=False):
-    """Per sampler spec: the minibatches this rank draws in epoch 0, and its weights after 2 epochs."""
+def owners(ids, n: int, blocks: int) -> np.ndarray:
+    """Block of each vertex when n rows are cut into `blocks` blocks at ⌊i·n/blocks⌋."""
+    return np.searchsorted([i * n // blocks for i in range(blocks + 1)], ids, side="right") - 1
+
+
+def fetch_bytes(wants: list, n: int, c: int, row_bytes: int) -> np.ndarray:
+    """(sent, recv) bytes per rank of one feature fetch, rank r wanting the ids wants[r], as the requests imply:
+    8 bytes per count to each other member of the replica column {r' ≡ r mod c}, 8 per distinct id wanted from
+    another member, `row_bytes` per row going back; a rank's own block is not communicated."""
+    P = len(wants)
+    g = P // c
+    remote = [[np.unique(w)[owners(np.unique(w), n, g) == i] for i in range(g)] for w in wants]
+    out = np.zeros((P, 2), np.int64)
+    for r in range(P):
+        me, col = r // c, [q for q in range(P) if q % c == r % c and q != r]
+        mine_out = sum(len(remote[r][i]) for i in range(g) if i != me)     # ids r asks of others
+        asked_in = sum(len(remote[q][me]) for q in col)                     # ids others ask of r
+        out[r] = (8 * (g - 1) + 8 * mine_out + row_bytes * asked_in, 8 * (g - 1) + 8 * asked_in + row_bytes * mine_out)
+    return out
+
+
+def _drawn(comm, bulk, split=False, c=1):
+    """Per sampler spec: the minibatches this rank draws in epoch 0, its weights after 2 epochs, the ledger's
+    (sent, recv) bytes in phase "features" and the bytes of a feature row."""
     g = small_graph(n=200, seed=3, avg_degree=6)
     out = []
     for spec in SPEC_PAIR:
-        t = MinibatchTrainer(TrainConfig(model="sage", seed=4, epochs=2, eval_every=0), comm, spec, 9, bulk, graph=g,
-                             split_graph=split)
+        comm.ledger.reset()
+        t = MinibatchTrainer(TrainConfig(model="sage", seed=4, epochs=2, eval_every=0, replication=c), comm, spec, 9,
+                             bulk, graph=g, split_graph=split)
         drawn = {mb.key: digest(mb) for _, mb in t.schedule(0) if mb is not None}
         t.run(log=None)
-        out.append((drawn, [p.detach().numpy().copy() for p in t.model.parameters()]))
+        moved = [comm.ledger.total(f, phase="features") for f in ("sent_bytes", "recv_bytes")]
+        out.append((drawn, [p.detach().numpy().copy() for p in t.model.parameters()], moved,
+                    t.x.element_size() * t.x.shape[1]))
     return out
 
 
 def test_distributed_sampling_matches_single_process():
     """P = 1, 2 ranks together draw exactly the minibatches one process draws in a single bulk call, and
-    data-parallel training leaves every rank with the same weights, whether the adjacency is replicated or
-    split by rows (P = 2, split_graph)."""
-    from spgnn.kernels import mix_key
-
+    data-parallel training leaves every rank with the same weights, whether the graph is replicated or split
+    (P = 2, c = 1: rows and features fetched from their owners); the feature bytes are those the inputs imply."""
     g = small_graph(n=200, seed=3, avg_degree=6)
-    batches = epoch_batches(np.flatnonzero(g.train_mask), 9, 4, 0)
-    keys = [mix_key(4, 0, j) for j in range(len(batches))]
+    batches = [epoch_batches(np.flatnonzero(g.train_mask), 9, 4, e) for e in (0, 1)]
+    keys = [[mix_key(4, e, j) for j in range(len(batches[e]))] for e in (0, 1)]
     weights = {}
     for P, bulk, split in ((1, 3, False), (2, 2, False), (2, 1, True)):
         results = run_local(_drawn, P, bulk, split)
         for i, spec in enumerate(SPEC_PAIR):
-            expected = {mb.key: digest(mb) for mb in make_sampler(spec, mean_norm(g.adj)).sample(batches, keys)}
+            sampler = make_sampler(spec, mean_norm(g.adj))
+            epochs = [sampler.sample(batches[e], keys[e]) for e in (0, 1)]
+            expected = {mb.key: digest(mb) for mb in epochs[0]}
             got = {}
             for res in results:
                 assert not set(got) & set(res[i][0])
@@ -175,6 +205,13 @@ def test_distributed_sampling_matches_single_process():
             weights.setdefault((spec, P), results[0][i][1])
             for a, b in zip(results[0][i][1], weights[spec, P]):    # split rows: the same training as replicated
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            if split:                                                  # step t: rank r trains minibatch t·P + r
+                want = [[mbs[j].inputs if j < len(mbs) else [] for j in range(t * P, t * P + P)]
+                        for mbs in epochs for t in range(-(-len(mbs) // P))]
+                expected_bytes = sum(fetch_bytes(w, g.n, 1, results[0][i][3]) for w in want)
+                assert [res[i][2] for res in results] == expected_bytes.tolist(), spec
+            else:
+                assert all(res[i][2] == [0, 0] for res in results)
 
 
 def test_bad_input():
@@ -193,6 +230,13 @@ def test_bad_input():
         check_options(cfg, "sage:3", 4, 0, g)
     with pytest.raises(SpgnnError, match="gcn or sage"):
         check_options(TrainConfig(model="gat", algo="1d-halo"), "sage:3", 4, 1, g)
+    with pytest.raises(SpgnnError, match="--replication 3 must divide the number of processes 4"):
+        check_options(TrainConfig(model="sage", replication=3), "sage:3", 4, 1, g, nprocs=4, split_graph=True)
+    with pytest.raises(SpgnnError, match="needs --split-graph"):
+        check_options(TrainConfig(model="sage", replication=2), "sage:3", 4, 1, g)
+    with pytest.raises(SpgnnError, match="--replication 2 must be a positive divisor of the number of processes 1"):
+        RowBlocks(g.n, Comm(0, 1), 2)
+    assert check_options(cfg, "sage:3", None, 1, g)[2] == min(1024, train)     # the default clips to |train|
 
 
 def test_isolated_and_no_in_edges():
@@ -221,6 +265,10 @@ def test_cli(tmp_path, capsys):
     assert main(["train", "--sampler", "foo:1"]) == 2
     assert "--sampler must be one of" in capsys.readouterr().err
     assert main(["train", "--sampler", "sage:5", "--batch-size", "500"]) == 2
+    assert main(["train", "--sampler", "sage:5", "--split-graph", "--replication", "3", "--nprocs", "2"]) == 2
+    assert "--replication 3 must divide the number of processes 2" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--sampler", "sage:5", "--split-graph", "--replicate-graph"])
     out = tmp_path / "r.json"
     assert main(["train", "--sampler", "sage:5,5", "--batch-size", "40", "--bulk", "2", "--epochs", "2", "--quiet",
                  "--model", "gcn", "--output", str(out)]) == 0
@@ -229,29 +277,51 @@ def test_cli(tmp_path, capsys):
     assert report["sampling"]["minibatches"] == 2 * 4
 
 
-def _row_split(comm):
-    """Each rank samples its share (j ≡ rank mod P) of 12 minibatches, rows of N_off fetched from their owners."""
-    from spgnn.sampling_dist import make_distributed_sampler
-
+def split_case():
+    """The graph, 12 minibatches of 16 seeds, features X and two feature requests per rank r (with repeats)."""
     g = small_graph(n=200, seed=3, avg_degree=6)
-    batches = epoch_batches(np.arange(g.n), 16, 5, 0)[:12]
-    out = []
-    for spec in SPEC_PAIR:
-        sampler = make_distributed_sampler(spec, mean_norm(g.adj), comm)
-        mine = list(range(comm.rank, len(batches), comm.world_size))
-        for chunk in (mine[:2], mine[2:]):                  # two bulk calls
-            out += [(spec, mb.key, digest(mb)) for mb in sampler.sample([batches[j] for j in chunk], chunk)]
-    return out, comm.ledger.total("recv_bytes", phase="sampling")
+    x = torch.as_tensor(np.random.default_rng(7).standard_normal((g.n, 5)), dtype=torch.float32)
+    wants = lambda r: [np.random.default_rng([r, k]).integers(0, g.n, 30 + 10 * r) for k in (0, 1)]  # noqa: E731
+    return g, epoch_batches(np.arange(g.n), 16, 5, 0)[:12], x, wants
 
 
-def test_row_distributed_sampling_matches_single_process():
-    """N_off split by rows over P = 2, 3 ranks: the same minibatches as one process; rows cross ranks."""
-    g = small_graph(n=200, seed=3, avg_degree=6)
-    batches = epoch_batches(np.arange(g.n), 16, 5, 0)[:12]
+def _split(comm, replications):
+    """Per c: this rank's share (j ≡ rank mod P) of the 12 minibatches in two bulk calls, N_off's rows fetched
+    from the owners in its replica column, the bytes moved for them, then its two feature fetches and their
+    (sent, recv) bytes."""
+    g, batches, x, wants = split_case()
+    out = {}
+    for c in replications:
+        comm.ledger.reset()
+        layout = RowBlocks(g.n, comm, c)
+        drawn = []
+        for spec in SPEC_PAIR:
+            sampler = make_distributed_sampler(spec, mean_norm(g.adj), comm, layout=layout)
+            mine = list(range(comm.rank, len(batches), comm.world_size))
+            for chunk in (mine[:2], mine[2:]):                  # two bulk calls
+                drawn += [(spec, mb.key, digest(mb)) for mb in sampler.sample([batches[j] for j in chunk], chunk)]
+        fetched = [FeatureFetcher(x, layout)(w).numpy() for w in wants(comm.rank)]
+        out[c] = (drawn, comm.ledger.total("recv_bytes", phase="sampling"), fetched,
+                  [comm.ledger.total(f, phase="features") for f in ("sent_bytes", "recv_bytes")])
+    return out
+
+
+@pytest.mark.parametrize("P", [1, 2, 4])
+def test_split_graph_sampling_and_features(P):
+    """Graph and features split 1.5D over P ranks, c = 1, 2 (P/c row blocks × c replicas): the same minibatches
+    as one process; features fetched are X's rows; the feature bytes are exactly what the requests imply; rows
+    cross ranks whenever there is more than one block."""
+    g, batches, x, wants = split_case()
     expected = {(spec, mb.key): digest(mb) for spec in SPEC_PAIR
                 for mb in make_sampler(spec, mean_norm(g.adj)).sample(batches, list(range(12)))}
-    for P in (2, 3):
-        results = run_local(_row_split, P)
-        got = {(spec, key): d for rows, _ in results for spec, key, d in rows}
-        assert got == expected, f"P={P}"
-        assert all(moved > 0 for _, moved in results)
+    cs = [c for c in (1, 2) if P % c == 0]
+    results = [_split(Comm(0, 1), cs)] if P == 1 else run_local(_split, P, cs)
+    for c in cs:
+        got = {(spec, key): d for res in results for spec, key, d in res[c][0]}
+        assert got == expected, f"P={P} c={c}"
+        assert all((moved > 0) == (P > c) for moved in (res[c][1] for res in results)), f"P={P} c={c}"
+        for r, res in enumerate(results):
+            for w, f in zip(wants(r), res[c][2]):
+                np.testing.assert_array_equal(f, x[w].numpy())
+        expected_bytes = sum(fetch_bytes([wants(r)[k] for r in range(P)], g.n, c, 4 * x.shape[1]) for k in (0, 1))
+        assert [res[c][3] for res in results] == expected_bytes.tolist(), f"P={P} c={c}"
