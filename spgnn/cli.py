@@ -39,7 +39,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto picks the algorithm "
       "and grid with the lowest predicted communication time (see spgnn cost)")
     a("--replication", type=int, default=d.replication, help="1.5d: replication factor c, dividing the "
-      "number of processes (0: the divisor nearest its square root)")
+      "number of processes (0: the divisor nearest its square root); --sampler --split-graph: each of the "
+      "P/c row blocks of the graph is held by c processes (0: 1)")
     a("--partition", default=d.partition, help=f"vertex partition: {', '.join(available())}, or a path to "
       "a partition saved by spgnn partition (.npz) or a .npy/.txt part vector (one part id per node)")
     a("--prefetch", type=int, default=d.prefetch, help="sar: ring rounds fetched ahead of the one computed")
@@ -55,13 +56,18 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--seed", type=int, default=d.seed, help="seed for weights, dropout, random partitions and splits")
     a("--feature-norm", default=d.feature_norm, choices=["row", "none"], help="row-normalise features")
     a("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs (0: only at the end)")
-    a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling.py; graph replicated "
-      "on every rank, data-parallel): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 first) or ladies:SIZES "
-      "layer-wise (e.g. ladies:512,512); one layer per size (overrides --layers)")
-    a("--batch-size", type=int, default=1024, help="--sampler: seed nodes per minibatch")
+    a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling.py; data-parallel, "
+      "graph replicated on every rank unless --split-graph): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 "
+      "first) or ladies:SIZES layer-wise (e.g. ladies:512,512); one layer per size (overrides --layers)")
+    a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch (default 1024, or the "
+      "training set if smaller; a larger value given explicitly is an error)")
     a("--bulk", type=int, default=1, help="--sampler: minibatches each rank samples in one bulk call")
-    a("--split-graph", action="store_true", help="--sampler: split the adjacency's rows over the ranks and fetch "
-      "the rows each sampling step needs from their owners (default: every rank holds the whole graph)")
+    graph = p.add_mutually_exclusive_group()
+    graph.add_argument("--split-graph", action="store_true", help="--sampler: split the adjacency and features "
+                       "1.5D (P/c row blocks, each on c = --replication processes) and fetch the rows each step "
+                       "needs from their owners by all-to-all")
+    graph.add_argument("--replicate-graph", action="store_true", help="--sampler: every process holds the "
+                       "whole graph and features (the default)")
     _launch_options(p, d)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
     a("--quiet", action="store_true", help="no per-epoch lines")
@@ -130,7 +136,8 @@ def train(args, argv) -> int:
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
         from .minibatch import MinibatchTrainer, check_options
-    check = (lambda: check_options(cfg, *sampled)) if sampled else (lambda: plan(cfg, args.nprocs))
+    check = (lambda: check_options(cfg, *sampled, nprocs=args.nprocs, split_graph=args.split_graph)) if sampled \
+        else (lambda: plan(cfg, args.nprocs))
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
