@@ -1,12 +1,15 @@
 """Sampling throughput: minibatches per second of spgnn's bulk samplers (spgnn/sampling.py) at bulk k = 1, 8, 32,
-against PyTorch Geometric's NeighborLoader (same graph, batch size, fanouts) when it can run (it needs pyg-lib or
-torch-sparse; the JSON says why when it cannot).
+against PyTorch Geometric's NeighborLoader in the same run (same graph, seed sets, batch size and fanouts) when it
+can run: it needs pyg-lib or torch-sparse (`pip install 'spgnn[sparse]'`); without them the baseline is skipped
+and the table and JSON say why.
 
-One process, CPU. Seeds: uniformly random nodes (throughput does not depend on labels), batch_size per minibatch.
-Per (graph, sampler, k): a warm-up call, then calls of k minibatches until `--budget-s` seconds or `--minibatches`
-minibatches have passed; minibatches/s = minibatches / seconds spent inside the calls.
+One process, CPU. Seeds: one fixed stream of seed sets (batch_size distinct uniformly random nodes each;
+throughput does not depend on labels) shared by every system. Per (graph, sampler, k): a warm-up call, then calls
+of k minibatches until `--budget-s` seconds or `--minibatches` minibatches have passed; minibatches/s =
+minibatches / seconds spent inside the calls. NeighborLoader (node-wise only; PyG has no LADIES) iterates the
+same seed sets in order, one minibatch a step, no features attached (spgnn's sampler gathers none either).
 
-    python benchmarks/bench_sampling.py [--datasets amazon-computers,rmat:17] [--samplers sage:15,10,ladies:512,512]
+    python benchmarks/bench_sampling.py [--datasets amazon-computers,rmat:17] [--samplers 'sage:15,10;ladies:512,512']
                                         [--batch-size 1024] [--bulks 1,8,32] [--out results/bench_sampling.json]
 """
 
@@ -27,40 +30,63 @@ from spgnn.graph import mean_norm
 from spgnn.sampling import make_sampler
 
 
-def spgnn_rate(sampler, n: int, batch_size: int, bulk: int, minibatches: int, budget_s: float, seed: int) -> dict:
+def seed_sets(n: int, batch_size: int, count: int, seed: int) -> list[np.ndarray]:
+    """`count` seed sets of batch_size distinct uniformly random nodes (the stream every system samples)."""
     rng = np.random.default_rng(seed)
-    draw = lambda: [rng.choice(n, batch_size, replace=False) for _ in range(bulk)]      # noqa: E731
-    sampler.sample(draw(), list(range(bulk)))                                            # warm-up
+    return [rng.choice(n, batch_size, replace=False) for _ in range(count)]
+
+
+def spgnn_rate(sampler, seeds: list, bulk: int, minibatches: int, budget_s: float) -> dict:
+    """Minibatches/s of `sampler` in calls of `bulk` minibatches: seeds[0:bulk] warm up, the rest are timed."""
+    sampler.sample(seeds[:bulk], list(range(bulk)))
     done, spent, key = 0, 0.0, bulk
     while done < minibatches and spent < budget_s:
-        seeds = draw()
+        chunk = [seeds[(key + i) % len(seeds)] for i in range(bulk)]
         t0 = time.perf_counter()
-        mbs = sampler.sample(seeds, list(range(key, key + bulk)))
+        mbs = sampler.sample(chunk, list(range(key, key + bulk)))
         spent += time.perf_counter() - t0
         done, key = done + len(mbs), key + bulk
     inputs = float(np.mean([len(mb.inputs) for mb in mbs]))
     return {"minibatches": done, "seconds": spent, "per_s": done / spent, "mean_input_nodes": inputs}
 
 
-def pyg_rate(g, fanouts, batch_size: int, minibatches: int, budget_s: float, seed: int) -> dict:
-    """NeighborLoader over the same graph (edge_index = [src, dst] of A[dst, src]); {"error": ...} if it cannot run."""
+def neighbor_loader_missing() -> str | None:
+    """Why PyG's NeighborLoader cannot sample here (None: it can)."""
     try:
-        from torch_geometric.data import Data
-        from torch_geometric.loader import NeighborLoader
+        import torch_geometric  # noqa: F401
+    except ImportError:
+        return "torch_geometric is not installed"
+    for backend in ("pyg_lib", "torch_sparse"):
+        try:
+            __import__(backend)
+            return None
+        except ImportError:
+            pass
+    return "NeighborLoader needs pyg-lib or torch-sparse (pip install 'spgnn[sparse]'); neither is installed"
 
+
+def pyg_rate(g, fanouts, seeds: list, minibatches: int, budget_s: float) -> dict:
+    """NeighborLoader over the same graph (edge_index = [src, dst] of A[dst, src]) and the same seed sets, in
+    order; {"error": ...} if it fails."""
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+
+    try:
         coo = g.adj.tocoo()
         data = Data(edge_index=torch.as_tensor(np.vstack([coo.col, coo.row]), dtype=torch.int64), num_nodes=g.n)
-        seeds = torch.as_tensor(np.random.default_rng(seed).choice(g.n, min(g.n, batch_size * minibatches)))
-        loader = NeighborLoader(data, num_neighbors=list(fanouts), batch_size=batch_size, input_nodes=seeds)
+        loader = NeighborLoader(data, num_neighbors=list(fanouts), batch_size=len(seeds[0]),
+                                input_nodes=torch.as_tensor(np.concatenate(seeds)), shuffle=False)
         it = iter(loader)
-        next(it)
-        done, t0 = 0, time.perf_counter()
-        for _ in it:
+        next(it)                                                                   # warm-up
+        done, t0, inputs = 0, time.perf_counter(), []
+        for batch in it:
             done += 1
+            inputs.append(batch.num_nodes)
             if done >= minibatches or time.perf_counter() - t0 > budget_s:
                 break
         spent = time.perf_counter() - t0
-        return {"minibatches": done, "seconds": spent, "per_s": done / spent}
+        return {"minibatches": done, "seconds": spent, "per_s": done / spent,
+                "mean_input_nodes": float(np.mean(inputs))}
     except Exception as e:     # the benchmark reports why the baseline did not run
         return {"error": f"{type(e).__name__}: {e}"}
 
@@ -72,43 +98,60 @@ def main(argv=None) -> int:
     p.add_argument("--samplers", default="sage:15,10;ladies:512,512", help="';'-separated --sampler specs")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--bulks", default="1,8,32")
-    p.add_argument("--minibatches", type=int, default=64, help="minibatches timed per configuration (at most)")
+    p.add_argument("--minibatches", type=int, default=96, help="minibatches timed per configuration (at most)")
     p.add_argument("--budget-s", type=float, default=20.0, help="seconds per configuration (at least one call)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="results/bench_sampling.json")
     args = p.parse_args(argv)
     bulks = [int(b) for b in args.bulks.split(",")]
+    missing = neighbor_loader_missing()
+    if missing:
+        print(f"PyG NeighborLoader baseline skipped: {missing}", flush=True)
     rows = []
     for name in args.datasets.split(","):
         g = load_dataset(name, args.data_dir, seed=args.seed)
         norm = mean_norm(g.adj)
+        if args.batch_size > g.n:
+            raise SystemExit(f"--batch-size {args.batch_size} exceeds the {g.n} nodes of {name}")
+        seeds = seed_sets(g.n, args.batch_size, max(bulks) + args.minibatches, args.seed)
         for spec in args.samplers.split(";"):
             sampler = make_sampler(spec, norm)
-            for bulk in bulks:
-                r = spgnn_rate(sampler, g.n, args.batch_size, bulk, args.minibatches, args.budget_s, args.seed)
-                rows.append({"graph": name, "n": g.n, "nnz": g.nnz, "sampler": spec, "system": "spgnn", "bulk": bulk}
-                            | r)
-                print(f"{name:18} {spec:16} spgnn bulk {bulk:3d}: {r['per_s']:8.2f} minibatches/s", flush=True)
+            row = {"graph": name, "n": g.n, "nnz": g.nnz, "sampler": spec}
             if spec.startswith("sage:"):
-                r = pyg_rate(g, sampler.sizes, args.batch_size, args.minibatches, args.budget_s, args.seed)
-                rows.append({"graph": name, "n": g.n, "nnz": g.nnz, "sampler": spec, "system": "pyg NeighborLoader",
-                             "bulk": 1} | r)
-                print(f"{name:18} {spec:16} pyg NeighborLoader: {r.get('per_s', r.get('error'))}", flush=True)
-    print("\n| graph | sampler | system | bulk | minibatches/s | × bulk 1 |\n|---|---|---|---|---|---|")
+                r = {"skipped": missing} if missing else pyg_rate(g, sampler.sizes, seeds, args.minibatches,
+                                                                 args.budget_s)
+                rows.append(row | {"system": "pyg NeighborLoader", "bulk": 1} | r)
+                print(f"{name:18} {spec:16} pyg NeighborLoader: {rate_text(r)}", flush=True)
+            for bulk in bulks:
+                r = spgnn_rate(sampler, seeds, bulk, args.minibatches, args.budget_s)
+                rows.append(row | {"system": "spgnn", "bulk": bulk} | r)
+                print(f"{name:18} {spec:16} spgnn bulk {bulk:3d}: {rate_text(r)}", flush=True)
+    print(f"\nbatch size {args.batch_size}, one process\n")
+    print("| graph | sampler | system | bulk | minibatches/s | mean input nodes | × spgnn bulk 1 | × NeighborLoader |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        base = next((b["per_s"] for b in rows if b["graph"] == r["graph"] and b["sampler"] == r["sampler"]
-                     and b["system"] == "spgnn" and b["bulk"] == 1), None)
-        rate = f"{r['per_s']:.2f}" if "per_s" in r else "n/a (" + r["error"][:60] + ")"
-        ratio = f"{r['per_s'] / base:.2f}" if "per_s" in r and base else ""
-        print(f"| {r['graph']} | {r['sampler']} | {r['system']} | {r['bulk']} | {rate} | {ratio} |")
+        same = [b for b in rows if (b["graph"], b["sampler"]) == (r["graph"], r["sampler"]) and "per_s" in b]
+        base = next((b["per_s"] for b in same if b["system"] == "spgnn" and b["bulk"] == 1), None)
+        pyg = next((b["per_s"] for b in same if b["system"] != "spgnn"), None)
+        ratio = lambda ref, r=r: f"{r['per_s'] / ref:.2f}" if "per_s" in r and ref else ""      # noqa: E731
+        inputs = f"{r['mean_input_nodes']:.0f}" if "mean_input_nodes" in r else ""
+        print(f"| {r['graph']} | {r['sampler']} | {r['system']} | {r['bulk']} | {rate_text(r)} | {inputs} | "
+              f"{ratio(base)} | {ratio(pyg) if r['system'] == 'spgnn' else ''} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"argv": sys.argv, "rows": rows, "batch_size": args.batch_size,
+                               "neighbor_loader": missing or "ran",
                                "machine": {"python": platform.python_version(), "torch": torch.__version__,
                                            "numpy": np.__version__, "cpus": torch.get_num_threads()}}, indent=1))
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
+
+
+def rate_text(r: dict) -> str:
+    if "per_s" in r:
+        return f"{r['per_s']:.2f}"
+    return "skipped: " + r["skipped"] if "skipped" in r else "failed: " + r["error"][:80]
 
 
 def plot(rows, path: Path) -> None:
@@ -122,8 +165,13 @@ def plot(rows, path: Path) -> None:
     for graph, spec in keys:
         pts = [(r["bulk"], r["per_s"]) for r in rows if (r["graph"], r["sampler"]) == (graph, spec)
                and r["system"] == "spgnn"]
-        ax.plot(*zip(*pts), marker="o", label=f"{graph} {spec}")
+        line, = ax.plot(*zip(*pts), marker="o", label=f"{graph} {spec}")
+        pyg = [r["per_s"] for r in rows if (r["graph"], r["sampler"]) == (graph, spec)
+               and r["system"] != "spgnn" and "per_s" in r]
+        if pyg:
+            ax.axhline(pyg[0], color=line.get_color(), ls="--", lw=1, label=f"{graph} {spec} PyG NeighborLoader")
     ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
     ax.set_xlabel("bulk k (minibatches per sampling call)")
     ax.set_ylabel("minibatches / s")
     ax.legend(fontsize=7)
