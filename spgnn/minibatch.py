@@ -11,7 +11,7 @@ bulk call draws it does not change it. `batch_size` None is the default, min(102
 
 Layer l of the model runs on minibatch block B_l (|nodes[l+1]|×|nodes[l]|) through a `BlockSpMM`; the same
 GCN / GraphSAGE layers as full-batch training. Evaluation is full-graph, exact: the model on the whole
-normalised adjacency (`SerialSpMM`), on every rank (each holds the graph and the features for it, also when
+normalised adjacency (one `BlockSpMM` of n rows), on every rank (each holds the graph and the features for it, also when
 split: the split applies to training).
 
 Ledger phases: "sampling" (the SpGEMM sampling; split: with the bytes of the row fetches), "features" (the
@@ -27,10 +27,12 @@ import time
 from dataclasses import asdict, replace
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
 from . import graph as graphs
+from . import kernels
 from .comm import Comm, Group
 from .datasets import load_dataset
 from .errors import SpgnnError
@@ -42,14 +44,31 @@ from .sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
 from .trainer import TrainConfig, all_reduce_gradients, epoch_loop, row_normalize
 
 
+class _Product(torch.autograd.Function):
+    """Z = B·H with the hand-written backward ∂H = Bᵀ·G (B a `kernels.CSR`, its transpose cached)."""
+
+    @staticmethod
+    def forward(ctx, h, b):
+        ctx.b = b
+        return kernels.spmm(b, h.contiguous())
+
+    @staticmethod
+    def backward(ctx, g):
+        return kernels.spmm(ctx.b.T, g.contiguous()), None
+
+
 class BlockSpMM(SerialSpMM):
-    """Z = B·H for one layer's sampled block B (|out|×|in| scipy CSR); row-wise ops see this rank's minibatch."""
+    """Z = B·H for one process's m×k B (scipy CSR: a sampled block, or the whole normalised adjacency for
+    evaluation) with the project's CSR kernels, forward and Bᵀ backward; row-wise ops see this rank's rows."""
 
     name = "minibatch"
 
-    def __init__(self, block, comm: Comm, device="cpu"):
-        super().__init__(block)
-        self.a, self.comm = self.a.to(device), comm
+    def __init__(self, block, comm: Comm):
+        self.b, self.comm = kernels.CSR.from_scipy(sp.csr_matrix(block)), comm
+        self.n, self.rows = block.shape[0], slice(0, block.shape[0])
+
+    def spmm(self, h):
+        return _Product.apply(h, self.b)
 
     def rows_group(self) -> Group:
         return Group("self", (self.comm.rank,))
@@ -144,7 +163,7 @@ class MinibatchTrainer:
         x = self._timed("features", "gather", lambda: self.features(inputs))
         if mb is not None:
             y = self.y[torch.as_tensor(mb.seeds)]
-            algos = [BlockSpMM(b, self.comm, self.cfg.device) for b in mb.blocks]
+            algos = [BlockSpMM(b, self.comm) for b in mb.blocks]
             ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
             with self.comm.phase("forward"):
                 logits = self.model(algos, x, ids, self.steps_done)
@@ -181,8 +200,7 @@ class MinibatchTrainer:
         """Full-graph logits (no dropout): the model on the whole normalised adjacency."""
         self.model.eval()
         if self.full is None:
-            self.full = SerialSpMM(self.adj)
-            self.full.a, self.full.comm = self.full.a.to(self.cfg.device), self.comm
+            self.full = BlockSpMM(self.adj, self.comm)
         with self.comm.phase("eval"):
             return self.model(self.full, self.x, torch.arange(self.graph.n))
 

@@ -325,3 +325,16 @@ def test_split_graph_sampling_and_features(P):
                 np.testing.assert_array_equal(f, x[w].numpy())
         expected_bytes = sum(fetch_bytes([wants(r)[k] for r in range(P)], g.n, c, 4 * x.shape[1]) for k in (0, 1))
         assert [res[c][3] for res in results] == expected_bytes.tolist(), f"P={P} c={c}"
+
+
+def test_block_product_and_its_gradient():
+    """BlockSpMM: Z = B·H and ∂H = Bᵀ·G equal the dense products (B rectangular, as a sampled block is)."""
+    from spgnn.minibatch import BlockSpMM
+
+    b = sp.random(7, 11, 0.3, format="csr", random_state=1, dtype=np.float32)
+    h = torch.randn(11, 5, requires_grad=True)
+    g = torch.randn(7, 5)
+    BlockSpMM(b, Comm(0, 1)).spmm(h).backward(g)
+    dense = torch.as_tensor(b.toarray())
+    np.testing.assert_allclose(BlockSpMM(b, Comm(0, 1)).spmm(h).detach(), (dense @ h).detach(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(h.grad, dense.T @ g, rtol=1e-5, atol=1e-6)
