@@ -35,9 +35,12 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: 1d "
       "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches, 1.5d "
-      "replicates block rows c times to cut the broadcast volume by c, sar aggregates shard by shard in a "
-      "ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto picks the algorithm "
-      "and grid with the lowest predicted communication time (see spgnn cost)")
+      "replicates block rows c times to cut the broadcast volume by c, 2d and 3d split H by rows and feature "
+      "columns and broadcast blocks of A and H (SUMMA; 3d sums over fibers by reduce-scatter), sar aggregates "
+      "shard by shard in a ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto "
+      "picks the algorithm and grid with the lowest predicted communication time (see spgnn cost)")
+    a("--grid", default=d.grid, help="2d: RxC, 3d: RxCxL, any shape whose product is the number of processes "
+      "(default: the most square or cubic one)")
     a("--replication", type=int, default=d.replication, help="1.5d: replication factor c, dividing the "
       "number of processes (0: the divisor nearest its square root); --sampler --split-graph: each of the "
       "P/c row blocks of the graph is held by c processes (0: 1)")
@@ -268,22 +271,22 @@ def cost_command(args, argv) -> int:
         graph = plan(cfg, 1).graph
         rows = []
         for P in Ps:
-            for algo, c in cost.candidates(P):
-                ledgers = cost.predict(replace(cfg, algo=algo, replication=c), graph, P, evals=0, setup=False)
-                moved = max(led.total("recv_bytes") for led in ledgers)
-                rows.append({"P": P, "algo": algo, "replication": max(c, 1), "recv_bytes_per_rank": moved,
+            for option in cost.candidates(P):
+                ledgers = cost.predict(replace(cfg, **option), graph, P, evals=0, setup=False)
+                rows.append({"P": P, **option, "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                              "seconds": max(cost.seconds(led, ab) for led in ledgers)})
     elif args.nodes and args.nnz:
-        widths = [args.features] + [args.hidden] * (args.layers - 1) + [args.classes]
-        n_params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:])) * (2 if args.model == "sage" else 1)
-        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, widths, n_params, ab)
+        widths = (args.features,) + (args.hidden,) * (args.layers - 1) + (args.classes,)
+        model = cost.ModelShape(widths, 2 if args.model == "sage" else 1)
+        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab)
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
     best = {P: min((r for r in rows if r["P"] == P), key=lambda r: r["seconds"]) for P in Ps}
-    print(f"{'P':>6} {'algo':>8} {'c':>3} {'MB in/rank/epoch':>17} {'comm s/epoch':>13}")
+    print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13}")
     for r in rows:
         mark = "  <- best" if best[r["P"]] is r else ""
-        print(f"{r['P']:>6} {r['algo']:>8} {r['replication']:>3} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
+        shape = r["grid"] or (str(r["replication"]) if r["replication"] else "")
+        print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['seconds']:>13.4f}{mark}")
     if args.output:
         Path(args.output).write_text(json.dumps({"rows": rows, "argv": argv}, indent=1))

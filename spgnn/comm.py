@@ -220,20 +220,28 @@ class Comm:
         self._record("all_reduce", group, b, b, 2 * (g - 1), t0)
         return t
 
-    def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None) -> torch.Tensor:
-        """Sum over `group` of `inp` (g equal chunks along dim 0); member j returns chunk j of the sum."""
+    def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None, rows=None) -> torch.Tensor:
+        """Sum over `group` of `inp`, split along dim 0 into chunks of `rows[j]` rows (default: g equal
+        chunks); member j returns chunk j of the sum. Unequal chunks go by one all-to-all and a local sum."""
         group = group or self.world
-        g = group.size
-        if inp.shape[0] % g:
-            raise ValueError(f"reduce_scatter needs dim 0 ({inp.shape[0]}) divisible by the group size {g}")
-        out = inp.new_empty((inp.shape[0] // g, *inp.shape[1:]))
+        g, me = group.size, group.ranks.index(self.rank)
+        if rows is None:
+            if inp.shape[0] % g:
+                raise ValueError(f"reduce_scatter needs dim 0 ({inp.shape[0]}) divisible by the group size {g}")
+            rows = [inp.shape[0] // g] * g
+        rows = [int(r) for r in rows]
+        if sum(rows) != inp.shape[0]:
+            raise ValueError(f"reduce_scatter: chunks of {rows} rows do not cover dim 0 ({inp.shape[0]})")
         t0 = time.perf_counter()
-        if g > 1:
+        if g == 1:
+            out = inp.clone()
+        elif len(set(rows)) == 1:
+            out = inp.new_empty((rows[me], *inp.shape[1:]))
             self.transport.reduce_scatter(out, inp.contiguous(), group)
         else:
-            out.copy_(inp)
-        b = out.numel() * out.element_size()
-        self._record("reduce_scatter", group, b * (g - 1), b * (g - 1), g - 1, t0)
+            out = self._exchange(inp, rows, [rows[me]] * g, group).view(g, rows[me], *inp.shape[1:]).sum(0)
+        rb = _row_bytes(inp)
+        self._record("reduce_scatter", group, (sum(rows) - rows[me]) * rb, (g - 1) * rows[me] * rb, g - 1, t0)
         return out
 
     def all_gather_object(self, obj, group: Group | None = None) -> list:

@@ -26,7 +26,7 @@ from . import graph as graphs
 from . import spmm
 from .comm import Ledger, ring_words
 from .errors import SpgnnError
-from .layers import GNN, LAYERS, spmm_width
+from .layers import LAYERS, spmm_width
 
 MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
 
@@ -38,13 +38,15 @@ DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (1e-4, 1 / 
 
 @dataclass
 class BlockStats:
-    """Block statistics of the (renumbered) n×n A under a partition: `sizes[p]` rows in part p, and
-    `halo[i, j]` = |R_ij|, the distinct rows of part j that block row i touches (zero diagonal)."""
+    """Block statistics of the (renumbered) n×n A under a partition: `sizes[p]` rows in part p,
+    `halo[i, j]` = |R_ij|, the distinct rows of part j that block row i touches (zero diagonal), and
+    `block_nnz[i, j]`, the nonzeros of block (i, j)."""
 
     sizes: np.ndarray
     adj: object = None
     parts: np.ndarray | None = None
     expected_halo: np.ndarray | None = None
+    nnz: float = 0.0
 
     @classmethod
     def of(cls, adj, partition) -> BlockStats:
@@ -58,7 +60,16 @@ class BlockStats:
         sizes = np.full(P, n / P)
         halo = np.outer(np.ones(P), sizes) * -math.expm1(-nnz / (P * n))
         np.fill_diagonal(halo, 0)
-        return cls(sizes, expected_halo=halo)
+        return cls(sizes, expected_halo=halo, nnz=nnz)
+
+    @cached_property
+    def block_nnz(self) -> np.ndarray:
+        """nnz[a, b]: nonzeros of A in rows of part a and columns of part b."""
+        k = len(self.sizes)
+        if self.parts is None:
+            return np.full((k, k), self.nnz / k**2)
+        coo = self.adj.tocoo()
+        return np.bincount(self.parts[coo.row] * k + self.parts[coo.col], minlength=k * k).reshape(k, k)
 
     @cached_property
     def halo(self) -> np.ndarray:
@@ -69,60 +80,82 @@ class BlockStats:
         return halo_rows(self.adj, self.parts, len(self.sizes))
 
 
-def spmm_widths(widths) -> list[int]:
-    """Columns of each layer's sparse product, for layer widths [f_0, f_1, …, f_L]."""
-    return [spmm_width(a, b) for a, b in zip(widths[:-1], widths[1:])]
+@dataclass(frozen=True)
+class ModelShape:
+    """What the cost model needs to know of a GCN or GraphSAGE model: layer widths [f_0, f_1, …, f_L] and
+    the dense products H·W each layer makes (GCN 1, GraphSAGE 2: neighbours and root)."""
+
+    widths: tuple
+    linears: int = 1
+
+    @classmethod
+    def of(cls, cfg, graph) -> ModelShape:
+        """The model `cfg` describes on `graph`."""
+        widths = (graph.num_features,) + (cfg.hidden,) * (cfg.layers - 1) + (graph.num_classes,)
+        return cls(widths, 2 if cfg.model == "sage" else 1)
+
+    @property
+    def spmm_widths(self) -> list[int]:
+        """Columns of each layer's sparse product."""
+        return [spmm_width(a, b) for a, b in zip(self.widths[:-1], self.widths[1:])]
+
+    @property
+    def input_backward(self) -> bool:
+        """Whether layer 0's sparse product has a backward: only when it multiplies by W first (Â·(X·W));
+        Â·X needs no gradient, the features X being data."""
+        return spmm_width(*self.widths[:2]) < self.widths[0]
+
+    @property
+    def n_params(self) -> int:
+        """float32 parameters: W (f_in×f_out, `linears` of them) and b (f_out) a layer."""
+        return sum(self.linears * a * b + b for a, b in zip(self.widths[:-1], self.widths[1:]))
 
 
-def input_has_backward(layer_widths) -> bool:
-    """Whether layer 0's sparse product has a backward: only when it multiplies by W first (Â·(X·W)); Â·X
-    needs no gradient, the features X being data."""
-    return spmm_width(layer_widths[0], layer_widths[1]) < layer_widths[0]
-
-
-def epoch_ledger(cls, stats, shape, rank, widths, n_params, epochs=1, evals=1, setup=True,
-                 input_backward=True) -> Ledger:
+def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, setup=True) -> Ledger:
     """The ledger `rank` records for the algorithm's setup, `epochs` training steps and `evals`
-    evaluations of a model with SpMM widths `widths` and `n_params` float32 parameters
-    (`input_backward`: whether layer 0's product has a backward, `input_has_backward`)."""
+    evaluations of `model`, keyed like `Comm`'s: per layer its SpMM and dense products forward and
+    backward, then the log-softmax, the gradient all-reduce and the loss sum; an evaluation is the
+    forward, the argmax and the accuracy sums."""
     ledger = Ledger()
-    cost = {w: cls.spmm_cost(stats, shape, rank, w) for w in set(widths)}
+    widths, classes = model.spmm_widths, model.widths[-1]
+    spmm_cost = {w: cls.spmm_cost(stats, shape, rank, w) for w in set(widths)}
+    linear = [cls.dense_cost(stats, shape, rank, "linear", a, b) for a, b in zip(model.widths[:-1], model.widths[1:])]
+    softmax = cls.dense_cost(stats, shape, rank, "log_softmax", classes)
+    argmax = cls.dense_cost(stats, shape, rank, "argmax", classes)
 
-    def record(phase, layer, calls):
-        for op, group, sent, recv, messages in calls:
+    def record(phase, layer, calls, times=1):
+        for op, group, sent, recv, messages in calls * times:
             ledger.record((phase, layer, op, group), sent, recv, messages, 0.0)
 
-    def all_sum(phase, words):   # Comm.all_sum: one float64 all-reduce over the rows group
-        g, me = cls.member(shape, cls.rows_group_name, rank)
-        b = ring_words(words, g, me) * 8
+    g, me = cls.member(shape, cls.rows_group_name, rank)
+
+    def all_reduce(phase, words, itemsize):
+        b = ring_words(words, g, me) * itemsize
         record(phase, None, [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))])
 
+    def forward(phase):
+        for layer, w in enumerate(widths):
+            record(phase, layer, spmm_cost[w]["forward"])
+            record(phase, layer, linear[layer]["forward"], model.linears)
+
     if setup and widths:
-        record("setup", None, cost[widths[0]]["setup"])
+        record("setup", None, spmm_cost[widths[0]]["setup"])
     for _ in range(epochs):
+        forward("forward")
+        record("forward", None, softmax["forward"])
+        record("backward", None, softmax["backward"])
         for layer, w in enumerate(widths):
-            record("forward", layer, cost[w]["forward"])
-        for layer, w in reversed(list(enumerate(widths))):
-            if layer or input_backward:
-                record("backward", layer, cost[w]["backward"])
-        g, me = cls.member(shape, cls.rows_group_name, rank)       # the gradient group
-        if g > 1:
-            b = ring_words(n_params, g, me) * 4
-            record("optimizer", None, [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))])
-        all_sum("optimizer", 1)
+            if layer or model.input_backward:
+                record("backward", layer, spmm_cost[w]["backward"])
+            record("backward", layer, linear[layer]["backward"], model.linears)
+        if g > 1:                                       # all_reduce_gradients skips a group of one
+            all_reduce("optimizer", model.n_params, 4)
+        all_reduce("optimizer", 1, 8)                   # the loss sum (Comm.all_sum: float64)
     for _ in range(evals):
-        for layer, w in enumerate(widths):
-            record("eval", layer, cost[w]["forward"])
-        all_sum("eval", 3)
+        forward("eval")
+        record("eval", None, argmax["forward"])
+        all_reduce("eval", 3, 8)                        # correct counts: train, validation, test
     return ledger
-
-
-def model_shape(cfg, graph) -> tuple[list[int], int, bool]:
-    """(SpMM widths per layer, number of parameters, whether layer 0's product has a backward) of the
-    model `cfg` describes on `graph`."""
-    net = GNN(cfg.model, graph.num_features, cfg.hidden, graph.num_classes, cfg.layers, cfg.dropout, cfg.seed)
-    widths = [graph.num_features] + [cfg.hidden] * (cfg.layers - 1) + [graph.num_classes]
-    return spmm_widths(widths), sum(p.numel() for p in net.parameters()), input_has_backward(widths)
 
 
 def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = True) -> list[Ledger]:
@@ -136,9 +169,7 @@ def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = T
         raise SpgnnError(f"the cost model covers --model {' or '.join(MODELLED)}, not {cfg.model}")
     adj = graphs.NORMALIZATIONS[LAYERS[cfg.model].adjacency](g.adj)
     stats = BlockStats.of(partition.renumber(adj), partition)
-    widths, n_params, input_backward = model_shape(cfg, g)
-    return [epoch_ledger(cls, stats, shape, r, widths, n_params, epochs, evals, setup, input_backward)
-            for r in range(P)]
+    return [epoch_ledger(cls, stats, shape, r, ModelShape.of(cfg, g), epochs, evals, setup) for r in range(P)]
 
 
 def charged_bytes(op: str, sent: int, recv: int) -> int:
@@ -161,44 +192,57 @@ def load_calibration(path) -> dict:
     return {op: (v["alpha_s"], v["beta_s_per_byte"]) for op, v in data["collectives"].items()}
 
 
-def candidates(P: int) -> list[tuple[str, int]]:
-    """(algorithm, replication) pairs `--algo auto` compares for P processes: every algorithm with a
-    cost model, 1.5D with each replication c > 1 dividing P with c² ≤ P (beyond that a replica has less
-    than one broadcast stage and holds more than n/√P rows of A: CAGNET's range)."""
-    modelled = [name for name, cls in spmm.ALGORITHMS.items() if cls.has_cost_model()]
-    return [(name, 0) for name in modelled if name != "1.5d"] + \
-        [("1.5d", c) for c in range(2, math.isqrt(P) + 1) if P % c == 0 and "1.5d" in modelled]
+def candidates(P: int) -> list[dict]:
+    """The options ({"algo", "replication", "grid"}) `--algo auto` compares for P processes: every
+    algorithm with a cost model; 1.5D with each replication c > 1 dividing P with c² ≤ P (beyond that a
+    replica has less than one broadcast stage: CAGNET's range); 2D on every R×C with R ≥ C ≥ 2; 3D on
+    every R×C×L with R ≥ C ≥ 2 and L ≥ 2 (C = 1 or L = 1 being 1D within fibers and 2D)."""
+    def divisors(m):
+        return [d for d in range(1, m + 1) if m % d == 0]
+
+    grids = {"2d": [(P // c, c) for c in divisors(P) if 2 <= c <= P // c],
+             "3d": [(P // (c * layers), c, layers) for layers in divisors(P) if layers >= 2
+                    for c in divisors(P // layers) if 2 <= c <= P // (c * layers)],
+             "1.5d": [c for c in range(2, math.isqrt(P) + 1) if P % c == 0]}
+    out = []
+    for name, cls in spmm.ALGORITHMS.items():
+        if not cls.has_cost_model():
+            continue
+        if name == "1.5d":
+            out += [{"algo": name, "replication": c, "grid": None} for c in grids[name]]
+        elif name in grids:
+            out += [{"algo": name, "replication": 0, "grid": "x".join(map(str, g))} for g in grids[name]]
+        else:
+            out.append({"algo": name, "replication": 0, "grid": None})
+    return out
 
 
 def choose(cfg, graph, P: int, alpha_beta=None) -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
     rank), and the table of what was compared."""
     table = []
-    for algo, c in candidates(P):
-        trial = replace(cfg, algo=algo, replication=c)
-        ledgers = predict(trial, graph, P, setup=False)
-        t = max(seconds(led, alpha_beta) for led in ledgers)
-        table.append({"algo": algo, "replication": c, "seconds": t,
-                      "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
-    best = min(table, key=lambda row: (row["seconds"], row["algo"], row["replication"]))
-    return replace(cfg, algo=best["algo"], replication=best["replication"]), table
+    for option in candidates(P):
+        ledgers = predict(replace(cfg, **option), graph, P, setup=False)
+        table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
+                               "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
+    best = min(table, key=lambda row: (row["seconds"], row["algo"], row["replication"], str(row["grid"])))
+    return replace(cfg, algo=best["algo"], replication=best["replication"], grid=best["grid"]), table
 
 
-def plan_table(n: int, nnz: int, Ps, layer_widths, n_params: int, alpha_beta=None, ranks: int = 8) -> list[dict]:
+def plan_table(n: int, nnz: int, Ps, model: ModelShape, alpha_beta=None, ranks: int = 8) -> list[dict]:
     """Predicted per-epoch communication (one training step) of every modelled algorithm and grid for a
     graph known by n and nnz (`BlockStats.expected`), at each P in `Ps`: the largest over the first
-    `ranks` ranks of bytes received and of seconds, for layer widths [f_0, …, f_L]. Parts are equal, so
-    those ranks stand for all."""
-    widths, input_backward = spmm_widths(layer_widths), input_has_backward(layer_widths)
+    `ranks` ranks of bytes received and of seconds. Parts are equal, so those ranks stand for all
+    (in 2D/3D up to the one column more that the first f mod C column blocks hold)."""
     rows = []
     for P in Ps:
-        for algo, c in candidates(P):
-            cls = spmm.get(algo)
-            shape = cls.grid_shape(P, c)
-            stats = BlockStats.expected(n, nnz, shape[0])
-            ledgers = [epoch_ledger(cls, stats, shape, r, widths, n_params, evals=0, setup=False,
-                                    input_backward=input_backward) for r in range(min(P, ranks))]
-            rows.append({"P": P, "algo": algo, "replication": shape[1] if len(shape) > 1 else 1,
+        for option in candidates(P):
+            cls = spmm.get(option["algo"])
+            grid = tuple(map(int, option["grid"].split("x"))) if option["grid"] else None
+            shape = cls.grid_shape(P, option["replication"], grid)
+            stats = BlockStats.expected(n, nnz, cls.num_parts(shape))
+            ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(P, ranks))]
+            rows.append({"P": P, **option, "shape": "x".join(map(str, shape)),
                          "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                          "seconds": max(seconds(led, alpha_beta) for led in ledgers)})
     return rows

@@ -317,13 +317,13 @@ def _fmix(z):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _dropout_kernel(nodes, key, threshold, scale, out):
-    """out[i, j] = scale if fmix(s_i + (j+1)·φ) >> 11 ≥ threshold else 0, with s_i = fmix(key + node_i·φ)."""
+def _dropout_kernel(nodes, key, threshold, scale, first, out):
+    """out[i, j] = scale if fmix(s_i + (first+j+1)·φ) >> 11 ≥ threshold else 0, s_i = fmix(key + node_i·φ)."""
     m, c = out.shape
     for i in prange(m):
         s = _fmix(key + nodes[i] * _U_GOLDEN)
         for j in range(c):
-            out[i, j] = scale if _fmix(s + np.uint64(j + 1) * _U_GOLDEN) >> _U11 >= threshold else 0
+            out[i, j] = scale if _fmix(s + np.uint64(first + j + 1) * _U_GOLDEN) >> _U11 >= threshold else 0
 
 
 def _signed(x: int) -> int:
@@ -344,12 +344,13 @@ def _fmix_torch(z: torch.Tensor) -> torch.Tensor:
     return z ^ _srl(z, 31)
 
 
-def dropout_mask(node_ids, num_cols: int, p: float, key: int) -> torch.Tensor:
-    """The m×num_cols float32 dropout mask (0 or 1/(1-p)) for the rows of global nodes ``node_ids``.
+def dropout_mask(node_ids, num_cols: int, p: float, key: int, first_col: int = 0) -> torch.Tensor:
+    """The m×num_cols float32 dropout mask (0 or 1/(1-p)) for the rows of global nodes ``node_ids`` and
+    the columns first_col … first_col + num_cols − 1.
 
-    Entry (i, j) depends only on (key, node_ids[i], j) through a counter-based hash (splitmix64), so a
-    node's mask is the same whichever subset or order of nodes is generated; P(entry = 0) = p. The
-    result lies on node_ids' device (CPU for numpy input).
+    Entry (i, j) depends only on (key, node_ids[i], column) through a counter-based hash (splitmix64), so a
+    node's mask is the same whichever subset or order of nodes, or block of columns, is generated;
+    P(entry = 0) = p. The result lies on node_ids' device (CPU for numpy input).
     """
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
@@ -363,10 +364,10 @@ def dropout_mask(node_ids, num_cols: int, p: float, key: int) -> torch.Tensor:
     if device.type == "cpu" and get_backend() == "numba":
         nodes = np.ascontiguousarray(node_ids, dtype=np.int64)
         out = np.empty((m, c), dtype=np.float32)
-        _dropout_kernel(nodes.view(np.uint64), np.uint64(key), np.uint64(threshold), scale, out)
+        _dropout_kernel(nodes.view(np.uint64), np.uint64(key), np.uint64(threshold), scale, np.uint64(first_col), out)
         return torch.from_numpy(out)
     nodes = torch.as_tensor(node_ids, dtype=torch.int64, device=device)
     s = _fmix_torch(nodes * _signed(_GOLDEN) + _signed(key))
-    cols = torch.arange(1, c + 1, dtype=torch.int64, device=device) * _signed(_GOLDEN)
+    cols = torch.arange(first_col + 1, first_col + c + 1, dtype=torch.int64, device=device) * _signed(_GOLDEN)
     keep = _srl(_fmix_torch(s[:, None] + cols[None, :]), 11) >= threshold
     return keep.to(torch.float32) * float(scale)

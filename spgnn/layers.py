@@ -35,7 +35,7 @@ def _aggregate_then_transform(algo, h, w, b=None):
     """Â·H·W (+ b), multiplying in the order that keeps the sparse product narrow (`spmm_width`)."""
     if spmm_width(*w.shape) < w.shape[0]:
         z = algo.spmm(algo.linear(h, w))
-        return z if b is None else z + b
+        return z if b is None else z + algo.cols(b)
     return algo.linear(algo.spmm(h), w, b)
 
 
@@ -118,6 +118,7 @@ class GNN(nn.Module):
             widths = [f_in] + [hidden] * (layers - 1) + [classes]
             self.convs = nn.ModuleList(cls(a, b) for a, b in zip(widths[:-1], widths[1:]))
         self.norms = nn.ModuleList(BatchNorm(w) for w in widths[1:layers]) if batch_norm else None
+        self.in_widths = widths[:layers]
         self.adjacency, self.activation = cls.adjacency, getattr(cls, "activation", torch.relu)
         self.dropout, self.seed = dropout, seed
 
@@ -129,8 +130,9 @@ class GNN(nn.Module):
         for i, conv in enumerate(self.convs):
             algo, node_ids = algos[i], ids[i]
             if self.training and self.dropout > 0:
-                key = kernels.mix_key(self.seed, epoch, i)
-                h = h * kernels.dropout_mask(node_ids, h.shape[1], self.dropout, key).to(h.device, h.dtype)
+                key, cols = kernels.mix_key(self.seed, epoch, i), algo.columns(self.in_widths[i])
+                mask = kernels.dropout_mask(node_ids, cols.stop - cols.start, self.dropout, key, cols.start)
+                h = h * mask.to(h.device, h.dtype)
             with algo.comm.phase(algo.comm.phase_name, layer=i):
                 h = conv(algo, h, kernels.mix_key(self.seed, epoch, i, 1)) if isinstance(conv, GATConv) \
                     else conv(algo, h)

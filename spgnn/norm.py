@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .autograd_comm import all_reduce
+
 
 class BatchNorm(nn.Module):
     """Batch normalization of an n×f layer output with global statistics (as torch.nn.BatchNorm1d)."""
@@ -29,24 +31,10 @@ class BatchNorm(nn.Module):
             return (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps) * self.weight + self.bias
         group = algo.rows_group()
         (n,) = algo.comm.all_sum([x.shape[0]], group)
-        mean = _AllReduceSum.apply(x.sum(0), algo.comm, group) / n
+        mean = all_reduce(x.sum(0), algo.comm, group) / n
         xc = x - mean
-        var = _AllReduceSum.apply((xc * xc).sum(0), algo.comm, group) / n
+        var = all_reduce((xc * xc).sum(0), algo.comm, group) / n
         with torch.no_grad():
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var * n / max(n - 1, 1), self.momentum)
         return xc * torch.rsqrt(var + self.eps) * self.weight + self.bias
-
-
-class _AllReduceSum(torch.autograd.Function):
-    """S = Σ_ranks s_r; every rank's loss depends on S, so dL/ds_r = Σ_ranks dL_q/dS (an all-reduce)."""
-
-    @staticmethod
-    def forward(ctx, s, comm, group):
-        ctx.comm, ctx.group, ctx.layer = comm, group, comm.layer
-        return comm.all_reduce(s.clone(), group)
-
-    @staticmethod
-    def backward(ctx, g):
-        with ctx.comm.phase("backward", ctx.layer):
-            return ctx.comm.all_reduce(g.clone(), ctx.group), None, None

@@ -8,9 +8,10 @@ import torch
 
 from . import attention
 from .comm import Comm
+from .spmm.base import RowLayout
 
 
-class SerialSpMM:
+class SerialSpMM(RowLayout):
     """Z = A·H on one process for the whole n×n A (scipy CSR), via ``torch.sparse.mm``."""
 
     name = "serial"

@@ -25,6 +25,7 @@ from .layers import GNN, LAYERS
 from .memory import SavedTensorMeter, peak_rss_bytes
 from .partition import make_partition
 from .partition_metrics import partition_metrics
+from .spmm.summa import parse_grid
 
 
 @dataclass
@@ -44,6 +45,7 @@ class TrainConfig:
     epochs: int = 200
     seed: int = 0
     replication: int = 0
+    grid: str | None = None
     heads: int = 8
     out_heads: int = 1
     batch_norm: bool = False
@@ -83,6 +85,11 @@ class TrainConfig:
                 raise SpgnnError(message)
         if self.algo != "auto":
             spmm.get(self.algo)
+        if self.grid is not None:
+            parse_grid(self.grid)
+        if self.batch_norm and self.algo in ("2d", "3d"):
+            raise SpgnnError(f"--batch-norm needs whole rows, which --algo {self.algo} splits by columns: "
+                             "use another --algo")
         if self.model == "gat" and self.algo not in spmm.attention_algorithms():
             raise SpgnnError(f"--model gat needs attention, which --algo {self.algo} does not support: use "
                              f"--algo {' or '.join(spmm.attention_algorithms())}")
@@ -115,8 +122,12 @@ def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
     compared = None
     if cfg.algo == "auto":
         cfg, compared = cost.choose(cfg, g, P, cost.load_calibration(cfg.calibration) if cfg.calibration else None)
-    shape = spmm.get(cfg.algo).grid_shape(P, cfg.replication)
-    partition = make_partition(cfg.partition if parts is None else parts, g.adj, shape[0], cfg.seed)
+    cls = spmm.get(cfg.algo)
+    shape = cls.grid_shape(P, cfg.replication, parse_grid(cfg.grid) if cfg.grid else None)
+    if cls.num_parts(shape) > g.n:
+        raise SpgnnError(f"--algo {cfg.algo} on grid {'x'.join(map(str, shape))} splits the graph into "
+                         f"{cls.num_parts(shape)} row blocks but it has only {g.n} nodes: use fewer processes")
+    partition = make_partition(cfg.partition if parts is None else parts, g.adj, cls.num_parts(shape), cfg.seed)
     return Plan(g, cfg, partition, shape, compared)
 
 
@@ -152,10 +163,10 @@ class Trainer:
         self.stats = None       # block statistics for the cost model's prediction, made on rank 0
         if comm.rank == 0 and cfg.model in cost.MODELLED and algo_cls.has_cost_model():
             self.stats = cost.BlockStats.of(adj, self.partition)
-            _ = self.stats.halo         # computed now, so that the global adjacency can be freed
+            _ = self.stats.halo, self.stats.block_nnz       # computed now, so that the adjacency can be freed
             self.stats.adj = None
         x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
-        self.x, self.y = self.local(x), self.local(g.y)
+        self.x, self.y = self.local(x)[:, self.algo.columns(g.num_features)].contiguous(), self.local(g.y)
         self.node_ids = torch.as_tensor(self.algo.local_rows(self.partition.perm))
         self.masks = {k: self.local(getattr(g, f"{k}_mask")) for k in ("train", "val", "test")}
         self.counts = {k: int(getattr(g, f"{k}_mask").sum()) for k in self.masks}
@@ -174,10 +185,11 @@ class Trainer:
         Returns (this rank's training-loss sum as a tensor, its logits)."""
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
-        m = self.masks["train"]
+        m = self.masks["train"] & self.algo.label_rows(self.y, self.graph.num_classes)
+        first = self.algo.columns(self.graph.num_classes).start
         with self.comm.phase("forward"), self.meter.hooks():
             logits = self.logits(epoch)
-            loss_sum = F.nll_loss(self.algo.log_softmax(logits)[m], self.y[m], reduction="sum")
+            loss_sum = F.nll_loss(self.algo.log_softmax(logits)[m], self.y[m] - first, reduction="sum")
         (loss_sum / self.counts["train"]).backward()
         with self.comm.phase("optimizer"):
             self.sync_gradients()
@@ -200,8 +212,9 @@ class Trainer:
         """Global accuracy on the train, validation and test nodes (no dropout)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            pred = self.logits().argmax(dim=1)
-            correct = [float((pred[m] == self.y[m]).sum()) for m in self.masks.values()]
+            pred = self.algo.argmax(self.logits(), self.graph.num_classes)
+            mine = self.algo.label_rows(self.y, self.graph.num_classes)
+            correct = [float((pred[m & mine] == self.y[m & mine]).sum()) for m in self.masks.values()]
             totals = self.comm.all_sum(correct, self.algo.rows_group())
         return {f"{k}_acc": c / max(self.counts[k], 1) for k, c in zip(self.masks, totals)}
 
@@ -210,11 +223,11 @@ class Trainer:
         """Logits of every node (no dropout), rows in original node ids, on every rank."""
         self.model.eval()
         with self.comm.phase("eval"):
-            mine = (self.node_ids.numpy(), self.logits().cpu().numpy())
-            everyone = self.comm.all_gather_object(mine)
-        out = np.empty((self.graph.n, everyone[0][1].shape[1]), np.float32)
-        for ids, rows in everyone:
-            out[ids] = rows
+            cols = self.algo.columns(self.graph.num_classes)
+            everyone = self.comm.all_gather_object((self.node_ids.numpy(), cols, self.logits().cpu().numpy()))
+        out = np.empty((self.graph.n, self.graph.num_classes), np.float32)
+        for ids, cols, block in everyone:
+            out[ids, cols] = block
         return out
 
     def run(self, log=print) -> dict:
@@ -260,9 +273,9 @@ class Trainer:
         if self.stats is None:
             return None
         ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None
-        widths, n_params, input_backward = cost.model_shape(self.cfg, self.graph)
-        ledgers = [cost.epoch_ledger(type(self.algo), self.stats, self.grid.shape, r, widths, n_params, epochs,
-                                     evals, input_backward=input_backward) for r in range(self.comm.world_size)]
+        model = cost.ModelShape.of(self.cfg, self.graph)
+        ledgers = [cost.epoch_ledger(type(self.algo), self.stats, self.grid.shape, r, model, epochs, evals)
+                   for r in range(self.comm.world_size)]
         return {"alpha_beta": self.cfg.calibration or "default: gloo on 2 cores (DESIGN.md section 4)",
                 "auto_compared": self.plan.compared,
                 "per_rank": [{"rank": r, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),

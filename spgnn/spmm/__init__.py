@@ -5,8 +5,9 @@ from .base import DistSpMM
 from .oned import OneDHalo
 from .onefive import OneD, OneFiveD
 from .sar import SAR
+from .summa import SUMMA, SUMMA2D
 
-ALGORITHMS = {cls.name: cls for cls in (OneD, OneDHalo, OneFiveD, SAR)}
+ALGORITHMS = {cls.name: cls for cls in (OneD, OneDHalo, OneFiveD, SUMMA2D, SUMMA, SAR)}
 
 
 def get(name: str) -> type[DistSpMM]:

@@ -19,7 +19,28 @@ from ..grid import ProcessGrid
 from ..partition import Partition
 
 
-class DistSpMM:
+class RowLayout:
+    """The layout hooks of a rank holding whole rows of H (every column): the defaults of every algorithm
+    but 2D/3D, which split the columns too (`spgnn.spmm.summa`)."""
+
+    def columns(self, f: int) -> slice:
+        """The columns of an n×f dense matrix that this rank holds."""
+        return slice(0, f)
+
+    def cols(self, t: torch.Tensor) -> torch.Tensor:
+        """This rank's columns of a per-column vector (a bias): t[..., columns(len)]."""
+        return t[..., self.columns(t.shape[-1])]
+
+    def label_rows(self, y: torch.Tensor, f: int) -> torch.Tensor:
+        """Which local rows' label (a column of f) this rank holds: the rows whose loss and accuracy it counts."""
+        return torch.ones_like(y, dtype=torch.bool)
+
+    def argmax(self, h: torch.Tensor, f: int) -> torch.Tensor:
+        """The (global) column of each local row's largest entry among f, the first on a tie."""
+        return h.argmax(dim=1)
+
+
+class DistSpMM(RowLayout):
     """Z = A·H over a process grid. Subclasses implement `_forward` and `_backward` (both on local
     blocks, without autograd) and may override the layout hooks."""
 
@@ -27,20 +48,31 @@ class DistSpMM:
     grid_names: tuple = ("part",)
 
     @classmethod
-    def grid_shape(cls, P: int, replication: int = 0) -> tuple:
-        """The grid shape this algorithm runs on for P processes; shape[0] is the number of vertex
-        parts (block rows). `replication` 0 means the algorithm's default. Raises SpgnnError for
-        options it cannot honour."""
+    def grid_shape(cls, P: int, replication: int = 0, grid: tuple | None = None) -> tuple:
+        """The grid shape this algorithm runs on for P processes. `replication` 0 and `grid` None mean
+        the algorithm's default. Raises SpgnnError for options it cannot honour."""
         if replication not in (0, 1):
             raise SpgnnError(f"--replication {replication} applies to --algo 1.5d only")
+        if grid is not None:
+            raise SpgnnError(f"--grid applies to --algo 2d and 3d, not {cls.name}")
         return (P,)
+
+    @classmethod
+    def num_parts(cls, shape: tuple) -> int:
+        """How many vertex parts (row blocks of H) a grid of `shape` splits the graph into."""
+        return shape[0]
+
+    @classmethod
+    def part_of(cls, shape: tuple, coord: tuple) -> int:
+        """The vertex part whose rows the rank at `coord` holds."""
+        return coord[0]
 
     def __init__(self, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu"):
         """`adj`: the global n×n scipy CSR A, already renumbered by `partition`; this rank holds block
         row ``grid.coord[0]``."""
         self.comm, self.grid, self.partition, self.device = comm, grid, partition, device
         self.n = adj.shape[0]
-        self.part = grid.coord[0]
+        self.part = self.part_of(grid.shape, grid.coord)
         offsets = partition.offsets
         self.rows = slice(int(offsets[self.part]), int(offsets[self.part + 1]))
 
@@ -50,7 +82,8 @@ class DistSpMM:
         return x[self.rows]
 
     def rows_group(self) -> Group:
-        """A group whose members' rows cover every row exactly once (sums of per-row quantities)."""
+        """The group over which per-rank partial sums add up to global ones (the loss, the correct counts):
+        its members' rows cover every row exactly once, each row counted where `label_rows` says."""
         return self.grid.group(self.rows_group_name)
 
     def grad_group(self) -> Group:
@@ -66,6 +99,13 @@ class DistSpMM:
         {"setup" | "forward" | "backward": [(op, group name, sent bytes, received bytes, messages), …]},
         one tuple a collective call. `stats` gives the partition's block statistics (`spgnn.cost.BlockStats`)."""
         raise NotImplementedError(f"{cls.name} has no cost model")
+
+    @classmethod
+    def dense_cost(cls, stats, shape: tuple, rank: int, op: str, f_in: int, f_out: int = 0) -> dict:
+        """What `rank` moves for one dense operation of the layout, in `spmm_cost`'s form
+        ({"forward" | "backward": [...]}): op "linear" (H·W, W f_in×f_out), "log_softmax" and "argmax"
+        (row-wise over f_in columns). Row layouts move nothing."""
+        return {"forward": [], "backward": []}
 
     @classmethod
     def has_cost_model(cls) -> bool:

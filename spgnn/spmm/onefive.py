@@ -29,7 +29,8 @@ class OneFiveD(DistSpMM):
     grid_names = ("block", "replica")
 
     @classmethod
-    def grid_shape(cls, P: int, replication: int = 0) -> tuple:
+    def grid_shape(cls, P: int, replication: int = 0, grid=None) -> tuple:
+        DistSpMM.grid_shape.__func__(cls, P, 0, grid)      # rejects --grid
         c = replication or _default_replication(P)
         if c < 1 or P % c:
             raise SpgnnError(f"--replication {c} must divide the number of processes {P}")
@@ -81,8 +82,8 @@ class OneD(OneFiveD):
     name = "1d"
 
     @classmethod
-    def grid_shape(cls, P: int, replication: int = 0) -> tuple:
-        return DistSpMM.grid_shape(P, replication) + (1,)
+    def grid_shape(cls, P: int, replication: int = 0, grid=None) -> tuple:
+        return DistSpMM.grid_shape.__func__(cls, P, replication, grid) + (1,)
 
 
 def _default_replication(P: int) -> int:

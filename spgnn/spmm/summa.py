@@ -1,0 +1,274 @@
+"""CAGNET's 2D and 3D SpMM (SUMMA), with H split by feature columns as well as by rows.
+
+Grid R×C×L (2D is L = 1), rank (i, j, l). The vertices are split into R·L parts, part (i, l) = i·L + l;
+row block i of A is the union of parts (i, 0), …, (i, L−1). Rank (i, j, l) holds H[part (i, l), column
+block j] (f columns split C ways, the first f mod C blocks one wider; a block may be empty) and the
+blocks A[row block i, part (k, l)] for k ≡ j (mod C). Fiber l runs its own SUMMA over the inner parts
+(k, l), k = 0 … R−1:
+
+    A[i, (k,l)]   broadcast along the grid row (i, ·, l) from column k mod C  (one buffer: int32 indptr
+                  and indices, float32 values, their bits unchanged)
+    H[(k,l), j]   broadcast along the grid column (·, j, l) from row k
+    Z_l        += A[i, (k,l)]·H[(k,l), j]
+
+then Z[part (i,l), j] = the reduce-scatter of Z_l over the fiber (i, j, ·) (3D only; CAGNET all-reduced
+and sliced). The backward dH = Aᵀ·G runs the same schedule on the blocks of Aᵀ, stored the same way.
+
+Per SpMM of width f, rank (i, j, l) receives about nnz(row block i)/L·(C−1)/C nonzeros (12 bytes each,
+the int32 row pointers aside) and n/L·f/C·(R−1)/R words of H, then moves a reduce-scatter of
+n/R·f/C words over the fiber.
+
+The dense operations work on column blocks: H·W multiplies by W's rows of block j and reduce-scatters
+the n_p×f_out partial over the grid row (its backward all-gathers dY there); log-softmax all-gathers each
+block's row-wise log-sum-exp along the grid row; argmax all-gathers each block's (max, column). A row's
+loss and accuracy are counted by the rank holding its label's column, and parameter gradients are
+summed over all ranks. Grid dimensions are named by what varies along them: group "cols" is the grid
+row (i, ·, l), "rows" the grid column (·, j, l), "fiber" (i, j, ·).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .. import autograd_comm, kernels
+from ..errors import SpgnnError
+from ..graph import is_symmetric
+from .base import DistSpMM
+
+
+def column_sizes(f: int, C: int) -> list[int]:
+    """Widths of the C column blocks of f columns: the first f mod C one wider."""
+    return [f // C + (j < f % C) for j in range(C)]
+
+
+def column_slice(f: int, C: int, j: int) -> slice:
+    """Column block j of f columns split C ways."""
+    start = j * (f // C) + min(j, f % C)
+    return slice(start, start + column_sizes(f, C)[j])
+
+
+def parse_grid(text: str) -> tuple[int, ...]:
+    """"4x2" → (4, 2); raises SpgnnError for anything but positive integers joined by x."""
+    try:
+        shape = tuple(int(s) for s in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise SpgnnError(f"--grid must be positive integers joined by x (as 4x2 or 2x2x2), got {text!r}")
+    return shape
+
+
+def _pack(a: kernels.CSR) -> torch.Tensor:
+    """A block as one int32 buffer [indptr | indices | values' float32 bits]."""
+    if a.nnz >= 2**31:
+        raise SpgnnError(f"a block of A has {a.nnz} nonzeros, beyond int32 indices: use more grid rows")
+    return torch.from_numpy(np.concatenate([a.indptr.astype(np.int32), a.indices.astype(np.int32),
+                                            a.data.astype(np.float32).view(np.int32)]))
+
+
+def _unpack(buf: torch.Tensor, shape: tuple, nnz: int) -> kernels.CSR:
+    m, w = buf.numpy(), shape[0] + 1
+    return kernels.CSR(m[:w], m[w:w + nnz], m[w + nnz:].view(np.float32), shape, check=False)
+
+
+def _wire_bytes(rows: int, nnz: int) -> int:
+    return 4 * (rows + 1 + 2 * nnz)
+
+
+def _broadcast(group: str, b: int, g: int, root: bool) -> tuple:
+    return ("broadcast", group, b * (g - 1), 0, g - 1) if root else ("broadcast", group, 0, b, 0)
+
+
+class SUMMA(DistSpMM):
+    """3D SpMM on an R×C×L grid (``--grid RxCxL``); `SUMMA2D` is its L = 1 case."""
+
+    name = "3d"
+    grid_names = ("rows", "cols", "fiber")
+    rows_group_name = "world"
+    dims = 3
+
+    @classmethod
+    def grid_shape(cls, P, replication=0, grid=None):
+        if replication not in (0, 1):
+            raise SpgnnError(f"--replication {replication} applies to --algo 1.5d only (2d and 3d take --grid)")
+        if grid is None:
+            return cls.default_shape(P)
+        grid = tuple(int(g) for g in grid)
+        letters = "x".join("RCL"[:cls.dims])
+        if len(grid) != cls.dims:
+            raise SpgnnError(f"--algo {cls.name} takes --grid {letters}, got {'x'.join(map(str, grid))}")
+        if min(grid) < 1 or math.prod(grid) != P:
+            raise SpgnnError(f"--grid {'x'.join(map(str, grid))} has {math.prod(grid)} processes but the job has "
+                             f"{P}: choose {letters} with product {P}")
+        return grid + (1,) * (3 - cls.dims)
+
+    @classmethod
+    def default_shape(cls, P: int) -> tuple:
+        """The most cube-like R×C×L with product P, a deeper fiber and then more rows on a tie."""
+        shapes = [(r, c, P // (r * c)) for r in range(1, P + 1) if P % r == 0
+                  for c in range(1, P // r + 1) if (P // r) % c == 0]
+        return min(shapes, key=lambda s: (max(s) - min(s), -s[2], -s[0]))
+
+    @classmethod
+    def num_parts(cls, shape):
+        return shape[0] * shape[2]
+
+    @classmethod
+    def part_of(cls, shape, coord):
+        return coord[0] * shape[2] + coord[2]
+
+    def __init__(self, adj, partition, comm, grid, device="cpu"):
+        super().__init__(adj, partition, comm, grid, device)
+        R, C, L = grid.shape
+        self.i, self.j, self.l = grid.coord
+        self.grid_row, self.grid_col, self.fiber = grid.group("cols"), grid.group("rows"), grid.group("fiber")
+        self.sizes, offsets = partition.sizes(), partition.offsets
+        self.block = slice(int(offsets[self.i * L]), int(offsets[(self.i + 1) * L]))
+        self.inner = [slice(int(offsets[k * L + self.l]), int(offsets[k * L + self.l + 1])) for k in range(R)]
+        rows = adj[self.block]
+        self.fwd = self._blocks(rows)
+        self.bwd = self.fwd if is_symmetric(adj) else self._blocks(adj[:, self.block].T.tocsr())
+
+    def _blocks(self, rows) -> tuple[list, dict]:
+        """(nnz of M[:, part (k,l)] for every k, {k: (CSR, wire buffer)} for the blocks this rank holds)."""
+        C = self.grid.shape[1]
+        nnz = [int(np.diff(rows[:, s].indptr).sum()) for s in self.inner] if C > 1 else None
+        mine = {}
+        for k, s in enumerate(self.inner):
+            if k % C == self.j:
+                a = kernels.CSR.from_scipy(rows[:, s])
+                mine[k] = (a, _pack(a) if C > 1 else None)
+        return nnz, mine
+
+    def _block(self, blocks, k: int) -> kernels.CSR:
+        """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder."""
+        nnz, mine = blocks
+        C = self.grid.shape[1]
+        if C == 1:
+            return mine[k][0]
+        shape = (self.block.stop - self.block.start, self.inner[k].stop - self.inner[k].start)
+        holder = k % C == self.j
+        buf = mine[k][1] if holder else torch.empty(_wire_bytes(shape[0], nnz[k]) // 4, dtype=torch.int32)
+        self.comm.broadcast(buf, self.grid_row.ranks[k % C], self.grid_row)
+        return mine[k][0] if holder else _unpack(buf, shape, nnz[k])
+
+    def _stages(self, blocks, h):
+        R, _, L = self.grid.shape
+        z = h.new_zeros((self.block.stop - self.block.start, h.shape[1]))
+        for k in range(R):
+            a = self._block(blocks, k)
+            hk = h if k == self.i else h.new_empty((int(self.sizes[k * L + self.l]), h.shape[1]))
+            if R > 1 and hk.numel():
+                self.comm.broadcast(hk, self.grid_col.ranks[k], self.grid_col)
+            if a.nnz and h.shape[1]:
+                kernels.spmm(a, hk, out=z, accumulate=True)
+        if L > 1 and z.numel():
+            z = self.comm.reduce_scatter(z, self.fiber, self.sizes[self.i * L:(self.i + 1) * L])
+        return z
+
+    def _forward(self, h):
+        return self._stages(self.fwd, h)
+
+    def _backward(self, g):
+        return self._stages(self.bwd, g)
+
+    # -- dense operations on column blocks ------------------------------------------------------------
+    def columns(self, f):
+        return column_slice(f, self.grid.shape[1], self.j)
+
+    def label_rows(self, y, f):
+        cols = self.columns(f)
+        return (y >= cols.start) & (y < cols.stop)
+
+    def linear(self, h, w, b=None):
+        """H·W (+ b): Σ_j H[:, block j]·W[block j, :] reduce-scattered by output column blocks."""
+        y = h @ w[self.columns(w.shape[0])]
+        C = self.grid.shape[1]
+        if C > 1 and h.shape[0]:
+            y = autograd_comm.reduce_scatter(y.t(), self.comm, self.grid_row, column_sizes(w.shape[1], C)).t()
+        elif C > 1:
+            y = y[:, self.columns(w.shape[1])]
+        return y if b is None else y + self.cols(b)
+
+    def log_softmax(self, h):
+        """h − log Σ_blocks exp(logsumexp of the block), the block sums all-gathered along the grid row."""
+        C = self.grid.shape[1]
+        if C == 1 or not h.shape[0]:
+            return F.log_softmax(h, dim=1) if C == 1 else h
+        lse = autograd_comm.all_gather(torch.logsumexp(h, dim=1).unsqueeze(0), self.comm, self.grid_row, [1] * C)
+        return h - torch.logsumexp(lse, dim=0).unsqueeze(1)
+
+    def argmax(self, h, f):
+        C = self.grid.shape[1]
+        if C == 1 or not h.shape[0]:
+            return h.argmax(dim=1)
+        if h.shape[1]:
+            idx = h.argmax(dim=1)
+            v = h.gather(1, idx.unsqueeze(1)).squeeze(1)
+        else:
+            idx, v = torch.zeros(h.shape[0], dtype=torch.long), torch.full((h.shape[0],), -math.inf)
+        mine = torch.stack([v.double(), (idx + self.columns(f).start).double()], dim=1).unsqueeze(0)
+        every = self.comm.all_gather_v(mine, [1] * C, self.grid_row)                  # C × n_p × 2
+        best = every[:, :, 0].argmax(dim=0)                                            # first block on a tie
+        return every[best, torch.arange(h.shape[0]), 1].long()
+
+    # -- cost -----------------------------------------------------------------------------------------
+    @classmethod
+    def spmm_cost(cls, stats, shape, rank, f):
+        R, C, L = shape
+        i, j, l = (int(x) for x in np.unravel_index(rank, shape))
+        fj, sizes = column_sizes(f, C)[j], stats.sizes
+        m = sizes[i * L:(i + 1) * L].sum()
+
+        def schedule(nnz):            # nnz[a, b]: nonzeros of the block (part a, part b) of A or Aᵀ
+            calls = []
+            for k in range(R):
+                p = k * L + l
+                if C > 1:
+                    b = _wire_bytes(m, nnz[i * L:(i + 1) * L, p].sum())
+                    calls.append(_broadcast("cols", b, C, k % C == j))
+                if R > 1 and sizes[p] * fj:
+                    calls.append(_broadcast("rows", 4 * sizes[p] * fj, R, k == i))
+            if L > 1 and m * fj:
+                part = sizes[i * L:(i + 1) * L]
+                calls.append(("reduce_scatter", "fiber", 4 * fj * (part.sum() - part[l]), 4 * fj * (L - 1) * part[l],
+                              L - 1))
+            return calls
+
+        return {"setup": [], "forward": schedule(stats.block_nnz), "backward": schedule(stats.block_nnz.T)}
+
+    @classmethod
+    def dense_cost(cls, stats, shape, rank, op, f_in, f_out=0):
+        R, C, L = shape
+        i, j, l = (int(x) for x in np.unravel_index(rank, shape))
+        n = stats.sizes[i * L + l]
+        if C == 1 or not n:
+            return {"forward": [], "backward": []}
+        if op == "linear":
+            fo = column_sizes(f_out, C)[j]
+            return {"forward": [("reduce_scatter", "cols", 4 * n * (f_out - fo), 4 * n * (C - 1) * fo, C - 1)],
+                    "backward": [("all_gather", "cols", 4 * n * fo * (C - 1), 4 * n * (f_out - fo),
+                                  C - 1 if fo else 0)]}
+        b, msgs = 4 * n * (C - 1), C - 1
+        if op == "log_softmax":
+            return {"forward": [("all_gather", "cols", b, b, msgs)],
+                    "backward": [("reduce_scatter", "cols", b, b, msgs)]}
+        if op == "argmax":
+            return {"forward": [("all_gather", "cols", 4 * b, 4 * b, msgs)], "backward": []}
+        raise ValueError(f"unknown dense operation {op!r}")
+
+
+class SUMMA2D(SUMMA):
+    """CAGNET's 2D SpMM on an R×C grid (``--grid RxC``, any R·C = P): `SUMMA` with L = 1."""
+
+    name = "2d"
+    dims = 2
+
+    @classmethod
+    def default_shape(cls, P):
+        C = max(c for c in range(1, math.isqrt(P) + 1) if P % c == 0)
+        return (P // C, C, 1)
