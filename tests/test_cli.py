@@ -95,6 +95,7 @@ def _bad_inputs(tmp):
         "part id >= P": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "big.npy")], "[0, 2)"),
         "empty part": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "empty.npy")], "empty"),
         "bad dropout": (["--dropout", "1"], "--dropout"),
+        "grid product": (["--nprocs", "4", "--algo", "2d", "--grid", "3x3"], "has 9 processes but the job has 4"),
         "mpi without mpirun": (["--transport", "mpi", "--nprocs", "2"], "needs a job started by mpirun"),
         "mpi on cuda": (["--transport", "mpi", "--device", "cuda"], "CPU tensors only"),
     }
