@@ -15,7 +15,7 @@ GRAPHS = {"sym": small_graph(n=50, f=7, seed=11), "dir": small_graph(n=50, f=7, 
 def _configs(P):
     # hidden 16 > 7 features: GCN's first product is Â·X, which has no backward; SAGE's is Â·(X·W)
     for gname, model, hidden in (("sym", "gcn", 16), ("dir", "sage", 6)):
-        for algo, c in (("1d", 0), ("1d-halo", 0), ("1.5d", 1), ("1.5d", 2)):
+        for algo, c in (("1d", 0), ("1d-halo", 0), ("sar", 0), ("1.5d", 1), ("1.5d", 2)):
             if P % max(c, 1) == 0:
                 yield gname, TrainConfig(model=model, algo=algo, replication=c, hidden=hidden, layers=3,
                                          partition="random", feature_norm="none")

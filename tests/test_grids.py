@@ -12,6 +12,7 @@ graph (GCN) and a directed one (GraphSAGE):
 """
 
 import math
+from collections import defaultdict
 
 import numpy as np
 import pytest
@@ -95,18 +96,17 @@ def _expected_bytes(a, parts, shape, rank):
     part = Partition(parts, R * L)
     m, off, fj = part.renumber(a), part.offsets, len(range(F)[column_slice(F, C, j)])
     block = slice(off[i * L], off[(i + 1) * L])
-    out = {}
+    out = defaultdict(int)
     for phase, mat in (("forward", m), ("backward", m.T.tocsr())):
-        def add(op, group, b):
-            out[(phase, op, group)] = out.get((phase, op, group), 0) + int(b)
         for k in range(R):
             p = k * L + l
             if C > 1 and k % C != j:
-                add("broadcast", "cols", 4 * (block.stop - block.start + 1) + 8 * mat[block, off[p]:off[p + 1]].nnz)
+                out[(phase, "broadcast", "cols")] += 4 * (block.stop - block.start + 1) + \
+                    8 * mat[block, off[p]:off[p + 1]].nnz
             if R > 1 and k != i:
-                add("broadcast", "rows", 4 * (off[p + 1] - off[p]) * fj)
+                out[(phase, "broadcast", "rows")] += 4 * (off[p + 1] - off[p]) * fj
         if L > 1:
-            add("reduce_scatter", "fiber", 4 * (L - 1) * (off[i * L + l + 1] - off[i * L + l]) * fj)
+            out[(phase, "reduce_scatter", "fiber")] += 4 * (L - 1) * (off[i * L + l + 1] - off[i * L + l]) * fj
     return {k: v for k, v in out.items() if v}
 
 

@@ -27,7 +27,6 @@ import numpy as np
 import torch
 
 from .. import attention, kernels
-from .base import DistSpMM
 from .oned import OneDHalo
 
 
@@ -35,7 +34,6 @@ class SAR(OneDHalo):
     """Sequential aggregation over the shards A_ij in a ring; rematerializing backward for attention."""
 
     name = "sar"
-    spmm_cost = DistSpMM.__dict__["spmm_cost"]      # its ring schedule has no cost model yet
 
     def __init__(self, adj, partition, comm, grid, device="cpu", depth: int = 1):
         super().__init__(adj, partition, comm, grid, device)
@@ -55,6 +53,22 @@ class SAR(OneDHalo):
     @classmethod
     def options(cls, cfg) -> dict:
         return {"depth": cfg.prefetch}
+
+    @classmethod
+    def spmm_cost(cls, stats, shape, rank, f):
+        """1d-halo's set-up, then a ring of P−1 one-peer all-to-alls each way (bytes as 1d-halo's, P−1 calls)."""
+        R, P = stats.halo, len(stats.halo)
+        need, give = R[rank], R[:, rank]          # rows rank needs from each part / each part needs from rank
+
+        def ring(send, recv, reverse):
+            calls = []
+            for r in range(1, P):
+                to, frm = ((rank - r) % P, (rank + r) % P) if reverse else ((rank + r) % P, (rank - r) % P)
+                calls.append(("all_to_all", "part", send[to] * f * 4, recv[frm] * f * 4, int(send[to] > 0)))
+            return calls
+
+        return {"setup": OneDHalo.spmm_cost(stats, shape, rank, f)["setup"],
+                "forward": ring(give, need, False), "backward": ring(need, give, True)}
 
     def _sent_to(self, j):
         """Indices of the local rows owner j's shard A_ji touches (R_ji)."""
