@@ -11,8 +11,9 @@ call is, in a group of all P ranks (float32):
     reduce_scatter  a tensor of s bytes, member j gets chunk j (s/P) of the sum
 
 Each call is preceded by a small all-reduce (so the ranks start together) and timed by the ledger itself
-(``Comm`` measures every collective). Per repetition, x and t are the largest over ranks of
-max(sent_bytes, recv_bytes) and of seconds; per size, t is the median over repetitions. α ≥ 0 and β ≥ 0
+(``Comm`` measures every collective). Per repetition, x and t are the largest over ranks of the bytes
+the cost model charges (`spgnn.cost.charged_bytes`: received bytes for a broadcast, max(sent, received)
+otherwise) and of seconds; per size, t is the median over repetitions. α ≥ 0 and β ≥ 0
 are fitted by least squares on the relative error, Σ_s ((α + β·x_s − t_s)/t_s)², so the small sizes fix α
 and the large ones β.
 
@@ -46,6 +47,7 @@ import torch
 from scipy.optimize import nnls
 
 from .comm import Comm
+from .cost import charged_bytes
 from .errors import SpgnnError
 
 SCHEMA = "spgnn.calibration/1"
@@ -116,7 +118,8 @@ def measure(comm: Comm, op: str, size_bytes: int, repeats: int = 5, warmup: int 
     per_rank = np.array(comm.all_gather_object(samples))          # ranks × repetitions × fields
     worst = per_rank.max(axis=0)
     seconds = worst[:, 0].tolist()
-    return {"size_bytes": int(size_bytes), "bytes": int(np.max(worst[:, 1:3])), "messages": int(worst[:, 3].max()),
+    charged = max(charged_bytes(op, sent, recv) for rank in per_rank for _, sent, recv, _ in rank)
+    return {"size_bytes": int(size_bytes), "bytes": int(charged), "messages": int(worst[:, 3].max()),
             "seconds": statistics.median(seconds), "samples_s": seconds}
 
 

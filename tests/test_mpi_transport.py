@@ -88,7 +88,7 @@ def test_calibrate(tmp_path):
         assert (c["bandwidth_bytes_per_s"] is None) == (c["beta_s_per_byte"] == 0), op
         assert [p["size_bytes"] for p in c["points"]] == [4096, 65536, 1 << 20], op
         assert all(p["seconds"] > 0 and len(p["samples_s"]) == 3 for p in c["points"]), op
-    # the x axis is the ledger's bytes: with P = 2 every collective moves half or all of the message
+    # the x axis is the bytes the cost model charges (cost.charged_bytes): at P = 2 half or all of the message
     pts = {op: [p["bytes"] for p in c["points"]] for op, c in cal["collectives"].items()}
     assert pts["broadcast"] == pts["all_gather"] == [4096, 65536, 1 << 20]
     assert pts["all_to_all"] == pts["reduce_scatter"] == [2048, 32768, 1 << 19]
