@@ -16,56 +16,40 @@ import torch
 from .comm import Comm, Group
 
 
-class _Collective(torch.autograd.Function):
-    """forward(x, comm, group, rows) = FORWARD(x); backward = BACKWARD(dy), in phase "backward"."""
+class _LinearMap(torch.autograd.Function):
+    """y = f(x) for a linear map f that communicates; dx = fᵀ(dy), recorded as phase "backward" of the
+    layer the forward ran in."""
 
-    FORWARD = BACKWARD = None
+    @staticmethod
+    def forward(ctx, x, comm, f, f_t):
+        ctx.comm, ctx.f_t, ctx.layer = comm, f_t, comm.layer
+        return f(x.contiguous())
 
-    @classmethod
-    def forward(cls, ctx, x, comm, group, rows):
-        ctx.comm, ctx.group, ctx.rows, ctx.layer = comm, group, rows, comm.layer
-        return cls.FORWARD(comm, x.contiguous(), group, rows)
-
-    @classmethod
-    def backward(cls, ctx, dy):
+    @staticmethod
+    def backward(ctx, dy):
         with ctx.comm.phase("backward", ctx.layer):
-            return cls.BACKWARD(ctx.comm, dy.contiguous(), ctx.group, ctx.rows), None, None, None
+            return ctx.f_t(dy.contiguous()), None, None, None
 
 
-def _all_reduce(comm, x, group, rows):
-    return comm.all_reduce(x.clone(), group)
-
-
-def _all_gather(comm, x, group, rows):
-    return comm.all_gather_v(x, rows, group)
-
-
-def _reduce_scatter(comm, x, group, rows):
-    return comm.reduce_scatter(x, group, rows)
-
-
-class _AllReduce(_Collective):
-    FORWARD = BACKWARD = staticmethod(_all_reduce)
-
-
-class _AllGather(_Collective):
-    FORWARD, BACKWARD = staticmethod(_all_gather), staticmethod(_reduce_scatter)
-
-
-class _ReduceScatter(_Collective):
-    FORWARD, BACKWARD = staticmethod(_reduce_scatter), staticmethod(_all_gather)
+def linear_map(x: torch.Tensor, comm: Comm, f, f_t) -> torch.Tensor:
+    """f(x), differentiable through the adjoint f_t (both take and return tensors, no autograd inside)."""
+    return _LinearMap.apply(x, comm, f, f_t)
 
 
 def all_reduce(x: torch.Tensor, comm: Comm, group: Group) -> torch.Tensor:
     """Σ over `group` of x (every member gets the sum); differentiable."""
-    return _AllReduce.apply(x, comm, group, None)
+    def f(t):
+        return comm.all_reduce(t.clone(), group)
+    return linear_map(x, comm, f, f)
 
 
 def all_gather(x: torch.Tensor, comm: Comm, group: Group, rows) -> torch.Tensor:
     """Members' x stacked along dim 0 (member j contributes rows[j] rows); differentiable."""
-    return _AllGather.apply(x, comm, group, list(rows))
+    return linear_map(x, comm, lambda t: comm.all_gather_v(t, rows, group),
+                      lambda t: comm.reduce_scatter(t, group, rows))
 
 
 def reduce_scatter(x: torch.Tensor, comm: Comm, group: Group, rows) -> torch.Tensor:
     """Block `me` (rows[me] rows of dim 0) of the sum over `group` of x; differentiable."""
-    return _ReduceScatter.apply(x, comm, group, list(rows))
+    return linear_map(x, comm, lambda t: comm.reduce_scatter(t, group, rows),
+                      lambda t: comm.all_gather_v(t, rows, group))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import attention
+from .. import attention, autograd_comm
 from ..comm import Comm, Group
 from ..errors import SpgnnError
 from ..grid import ProcessGrid
@@ -124,7 +124,7 @@ class DistSpMM(RowLayout):
     # -- products -------------------------------------------------------------------------------------
     def spmm(self, h: torch.Tensor) -> torch.Tensor:
         """Z = A·H for the local rows; differentiable (backward dH = Aᵀ·dZ)."""
-        return _SpMM.apply(h, self)
+        return autograd_comm.linear_map(h, self.comm, self._forward, self._backward)
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """H·W (+ b) with W (f_in×f_out) replicated."""
@@ -160,17 +160,3 @@ class DistSpMM(RowLayout):
 
     def _backward(self, g: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
-
-
-class _SpMM(torch.autograd.Function):
-    """Autograd glue: forward in the caller's phase, backward recorded as phase "backward" of the same layer."""
-
-    @staticmethod
-    def forward(ctx, h, op):
-        ctx.op, ctx.layer = op, op.comm.layer
-        return op._forward(h.contiguous())
-
-    @staticmethod
-    def backward(ctx, g):
-        with ctx.op.comm.phase("backward", ctx.layer):
-            return ctx.op._backward(g.contiguous()), None

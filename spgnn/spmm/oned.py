@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import attention, kernels
+from .. import attention, autograd_comm, kernels
 from .base import DistSpMM
 
 
@@ -83,21 +83,8 @@ class OneDHalo(DistSpMM):
         n_i, heads, f = v.shape
         rows = torch.as_tensor(np.repeat(np.arange(n_i), np.diff(self.a.indptr)))
         cols = torch.as_tensor(self.a.indices, dtype=torch.int64)
-        x = _HaloRows.apply(torch.cat([v.reshape(n_i, -1), s_src], 1), self)
+        x = autograd_comm.linear_map(torch.cat([v.reshape(n_i, -1), s_src], 1), self.comm, self._with_halo,
+                                     lambda g: self._fold_halo(g.clone()))
         mask = self._edge_mask(rows.numpy(), self.cols_global[cols.numpy()], heads, dropout, key, v.dtype) \
             if dropout > 0 else None
         return attention.attend(rows, cols, x[:, :-heads].view(-1, heads, f), x[:, -heads:], s_dst, slope, mask)
-
-
-class _HaloRows(torch.autograd.Function):
-    """X_i ↦ [X_i; X_halo]; backward: the halo rows' gradients go back to their owners."""
-
-    @staticmethod
-    def forward(ctx, x, op):
-        ctx.op, ctx.layer = op, op.comm.layer
-        return op._with_halo(x.contiguous())
-
-    @staticmethod
-    def backward(ctx, g):
-        with ctx.op.comm.phase("backward", ctx.layer):
-            return ctx.op._fold_halo(g.contiguous().clone()), None
