@@ -2,8 +2,8 @@
 graph (GCN) and a directed one (GraphSAGE):
 
 - the SpMM Z = A·H and dH = Aᵀ·G equal scipy's, and the bytes each rank receives are those of the blocks
-  it is sent, counted here from the matrix (int32 indptr and indices and float32 values of A's blocks,
-  float32 blocks of H, the fiber's reduce-scatter);
+  it is sent, counted here from the matrix (int32 indptr or rows, int32 indices and float32 values of
+  A's blocks, float32 blocks of H, the fiber's reduce-scatter);
 - logits, input and weight gradients equal the single-process reference (relative 1e-5), and so does
   the 10-epoch loss curve;
 - the whole run's ledger (10 steps and an evaluation) equals the cost model's prediction, every
@@ -101,8 +101,8 @@ def _expected_bytes(a, parts, shape, rank):
         for k in range(R):
             p = k * L + l
             if C > 1 and k % C != j:
-                out[(phase, "broadcast", "cols")] += 4 * (block.stop - block.start + 1) + \
-                    8 * mat[block, off[p]:off[p + 1]].nnz
+                nnz = mat[block, off[p]:off[p + 1]].nnz          # CSR, or COO when sparser than a row each
+                out[(phase, "broadcast", "cols")] += min(4 * (block.stop - block.start + 1) + 8 * nnz, 12 * nnz)
             if R > 1 and k != i:
                 out[(phase, "broadcast", "rows")] += 4 * (off[p + 1] - off[p]) * fj
         if L > 1:

@@ -6,17 +6,18 @@ block j] (f columns split C ways, the first f mod C blocks one wider; a block ma
 blocks A[row block i, part (k, l)] for k ≡ j (mod C). Fiber l runs its own SUMMA over the inner parts
 (k, l), k = 0 … R−1:
 
-    A[i, (k,l)]   broadcast along the grid row (i, ·, l) from column k mod C  (one buffer: int32 indptr
-                  and indices, float32 values, their bits unchanged)
+    A[i, (k,l)]   broadcast along the grid row (i, ·, l) from column k mod C  (one buffer: int32 row
+                  pointers, or rows when the block is hypersparse, int32 column indices and float32
+                  values, their bits unchanged)
     H[(k,l), j]   broadcast along the grid column (·, j, l) from row k
     Z_l        += A[i, (k,l)]·H[(k,l), j]
 
 then Z[part (i,l), j] = the reduce-scatter of Z_l over the fiber (i, j, ·) (3D only; CAGNET all-reduced
 and sliced). The backward dH = Aᵀ·G runs the same schedule on the blocks of Aᵀ, stored the same way.
 
-Per SpMM of width f, rank (i, j, l) receives about nnz(row block i)/L·(C−1)/C nonzeros (12 bytes each,
-the int32 row pointers aside) and n/L·f/C·(R−1)/R words of H, then moves a reduce-scatter of
-n/R·f/C words over the fiber.
+Per SpMM of width f, rank (i, j, l) receives about nnz(row block i)/L·(C−1)/C nonzeros (8 bytes each
+plus a row pointer per row of the block, or 12 bytes each when that is less) and n/L·f/C·(R−1)/R words
+of H, then moves a reduce-scatter of n/R·f/C words over the fiber.
 
 The dense operations work on column blocks: H·W multiplies by W's rows of block j and reduce-scatters
 the n_p×f_out partial over the grid row (its backward all-gathers dY there); log-softmax all-gathers each
@@ -62,21 +63,28 @@ def parse_grid(text: str) -> tuple[int, ...]:
     return shape
 
 
+def _wire_bytes(rows: int, nnz: int) -> int:
+    """Bytes of a rows×k block with nnz nonzeros on the wire: CSR (int32 row pointers) or, for a block
+    with fewer nonzeros than rows (hypersparse, as blocks get at large P), COO (an int32 row per nonzero)."""
+    return 4 * min(rows + 1 + 2 * nnz, 3 * nnz)
+
+
 def _pack(a: kernels.CSR) -> torch.Tensor:
-    """A block as one int32 buffer [indptr | indices | values' float32 bits]."""
+    """A block as one int32 buffer: [indptr or row of each nonzero | column indices | values' float32 bits]."""
     if a.nnz >= 2**31:
         raise SpgnnError(f"a block of A has {a.nnz} nonzeros, beyond int32 indices: use more grid rows")
-    return torch.from_numpy(np.concatenate([a.indptr.astype(np.int32), a.indices.astype(np.int32),
+    m = a.shape[0]
+    rows = a.indptr if m + 1 + 2 * a.nnz <= 3 * a.nnz else np.repeat(np.arange(m), np.diff(a.indptr))
+    return torch.from_numpy(np.concatenate([rows.astype(np.int32), a.indices.astype(np.int32),
                                             a.data.astype(np.float32).view(np.int32)]))
 
 
 def _unpack(buf: torch.Tensor, shape: tuple, nnz: int) -> kernels.CSR:
-    m, w = buf.numpy(), shape[0] + 1
-    return kernels.CSR(m[:w], m[w:w + nnz], m[w + nnz:].view(np.float32), shape, check=False)
-
-
-def _wire_bytes(rows: int, nnz: int) -> int:
-    return 4 * (rows + 1 + 2 * nnz)
+    """The inverse of `_pack` for a block of `shape` with `nnz` nonzeros."""
+    b = buf.numpy()
+    w = b.size - 2 * nnz
+    rows = b[:w] if w == shape[0] + 1 else np.concatenate([[0], np.cumsum(np.bincount(b[:w], minlength=shape[0]))])
+    return kernels.CSR(rows, b[w:w + nnz], b[w + nnz:].view(np.float32), shape, check=False)
 
 
 def _broadcast(group: str, b: int, g: int, root: bool) -> tuple:
@@ -153,7 +161,8 @@ class SUMMA(DistSpMM):
         shape = (self.block.stop - self.block.start, self.inner[k].stop - self.inner[k].start)
         holder = k % C == self.j
         buf = mine[k][1] if holder else torch.empty(_wire_bytes(shape[0], nnz[k]) // 4, dtype=torch.int32)
-        self.comm.broadcast(buf, self.grid_row.ranks[k % C], self.grid_row)
+        if buf.numel():                                                 # an empty block sends nothing
+            self.comm.broadcast(buf, self.grid_row.ranks[k % C], self.grid_row)
         return mine[k][0] if holder else _unpack(buf, shape, nnz[k])
 
     def _stages(self, blocks, h):
@@ -230,7 +239,7 @@ class SUMMA(DistSpMM):
                 p = k * L + l
                 if C > 1:
                     b = _wire_bytes(m, nnz[i * L:(i + 1) * L, p].sum())
-                    calls.append(_broadcast("cols", b, C, k % C == j))
+                    calls += [_broadcast("cols", b, C, k % C == j)] if b else []
                 if R > 1 and sizes[p] * fj:
                     calls.append(_broadcast("rows", 4 * sizes[p] * fj, R, k == i))
             if L > 1 and m * fj:
