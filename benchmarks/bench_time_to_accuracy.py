@@ -1,8 +1,10 @@
 """Time to a fixed test accuracy: sampled minibatch training (spgnn.minibatch) against full-batch training
 (spgnn.Trainer), the same GraphSAGE model (layers, hidden width, dropout, Adam), one process, CPU.
 
-Every run evaluates after every epoch; the clock is the training time only (the sum of the epochs' `time_s`:
-sampling, feature gather, forward, backward, optimizer step; full-graph evaluation excluded for both). Test
+The runs of a seed go in lockstep (epoch e of every run before epoch e+1 of any), so that load changes on a
+shared machine hit them alike. Every run evaluates after every epoch; the clock is the training time only (the
+sum of the epochs' `time_s`: sampling, feature gather, forward, backward, optimizer step; full-graph evaluation
+excluded for both). Test
 accuracy jumps by a few points from epoch to epoch on a 200-node training set, so curves are smoothed: acc_t is
 the mean test accuracy of epochs t−`--window`+1 … t. The plateau of a run is its mean test accuracy over the last
 `--window`·4 epochs; the target is the full-batch plateau minus `--margin` points, and a run's time to target
@@ -19,6 +21,7 @@ import argparse
 import json
 import platform
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -30,17 +33,28 @@ from spgnn.minibatch import MinibatchTrainer
 from spgnn.trainer import TrainConfig, Trainer
 
 
-def curve(report: dict, window: int) -> dict:
+def lockstep(trainers: list, epochs: int) -> list[list[dict]]:
+    """Per trainer, its epoch records ({"time_s": training seconds, accuracies}), epoch e of every trainer run
+    before epoch e+1 of any; `step(e)` is the full-batch Trainer's epoch, `epoch(e)` the minibatch one's."""
+    records = [[] for _ in trainers]
+    for e in range(epochs):
+        for t, rec in zip(trainers, records):
+            t0 = time.perf_counter()
+            (t.epoch if isinstance(t, MinibatchTrainer) else t.step)(e)
+            rec.append({"time_s": time.perf_counter() - t0} | t.evaluate())
+    return records
+
+
+def curve(eps: list[dict], window: int) -> dict:
     """Cumulative training seconds, test/val accuracy and smoothed test accuracy (trailing mean of `window`)
-    after each epoch, the plateau (mean test accuracy of the last 4·window epochs), the best-validation record."""
-    eps = report["epochs"]
+    after each epoch, the plateau (mean test accuracy of the last 4·window epochs), the best-validation epoch."""
     acc = np.array([e["test_acc"] for e in eps])
     c, t = np.concatenate([[0.0], np.cumsum(acc)]), np.arange(1, len(acc) + 1)
     smooth = (c[t] - c[np.maximum(t - window, 0)]) / np.minimum(t, window)
     times = [e["time_s"] for e in eps]
     return {"train_s": np.cumsum(times).tolist(), "test_acc": acc.tolist(), "smoothed_test_acc": smooth.tolist(),
-            "val_acc": [e["val_acc"] for e in eps], "best": report["best"], "plateau": float(acc[-4 * window:].mean()),
-            "ms_per_epoch": 1e3 * float(np.median(times))}
+            "val_acc": [e["val_acc"] for e in eps], "best": max(eps, key=lambda e: e["val_acc"]),
+            "plateau": float(acc[-4 * window:].mean()), "ms_per_epoch": 1e3 * float(np.median(times))}
 
 
 def reach(run: dict, target: float) -> tuple:
@@ -72,14 +86,15 @@ def main(argv=None) -> int:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model="sage", layers=layers,
                           hidden=args.hidden, dropout=args.dropout, lr=args.lr, epochs=args.epochs, seed=seed,
                           eval_every=1)
-        full = curve(Trainer(cfg, Comm(0, 1), graph=g).run(log=None), args.window)
-        target = full["plateau"] - args.margin / 100
-        runs.append({"seed": seed, "system": "full-batch", "batch_size": None, "target": target} | full)
-        for b in map(int, args.batch_sizes.split(",")):
-            trainer = MinibatchTrainer(cfg, Comm(0, 1), args.sampler, b, args.bulk, graph=g)
-            mb = curve(trainer.run(log=None), args.window)
-            runs.append({"seed": seed, "system": f"minibatch {args.sampler}", "batch_size": b, "target": target} | mb)
-        for r in runs[-1 - len(args.batch_sizes.split(",")):]:
+        sizes = [int(b) for b in args.batch_sizes.split(",")]
+        trainers = [Trainer(cfg, Comm(0, 1), graph=g)] + \
+            [MinibatchTrainer(cfg, Comm(0, 1), args.sampler, b, args.bulk, graph=g) for b in sizes]
+        curves = [curve(rec, args.window) for rec in lockstep(trainers, args.epochs)]
+        target = curves[0]["plateau"] - args.margin / 100
+        for b, c in zip([None] + sizes, curves):
+            r = {"seed": seed, "system": f"minibatch {args.sampler}" if b else "full-batch", "batch_size": b,
+                 "target": target} | c
+            runs.append(r)
             r["epochs_to_target"], r["time_to_target_s"] = reach(r, target)
             print(f"seed {seed} {r['system']:22} batch {r['batch_size']}: plateau {r['plateau']:.4f}, "
                   f"target {target:.4f} after {r['epochs_to_target']} epochs, {r['time_to_target_s']} s, "
