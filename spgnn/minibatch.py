@@ -38,6 +38,7 @@ from .datasets import load_dataset
 from .errors import SpgnnError
 from .kernels import mix_key
 from .layers import GNN
+from .optim import Adam
 from .reference import SerialSpMM
 from .sampling import Minibatch, make_sampler, parse_sampler
 from .sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
@@ -134,7 +135,7 @@ class MinibatchTrainer:
             self.layout = None
             self.sampler = make_sampler(sampler, self.adj)
             self.features = lambda ids: self.x[torch.as_tensor(ids)]
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.steps_done, self.sampled, self.full = 0, 0, None
 
     def _timed(self, phase: str, op: str, work):

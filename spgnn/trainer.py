@@ -23,6 +23,7 @@ from .grid import ProcessGrid
 from .launch import TRANSPORTS
 from .layers import GNN, LAYERS
 from .memory import SavedTensorMeter, peak_rss_bytes
+from .optim import Adam
 from .partition import make_partition
 from .partition_metrics import partition_metrics
 from .spmm.summa import parse_grid
@@ -170,7 +171,7 @@ class Trainer:
         self.node_ids = torch.as_tensor(self.algo.local_rows(self.partition.perm))
         self.masks = {k: self.local(getattr(g, f"{k}_mask")) for k in ("train", "val", "test")}
         self.counts = {k: int(getattr(g, f"{k}_mask").sum()) for k in self.masks}
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.meter = SavedTensorMeter()
 
     def local(self, a: np.ndarray) -> torch.Tensor:
