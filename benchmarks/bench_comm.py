@@ -3,14 +3,16 @@
     python benchmarks/bench_comm.py [--out results/bench_comm.json] [--max-procs 8] [--epochs 3]
 
 1. Measured: a 2-layer GCN (hidden 128; R-MAT graphs have 128 features) on a sparse R-MAT graph (edge factor 16)
-   and a dense one (edge factor 128), algorithms 1d, 1d-halo and 1.5d with c = 2 (where 2 divides P), at
-   P = 1…--max-procs local gloo processes, every algorithm of one P in one `run_local`. Per rank: the ledger of
-   one epoch after setup (one `Trainer.step` + one `evaluate`; the ledger is reset after the Trainer is built)
-   beside `cost.predict(cfg, graph, P, setup=False)`, which must equal it row by row (calls, bytes, messages);
-   and the median over --epochs further epochs of the slowest rank's epoch time.
+   and a dense one (edge factor 512), algorithms `ALGOS` (1d, 1d-halo, 1.5d with c = 2 where 2 divides P, 2d and
+   3d on their default grids) at P = 1…--max-procs local gloo processes, every algorithm of one P in one
+   `run_local`. Per rank: the ledger of one epoch after setup (one `Trainer.step` + one `evaluate`; the ledger is
+   reset after the Trainer is built) beside `cost.predict(cfg, graph, P, setup=False)`, which must equal it row
+   by row (calls, bytes, messages); and the median over --epochs further epochs of the slowest rank's epoch time.
 2. Extrapolated: `cost.plan_table` (one training step, f = hidden = 128, 3 layers, float32, the published class
-   counts) for graphs with the published sizes of ogbn-products and ogbn-papers100M, P = 64…4096, beside
-   CAGNET's leading-order 2D and 3D estimates (DESIGN.md §1; spgnn has no 2D/3D).
+   counts) for graphs with the published sizes of ogbn-products and ogbn-papers100M, P = 64…4096, every
+   configuration `cost.candidates` lists (what `--algo auto` compares); the best per P overall and among
+   CAGNET's own algorithms (1d, 1.5d, 2d, 3d), where each one's words go (H blocks, A blocks, partial sums,
+   the column-split dense products), and the mean degree above which 1.5D overtakes 2D/3D.
 
 Words = bytes / 4. Prints Markdown tables and an interpretation on stdout, writes everything to --out (JSON)
 and a PNG next to it. Exits 1 (after writing) if any measured ledger differs from its prediction.
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import platform
 import shlex
@@ -36,17 +37,26 @@ import torch
 
 from spgnn import __version__, cost, spmm
 from spgnn.datasets import load_dataset
+from spgnn.errors import SpgnnError
 from spgnn.launch import run_local
 from spgnn.trainer import TrainConfig, Trainer
 
 HIDDEN, LAYERS, WORD = 128, 2, 4
-ALGOS = (("1d", 0), ("1d-halo", 0), ("1.5d", 2))
+# (algorithm, replication) measured at every P where it has a shape; grids are the algorithm's default (grid None).
+ALGOS = (("1d", 0), ("1d-halo", 0), ("1.5d", 2), ("2d", 0), ("3d", 0))
+CAGNET = ("1d", "1.5d", "2d", "3d")                 # CAGNET's own algorithms (SC20 has no halo exchange)
+# Where the words go: (collective, group) → term, for every modelled algorithm; the rest is gradients and loss.
+TERMS = {("broadcast", "block"): "H", ("all_to_all", "part"): "H", ("broadcast", "rows"): "H",
+         ("broadcast", "cols"): "A blocks", ("all_reduce", "replica"): "partial sums", ("reduce_scatter", "fiber"):
+         "partial sums", ("reduce_scatter", "cols"): "H·W, softmax", ("all_gather", "cols"): "H·W, softmax"}
+TERM_NAMES = ("H", "A blocks", "partial sums", "H·W, softmax", "gradients, loss")
 KEY = ("phase", "layer", "op", "group")
 ROW = ("calls", "sent_bytes", "recv_bytes", "messages")
 # Published sizes; nnz = 2 × edges (symmetrised, duplicates ignored); classes as published.
 OGB = {"ogbn-products": (2_449_029, 2 * 61_859_140, 47),
        "ogbn-papers100M": (111_059_956, 2 * 1_615_685_872, 172)}
 PLAN_PS, PLAN_F, PLAN_LAYERS = (64, 256, 1024, 4096), 128, 3
+DEGREES = tuple(2**k for k in range(4, 14))          # mean degrees searched for the 1.5D-over-2D/3D crossover
 
 
 def timed(fn, *args, **kwargs):
@@ -56,12 +66,36 @@ def timed(fn, *args, **kwargs):
     return out, time.perf_counter() - t0
 
 
+def shape_of(algo: str, c: int, P: int) -> tuple | None:
+    """The algorithm's default grid for P processes with replication c, or None where it has none."""
+    try:
+        return tuple(spmm.get(algo).grid_shape(P, c, None))
+    except SpgnnError:
+        return None
+
+
 def algorithms(P: int) -> list[tuple[str, int]]:
-    return [(algo, c) for algo, c in ALGOS if P % max(c, 1) == 0]
+    return [(algo, c) for algo, c in ALGOS if shape_of(algo, c, P)]
+
+
+def label(algo: str, shape) -> str:
+    """"1.5d c=2", "2d 4x2", "3d 2x2x2", or the algorithm's name where it has one shape per P."""
+    shape, dims = tuple(int(x) for x in shape), getattr(spmm.get(algo), "dims", 0)
+    if dims:
+        return f"{algo} {'x'.join(map(str, shape[:dims]))}"
+    return f"1.5d c={shape[1]}" if algo == "1.5d" else algo
+
+
+def terms(rows: dict) -> dict:
+    """Words received by term ({TERM_NAMES: words}) from ledger rows keyed (phase, layer, op, group)."""
+    out = dict.fromkeys(TERM_NAMES, 0.0)
+    for (_, _, op, group), v in rows.items():
+        out[TERMS.get((op, group), "gradients, loss")] += v[2] / WORD
+    return out
 
 
 def train_config(g, algo: str, c: int) -> TrainConfig:
-    return TrainConfig(dataset=g.name, algo=algo, replication=c, hidden=HIDDEN, layers=LAYERS)
+    return TrainConfig(dataset=g.name, algo=algo, replication=c, grid=None, hidden=HIDDEN, layers=LAYERS)
 
 
 def _epoch(trainer: Trainer, epoch: int) -> None:
@@ -150,7 +184,11 @@ def compare(kind: str, g, P: int, algo: str, c: int, ranks: list[dict]) -> dict:
     def top(field):
         return max(r[field] for r in per_rank)
 
+    shape = shape_of(algo, c, P)
+    busiest = max((res["rows"] for res in ranks), key=lambda rows: sum(v[2] for v in rows.values()))
     return {"graph": kind, "spec": g.name, "P": P, "algo": algo, "replication": max(c, 1),
+            "shape": list(shape), "label": label(algo, shape),
+            "terms_busiest": terms(busiest),
             "exact": not bad, "mismatches": bad, "steady": all(r["steady"] for r in per_rank),
             "max_recv_words": top("recv_words"), "max_recv_words_predicted": top("predicted_recv_words"),
             "mean_recv_words": float(np.mean([r["recv_words"] for r in per_rank])),
@@ -164,9 +202,9 @@ def loud(rec: dict) -> list[str]:
     keys = defaultdict(list)
     for m in rec["mismatches"]:
         keys[tuple(m[k] for k in KEY) + (m["kind"],)].append(m)
-    unsteady = [] if rec["steady"] else [f"!!! UNSTEADY {rec['spec']} P={rec['P']} {rec['algo']}: later epochs "
+    unsteady = [] if rec["steady"] else [f"!!! UNSTEADY {rec['spec']} P={rec['P']} {rec['label']}: later epochs "
                                          "recorded other counts than the first"]
-    return unsteady + [f"!!! MISMATCH {rec['spec']} P={rec['P']} {rec['algo']}: {k[4]} phase={k[0]} layer={k[1]} "
+    return unsteady + [f"!!! MISMATCH {rec['spec']} P={rec['P']} {rec['label']}: {k[4]} phase={k[0]} layer={k[1]} "
                        f"op={k[2]} group={k[3]} ranks={[m['rank'] for m in ms]}; rank {ms[0]['rank']} (calls, sent, "
                        f"recv, messages) measured={ms[0]['measured']} predicted={ms[0]['predicted']}"
                        for k, ms in keys.items()]
@@ -186,7 +224,7 @@ def verdict(records: list[dict]) -> list[str]:
                 s[0] += 1
                 s[1].add(r["algo"])
                 s[2].add(r["P"])
-                s[3] = s[3] or f"{r['spec']} P={r['P']} {r['algo']} rank {m['rank']}: measured {m['measured']} " \
+                s[3] = s[3] or f"{r['spec']} P={r['P']} {r['label']} rank {m['rank']}: measured {m['measured']} " \
                                 f"predicted {m['predicted']}"
         text = [f"## !!! MISMATCH: {len(bad)} of {len(records)} (graph, P, algo) runs differ from the prediction",
                 "", "| phase | layer | op | kind | rank-rows | algorithms | P | "
@@ -195,7 +233,7 @@ def verdict(records: list[dict]) -> list[str]:
                  f"{','.join(map(str, sorted(s[2])))} | {s[3]} |" for k, s in summary.items()]
         text += ["", "Every ledger row not listed above (every rank, phase, layer and op of every run) matched "
                  "the prediction exactly.", ""]
-    unsteady = [f"{r['spec']} P={r['P']} {r['algo']}" for r in records if not r["steady"]]
+    unsteady = [f"{r['spec']} P={r['P']} {r['label']}" for r in records if not r["steady"]]
     text += [f"!!! UNSTEADY: later epochs recorded other counts than the first in {', '.join(unsteady)}." if unsteady
              else "Every later epoch recorded exactly the counts of the first (all runs, all ranks).", ""]
     return text
@@ -204,50 +242,73 @@ def verdict(records: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------- extrapolation
 
 
-def cagnet_words(n: int, nnz: int, P: int, widths: list[int], input_backward: bool) -> dict:
-    """CAGNET's leading-order bandwidth per process for one training step (the SpMMs the model counts: every
-    forward, every backward but layer 0's unless `input_backward`), DESIGN.md §1: 2D (nnz + n·f)/√P, 3D
-    (nnz + n·f)/P^⅔ words per SpMM of width f."""
-    per = [(nnz + n * f) for f in widths] * 2
-    if not input_backward:
-        per.pop(len(widths))
-    return {"2d": sum(per) / math.sqrt(P), "3d": sum(per) / P ** (2 / 3)}
+def alpha_per_message(led, alpha_beta=None) -> float:
+    """Extra seconds if α were charged per all-to-all message (one per peer) rather than per call."""
+    ab = alpha_beta or cost.DEFAULT_ALPHA_BETA
+    return ab["all_to_all"][0] * sum(max(row[3] - row[0], 0) for (_, _, op, _), row in led.rows.items()
+                                     if op == "all_to_all")
 
 
-def a2a_messages(n: int, nnz: int, P: int, widths: list[int], n_params: int, input_backward: bool) -> tuple[int, int]:
-    """(all-to-all calls, all-to-all messages) rank 0 of 1d-halo makes in one training step (the model)."""
-    cls = spmm.get("1d-halo")
-    shape = cls.grid_shape(P)
-    led = cost.epoch_ledger(cls, cost.BlockStats.expected(n, nnz, P), shape, 0, widths, n_params, evals=0,
-                            setup=False, input_backward=input_backward)
-    return int(led.total("calls", op="all_to_all")), int(led.total("messages", op="all_to_all"))
+def detail(n: int, nnz: int, model, row: dict, ranks: int = 8) -> dict:
+    """Words by term for one plan row on the busiest of the first `ranks` ranks (as `plan_table` looks), and the
+    row's seconds with α per all-to-all message."""
+    cls = spmm.get(row["algo"])
+    shape = tuple(int(x) for x in row["shape"].split("x"))
+
+    stats = cost.BlockStats.expected(n, nnz, cls.num_parts(shape))
+    led = max((cost.epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False)
+               for r in range(min(row["P"], ranks))), key=lambda led: led.total("recv_bytes"))
+    return {"terms": terms(led.rows), "seconds_alpha_per_a2a_message": row["seconds"] + alpha_per_message(led)}
+
+
+def fastest(rows: list[dict], algos=None, key="seconds") -> dict:
+    """The row of least `key` among `algos` (all if None); a tie within 0.1% goes to the first listed (sar moves
+    1d-halo's bytes, less 0.02% that its P − 1 calls each truncate from the fractional expected rows)."""
+    rows = [r for r in rows if algos is None or r["algo"] in algos]
+    least = min(r[key] for r in rows)
+    return next(r for r in rows if r[key] <= least * (1 + 1e-3))
+
+
+def by_algo(rows: list[dict]) -> dict:
+    """{algo: its fastest row}, algorithms in the order `cost.candidates` lists them."""
+    return {a: fastest(rows, (a,)) for a in dict.fromkeys(r["algo"] for r in rows)}
+
+
+def crossover(n: int, model) -> dict:
+    """{P: the smallest mean degree in DEGREES at which the fastest 1.5D beats the fastest 2D and 3D (None if
+    none does)} for a graph of n nodes."""
+    out = {}
+    for P in PLAN_PS[:3]:
+        out[P] = None
+        for d in DEGREES:
+            best = by_algo(cost.plan_table(n, n * d, [P], model))
+            if best["1.5d"]["seconds"] < min(best["2d"]["seconds"], best["3d"]["seconds"]):
+                out[P] = d
+                break
+    return out
 
 
 def extrapolate() -> dict:
     out = {}
-    alpha = cost.DEFAULT_ALPHA_BETA["all_to_all"][0]
     for name, (n, nnz, classes) in OGB.items():
-        layer_widths = [PLAN_F] + [HIDDEN] * (PLAN_LAYERS - 1) + [classes]
-        widths, input_backward = cost.spmm_widths(layer_widths), cost.input_has_backward(layer_widths)
-        n_params = sum(a * b + b for a, b in zip(layer_widths[:-1], layer_widths[1:]))
-        rows = cost.plan_table(n, nnz, PLAN_PS, layer_widths, n_params)
+        model = cost.ModelShape((PLAN_F,) + (HIDDEN,) * (PLAN_LAYERS - 1) + (classes,))
+        rows = cost.plan_table(n, nnz, PLAN_PS, model)
         for r in rows:
-            r["recv_words_per_rank"] = r["recv_bytes_per_rank"] / WORD
-        best, extra = {}, {}
+            r |= {"label": label(r["algo"], r["shape"].split("x")),
+                  "recv_words_per_rank": r["recv_bytes_per_rank"] / WORD}
+        per_p, picks = {}, {}
         for P in PLAN_PS:
             at = [r for r in rows if r["P"] == P]
-            calls, messages = a2a_messages(n, nnz, P, widths, n_params, input_backward)
-            halo = next(r for r in at if r["algo"] == "1d-halo")
-            halo["a2a_messages"] = messages
-            halo["seconds_alpha_per_message"] = halo["seconds"] + alpha * (messages - calls)
-            pick = min(at, key=lambda r: r["seconds"])
-            pick_msg = min(at, key=lambda r: r.get("seconds_alpha_per_message", r["seconds"]))
-            best[P] = {"by_seconds": [pick["algo"], pick["replication"]],
-                       "by_words": [(w := min(at, key=lambda r: r["recv_bytes_per_rank"]))["algo"], w["replication"]],
-                       "by_seconds_alpha_per_a2a_message": [pick_msg["algo"], pick_msg["replication"]]}
-            extra[P] = cagnet_words(n, nnz, P, widths, input_backward)
-        out[name] = {"n": n, "nnz": nnz, "classes": classes, "layer_widths": layer_widths, "spmm_widths": widths,
-                     "n_params": n_params, "rows": rows, "best": best, "cagnet_estimate_words": extra}
+            per_p[P] = by_algo(at)
+            for r in per_p[P].values():
+                r |= detail(n, nnz, model, r)
+            picks[P] = {"overall": fastest(at)["label"], "cagnet": fastest(at, CAGNET)["label"],
+                        "fewest_words": fastest(at, key="recv_words_per_rank")["label"],
+                        "alpha_per_a2a_message": fastest(list(per_p[P].values()),
+                                                         key="seconds_alpha_per_a2a_message")["label"]}
+        out[name] = {"n": n, "nnz": nnz, "classes": classes, "widths": list(model.widths),
+                     "spmm_widths": model.spmm_widths, "n_params": model.n_params, "rows": rows,
+                     "fastest_per_algo": per_p, "picks": picks, "crossover_degree": crossover(n, model)}
     return out
 
 
@@ -261,152 +322,151 @@ def fmt_w(w: float) -> str:
 def measured_table(records: list[dict], kind: str) -> str:
     recs = [r for r in records if r["graph"] == kind]
     lines = [f"### Measured vs predicted, {recs[0]['spec']} ({kind}), words per rank per epoch (max over ranks)", "",
-             "| P | algo | recv measured | recv predicted | sent measured | sent predicted | exact | "
+             "| P | algo (grid) | recv measured | recv predicted | sent measured | sent predicted | exact | "
              "median epoch ms | comm ms measured | comm ms model |", "|---|---|---|---|---|---|---|---|---|---|"]
     # comm ms measured: mean over the timed epochs of the slowest rank's time inside collectives (waits included)
     for r in recs:
         exact = "yes" if r["exact"] else f"**NO** ({len(r['mismatches'])} rows)"
-        name = r["algo"] + (f" c={r['replication']}" if r["algo"] == "1.5d" else "")
-        lines.append(f"| {r['P']} | {name} | {fmt_w(r['max_recv_words'])} | {fmt_w(r['max_recv_words_predicted'])} "
-                     f"| {fmt_w(r['max_sent_words'])} | {fmt_w(r['max_sent_words_predicted'])} | {exact} | "
-                     f"{r['median_epoch_s'] * 1e3:.0f} | {r['max_comm_s'] * 1e3:.0f} | "
-                     f"{r['max_predicted_comm_s'] * 1e3:.1f} |")
+        lines.append(f"| {r['P']} | {r['label']} | {fmt_w(r['max_recv_words'])} | "
+                     f"{fmt_w(r['max_recv_words_predicted'])} | {fmt_w(r['max_sent_words'])} | "
+                     f"{fmt_w(r['max_sent_words_predicted'])} | {exact} | {r['median_epoch_s'] * 1e3:.0f} | "
+                     f"{r['max_comm_s'] * 1e3:.0f} | {r['max_predicted_comm_s'] * 1e3:.1f} |")
+    return "\n".join(lines)
+
+
+def terms_table(title: str, entries: list[tuple[str, str, dict]]) -> str:
+    """entries: (where, configuration, terms) → one row each, words and the share of the total."""
+    lines = [title, "", f"| where | configuration | {' | '.join(TERM_NAMES)} | total |",
+             "|---" * (len(TERM_NAMES) + 3) + "|"]
+    for where, name, t in entries:
+        total = sum(t[k] for k in TERM_NAMES)
+
+        def cell(k, t=t, total=total):
+            return f"{fmt_w(t[k])} {t[k] / total:.0%}" if t[k] else "0"
+
+        lines.append(f"| {where} | {name} | {' | '.join(cell(k) for k in TERM_NAMES)} | {fmt_w(total)} |")
     return "\n".join(lines)
 
 
 def plan_markdown(name: str, ex: dict) -> str:
-    lines = [f"### Model at scale: {name} (n = {ex['n']:,}, nnz = {ex['nnz']:,}), 3-layer GCN, f = 128, "
-             f"one training step: words received per rank (predicted seconds)", "",
-             "| P | 1d | 1d-halo | 1.5d c=2 | 1.5d best c | best (model s) | best if α per a2a message | "
-             "CAGNET 2D ≈ | CAGNET 3D ≈ |", "|---|---|---|---|---|---|---|---|---|"]
+    algos = list(ex["fastest_per_algo"][PLAN_PS[0]])
+    lines = [f"### Model at scale: {name} (n = {ex['n']:,}, nnz = {ex['nnz']:,}), 3-layer GCN, f = 128, one "
+             "training step: each algorithm's fastest grid, words received per rank · predicted seconds", "",
+             f"| P | {' | '.join(algos)} | best | best of CAGNET's | fewest words | best, α per a2a message |",
+             "|---" * (len(algos) + 5) + "|"]
     for P in PLAN_PS:
-        at = [r for r in ex["rows"] if r["P"] == P]
+        per = ex["fastest_per_algo"][P]
 
         def cell(r):
-            return f"{fmt_w(r['recv_words_per_rank'])} ({r['seconds']:.3g} s)"
+            grid = r["label"][len(r["algo"]) + 1:]
+            return f"{grid + ': ' if grid else ''}{fmt_w(r['recv_words_per_rank'])} · {r['seconds']:.3g} s"
 
-        one = {r["algo"]: r for r in at if r["algo"] != "1.5d"}
-        c2 = next(r for r in at if r["algo"] == "1.5d" and r["replication"] == 2)
-        c_best = min((r for r in at if r["algo"] == "1.5d"), key=lambda r: r["seconds"])
-        b, bm, est = ex["best"][P]["by_seconds"], ex["best"][P]["by_seconds_alpha_per_a2a_message"], \
-            ex["cagnet_estimate_words"][P]
-        halo = one["1d-halo"]
-        lines.append(f"| {P} | {cell(one['1d'])} | {cell(halo)} | {cell(c2)} | c={c_best['replication']}: "
-                     f"{cell(c_best)} | {b[0]}{f' c={b[1]}' if b[0] == '1.5d' else ''} | "
-                     f"{bm[0]}{f' c={bm[1]}' if bm[0] == '1.5d' else ''} (halo "
-                     f"{halo['seconds_alpha_per_message']:.3g} s) | {fmt_w(est['2d'])} | {fmt_w(est['3d'])} |")
+        pk = ex["picks"][P]
+        lines.append(f"| {P} | {' | '.join(cell(per[a]) for a in algos)} | {pk['overall']} | {pk['cagnet']} | "
+                     f"{pk['fewest_words']} | {pk['alpha_per_a2a_message']} |")
     return "\n".join(lines)
+
+
+def plan_terms(ex: dict) -> str:
+    entries = [(f"{name} P={P}", r["label"], r["terms"]) for name, e in ex.items() for P in PLAN_PS
+               for a, r in e["fastest_per_algo"][P].items() if a in ("1d-halo", "1.5d", "2d", "3d")]
+    return terms_table("### Where the words go at scale (busiest rank, one step, each algorithm's fastest grid)",
+                       entries)
 
 
 def get(records, kind, P, algo):
     return next((r for r in records if r["graph"] == kind and r["P"] == P and r["algo"] == algo), None)
 
 
-def algo_name(pair) -> str:
-    return pair[0] + (f" c={pair[1]}" if pair[0] == "1.5d" else "")
+def share(t: dict, k: str) -> float:
+    return t[k] / max(sum(t[x] for x in TERM_NAMES), 1e-300)
 
 
 def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list[str]:
     """The findings in words, every number taken from the figures above."""
     out = ["## What the figures show", ""]
     Ps = sorted({r["P"] for r in records})
-    P = max((r["P"] for r in records if r["algo"] == "1.5d"), default=Ps[-1])
+    P = max((p for p in Ps if len({r["algo"] for r in records if r["P"] == p}) == len(ALGOS)), default=Ps[-1])
+    found = {}
     for kind, g in graphs.items():
-        out.append(f"- **{kind}** {g.name}: n = {g.n:,}, nnz = {g.nnz:,} (mean degree {g.nnz / g.n:.0f}).")
+        out.append(f"- **{kind}** {g.name}: n = {g.n:,}, nnz = {g.nnz:,} (mean degree {g.nnz / g.n:.0f}; "
+                   f"a row of H is f = {HIDDEN} words, a nonzero of A travels as 2 words, int32 index + float32).")
         if P == 1:
             continue
-        at = [r for r in records if r["graph"] == kind and r["P"] == P]
-        d1, halo, onefive = (get(records, kind, P, a) for a in ("1d", "1d-halo", "1.5d"))
-        s = (f"  At P = {P}, words received per rank (max over ranks), fewest first: "
-             + ", ".join(f"{r['algo']} {fmt_w(r['max_recv_words'])}"
-                         for r in sorted(at, key=lambda r: r["max_recv_words"]))
-             + f". 1d-halo receives {halo['max_recv_words'] / d1['max_recv_words']:.2f}× 1d's words: the share of "
-             "remote H rows a block row actually touches.")
-        if onefive:
-            s += (f" 1.5d c=2 receives {onefive['max_recv_words'] / d1['max_recv_words']:.2f}× 1d's words"
-                  + (f" (per SpMM with equal parts and c² ≤ P: (1/c + 2(c−1)/P)/(1 − 1/P) = "
-                     f"{(0.5 + 2 / P) / (1 - 1 / P):.2f})" if P >= 4 else "")
-                  + f" and {onefive['max_recv_words'] / halo['max_recv_words']:.2f}× 1d-halo's.")
-        fastest = min(at, key=lambda r: r["median_epoch_s"])
-        out += [s, f"  Fastest median epoch at P = {P}: {fastest['algo']} ({fastest['median_epoch_s'] * 1e3:.0f} ms; "
-                   + ", ".join(f"{r['algo']} {r['median_epoch_s'] * 1e3:.0f} ms" for r in at if r is not fastest)
-                   + ")."]
-    if len(Ps) > 2:
-        for kind in graphs:
-            growth = []
-            for algo, _ in ALGOS:
-                rs = [r for r in records if r["graph"] == kind and r["algo"] == algo and r["P"] > 1]
-                if len(rs) > 1:
-                    growth.append(f"{algo} ×{rs[-1]['max_recv_words'] / rs[0]['max_recv_words']:.2f} "
-                                  f"(P = {rs[0]['P']} → {rs[-1]['P']})")
-            out.append(f"- {kind}: words per rank as P grows: {', '.join(growth)}. 1d tends to n·f per SpMM "
-                       "((P − 1)/P of H arrives); the halo stops growing once a block row's remote rows saturate.")
-    out += [
-            f"- Epoch times: P processes with {threads or 'cores/P'} thread(s) each on a shared 2-core machine over "
-            "loopback gloo: they show overheads and scheduling, not what the bytes would cost on a network. "
-            "(With 2 threads a process, as spgnn gives P = 1 on 2 cores, an epoch took 50–100× longer here than "
-            "with 1 when other jobs held the cores: OpenMP spin-waits; hence --threads 1.) The words are exact and "
-            "machine-independent: they are the result.", ""]
+        at = sorted((r for r in records if r["graph"] == kind and r["P"] == P), key=lambda r: r["max_recv_words"])
+        d1 = get(records, kind, P, "1d")
+        cag = [r for r in at if r["algo"] in CAGNET]
+        found[kind] = cag[0]
+        summa = "; ".join(f"{r['label']}: A blocks {share(r['terms_busiest'], 'A blocks'):.0%}, H "
+                          f"{share(r['terms_busiest'], 'H'):.0%}, H·W and softmax "
+                          f"{share(r['terms_busiest'], 'H·W, softmax'):.0%}" for r in at if r["algo"] in ("2d", "3d"))
+        fast = min(at, key=lambda r: r["median_epoch_s"])
+        out += [f"  At P = {P}, words received per rank (max over ranks), fewest first: "
+                + ", ".join(f"{r['label']} {fmt_w(r['max_recv_words'])}" for r in at)
+                + f". Fewest among CAGNET's: {cag[0]['label']} ({cag[0]['max_recv_words'] / d1['max_recv_words']:.2f}× "
+                f"1d). 1d-halo receives {get(records, kind, P, '1d-halo')['max_recv_words'] / d1['max_recv_words']:.2f}"
+                f"× 1d's words (the share of remote H rows a block row touches). Busiest rank's words, 2D/3D: {summa}.",
+                f"  Fastest median epoch at P = {P}: {fast['label']} ({fast['median_epoch_s'] * 1e3:.0f} ms; "
+                + ", ".join(f"{r['label']} {r['median_epoch_s'] * 1e3:.0f} ms" for r in at if r is not fast) + ")."]
+    out += [f"- Epoch times: P processes with {threads or 'cores/P'} thread(s) each on a shared 2-core machine over "
+            "loopback gloo: they show overheads and scheduling, not what the bytes would cost on a network. The "
+            "words are exact and machine-independent: they are the result.", ""]
 
     out += ["## Against CAGNET", "",
-            "- CAGNET (SC20) compares broadcast-based 1D, 1.5D, 2D and 3D SpMM, which move dense blocks of H "
-            "whatever the sparsity, and finds 1.5D best on dense graphs at moderate P and 2D/3D best on sparse "
-            "graphs at large P. spgnn has 1D and 1.5D of those; 2D and 3D are future work, so that half of the "
-            "finding cannot be measured here (the 2D/3D columns are CAGNET's leading-order formulas from DESIGN.md "
-            "§1 with one word per nonzero, not a model of code that exists). spgnn's sparsity-aware 1d-halo is "
-            "not in the SC20 paper (its ICPP 2024 follow-up) and is the real competitor."]
-    if P > 1:
-        for kind in graphs:
-            d1, halo, onefive = (get(records, kind, P, a) for a in ("1d", "1d-halo", "1.5d"))
-            if not onefive:
-                continue
-            r1 = onefive["max_recv_words"] / d1["max_recv_words"]
-            rh = onefive["max_recv_words"] / halo["max_recv_words"]
-            saving = (f"saves {1 - r1:.0%} of 1d's words (CAGNET's 1.5D-over-1D saving, smaller than CAGNET's "
-                      "because c = 2 is far from its best c ≈ √P at scale)" if r1 < 1 else
-                      f"moves {r1:.2f}× 1d's words (no saving: with c = 2 the team's all-reduce, 2(c−1)/P·n·f, eats "
-                      "the broadcast saving unless P > 6)")
-            share = halo["max_recv_words"] / d1["max_recv_words"]
-            if rh < 0.98:
-                vs, why = "beats", (f"The halo is {share:.0%} of 1d's words here, so sparsity saves little and "
-                                    "replication is the better lever: CAGNET's dense-graph finding, reproduced.")
-            elif rh > 1.02:
-                vs, why = "loses to", (f"The halo is only {share:.0%} of 1d's words here: sparsity-awareness saves "
-                                       "more than c = 2 replication; CAGNET's SC20 comparison has no halo algorithm.")
-            else:
-                vs, why = "ties with", (f"The halo is {share:.0%} of 1d's words here, about what c = 2 saves: the "
-                                        "crossover between the two levers.")
-            out.append(f"- {kind}, P = {P}: 1.5d c=2 {saving}, and {vs} 1d-halo ({rh:.2f}× its words). {why}")
+            "CAGNET (SC20) finds 1.5D best on dense graphs at moderate P, 2D and 3D best on sparse graphs and at "
+            "large P. spgnn adds the sparsity-aware 1d-halo (not in SC20) and moves sparse blocks as int32 "
+            "indices + float32 values (2 words a nonzero) plus int32 row pointers, or as COO (3 words a nonzero) "
+            "where a block has fewer nonzeros than rows."]
+    if {"sparse", "dense"} <= set(found):
+        dense, sparse = found["dense"], found["sparse"]
+        ok = dense["algo"] == "1.5d" and sparse["algo"] in ("2d", "3d")
+        out.append(f"- Measured at P = {P}: fewest words among CAGNET's algorithms on the dense graph "
+                   f"{dense['label']}, on the sparse one {sparse['label']}: "
+                   + ("CAGNET's finding, reproduced. On the dense graph a nonzero's 2 words times the mean degree "
+                      "exceed the f words of an H row, so the A-block broadcasts of 2D/3D cost more than the H they "
+                      "save." if ok else "not CAGNET's ranking; the terms above show which broadcast dominates.")
+                   + "".join(f" {r['label']} has C = 1: it broadcasts no A blocks and is 1.5D with the team's "
+                             "all-reduce replaced by a reduce-scatter." for r in (dense, sparse)
+                             if r["algo"] == "3d" and r["shape"][1] == 1))
     for name, e in ex.items():
-        def picks(key, e=e):
-            return "; ".join(f"P = {P}: {algo_name(b[key])}" for P, b in e["best"].items())
+        pk, cross = e["picks"], e["crossover_degree"]
+        d = e["nnz"] / e["n"]
+        first = e["fastest_per_algo"][PLAN_PS[0]]
+        big, prev = e["fastest_per_algo"][PLAN_PS[-1]], e["fastest_per_algo"][PLAN_PS[-2]]
+        o, t3, halo = first["1.5d"], first["3d"], big["1d-halo"]
 
-        lowest = []
-        for P in PLAN_PS:
-            at = {algo_name((r["algo"], r["replication"])): r["recv_words_per_rank"]
-                  for r in e["rows"] if r["P"] == P}
-            at |= {f"CAGNET {k.upper()}≈": v for k, v in e["cagnet_estimate_words"][P].items()}
-            lowest.append(f"P = {P}: {min(at, key=at.get)}")
-        halo = {r["P"]: r["recv_words_per_rank"] for r in e["rows"] if r["algo"] == "1d-halo"}
-        below_2d = [P for P in PLAN_PS if halo[P] < e["cagnet_estimate_words"][P]["2d"]] or "none"
-        above_3d = [P for P in PLAN_PS if halo[P] > e["cagnet_estimate_words"][P]["3d"]] or "none"
-        out.append(f"- {name} (mean degree {e['nnz'] / e['n']:.0f}). Best by the model's seconds: "
-                   f"{picks('by_seconds')}. By words: {picks('by_words')}. With α charged per all-to-all message: "
-                   f"{picks('by_seconds_alpha_per_a2a_message')}. Fewest words once CAGNET's 2D/3D estimates join: "
-                   f"{'; '.join(lowest)}. 1d-halo below CAGNET 2D≈ at P = {below_2d}; CAGNET 3D≈ below 1d-halo at "
-                   f"P = {above_3d}.")
-    out += ["- Why the model's picks differ from CAGNET's: (1) 2D/3D are absent, so at large P the sparse "
-            "graphs go to 1d-halo, whose words per rank shrink like n·f·(1 − exp(−nnz/(P·n))) ≈ nnz·f/P once "
-            "nnz/P ≪ n, faster than 1.5D's n·f/c + 2n·f/P. Against CAGNET's estimates the halo beats 2D's "
-            "(nnz + n·f)/√P only at the largest P, and 3D's (nnz + n·f)/P^⅔ is lower than the halo wherever listed "
-            "above: there CAGNET's finding would stand if spgnn had 3D (unless sparse blocks cost 2–3 words a "
-            "nonzero, which narrows the gap). (2) `cost.seconds` charges α once per collective "
-            "call, so the halo's all-to-all with P − 1 peers costs one latency while 1D's P broadcasts cost P; "
-            "charged per message the halo loses its large-P lead wherever the 'α per a2a message' picks differ, "
-            "which is CAGNET's latency argument. (3) The statistics-only model assumes uniformly random columns "
-            "(a random partition), the worst case for the halo; a METIS partition of ogbn-products touches far "
-            "fewer remote rows. (4) The α-β figures are loopback gloo on 2 cores, not a cluster network: the "
-            "seconds rank algorithms, they do not forecast.", ""]
+        def fall(a, big=big, prev=prev):
+            return prev[a]["recv_words_per_rank"] / big[a]["recv_words_per_rank"]
+
+        out.append(
+            f"- {name} (mean degree {d:.0f}), model: best by seconds "
+            + "; ".join(f"P = {P}: {pk[P]['overall']}" for P in PLAN_PS) + ". Among CAGNET's: "
+            + "; ".join(f"P = {P}: {pk[P]['cagnet']}" for P in PLAN_PS) + ". With α per all-to-all message: "
+            + "; ".join(f"P = {P}: {pk[P]['alpha_per_a2a_message']}" for P in PLAN_PS) + ".")
+        why = [f"  At P = {PLAN_PS[0]} {t3['label']} receives {fmt_w(t3['recv_words_per_rank'])} words against "
+               f"{o['label']}'s {fmt_w(o['recv_words_per_rank'])}: 3D's H share is n·f/(C·L) per SpMM "
+               f"({fmt_w(t3['terms']['H'])} words) against 1.5D's n·f/c ({fmt_w(o['terms']['H'])}), and at mean "
+               f"degree {d:.0f} its A blocks cost only {fmt_w(t3['terms']['A blocks'])} "
+               f"({share(t3['terms'], 'A blocks'):.0%} of its words)."]
+        if cross[PLAN_PS[0]]:
+            why.append(f"1.5D beats 2D and 3D only from mean degree ≈ {cross[PLAN_PS[0]]} at P = {PLAN_PS[0]}, "
+                       + ", ".join(f"{cross[P] or f'> {DEGREES[-1]}'} at P = {P}" for P in PLAN_PS[1:3])
+                       + " (same n, searched over powers of 2): CAGNET's dense regime is denser than this graph.")
+        why.append(f"At P = {PLAN_PS[-1]}, 1d-halo receives {fmt_w(halo['recv_words_per_rank'])} words against "
+                   f"{big['3d']['label']}'s {fmt_w(big['3d']['recv_words_per_rank'])}: with uniformly random "
+                   "columns a block row touches about nnz/P remote rows, so the halo falls like 1/P (÷"
+                   f"{fall('1d-halo'):.2f} from P = {PLAN_PS[-2]}), faster than 3D's H blocks, n·f/(C·L) ≈ "
+                   f"n·f/P^⅔ (3D's words ÷{fall('3d'):.2f}; A blocks {share(big['3d']['terms'], 'A blocks'):.0%} "
+                   f"and H {share(big['3d']['terms'], 'H'):.0%} of them). The halo's standing rests "
+                   f"on α per call: charged α per message (P − 1 peers) it takes "
+                   f"{halo['seconds_alpha_per_a2a_message']:.3g} s against {halo['seconds']:.3g} s, and the pick "
+                   f"is {pk[PLAN_PS[-1]]['alpha_per_a2a_message']}"
+                   + (" — CAGNET's latency argument for 2D/3D." if pk[PLAN_PS[-1]]["alpha_per_a2a_message"][:2]
+                      in ("2d", "3d") else ": the halo's saving in bytes outweighs P − 1 latencies per SpMM."))
+        out.append("  " + " ".join(why))
+    out += ["- The statistics-only model assumes uniformly random columns (a random partition), the worst case "
+            "for the halo; a METIS partition touches far fewer remote rows. The α-β figures are loopback gloo on "
+            "2 cores, not a cluster network: the seconds rank configurations, they do not forecast.", ""]
     return out
 
 
@@ -416,8 +476,9 @@ def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colours = {"1d": "tab:blue", "1d-halo": "tab:orange", "1.5d": "tab:green", "1.5d best c": "tab:red"}
-    fig, axes = plt.subplots(1, 3, figsize=(17, 5))
+    algos = [a for a, _ in ALGOS]                   # sar moves 1d-halo's words (in P − 1 rounds)
+    colours = {a: f"C{i}" for i, a in enumerate(algos)}
+    fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
     for ax, (kind, g) in zip(axes, graphs.items()):
         for algo, _ in ALGOS:
             rs = [r for r in records if r["graph"] == kind and r["algo"] == algo]
@@ -429,26 +490,17 @@ def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:
             bad = [r for r in rs if not r["exact"]]
             ax.plot([r["P"] for r in bad], [r["max_recv_words"] for r in bad], "x", color="black", ms=9)
         ax.set_xticks(sorted({r["P"] for r in records}))
-        ax.set(title=f"{kind}: {g.name} (n={g.n:,}, nnz={g.nnz:,})", xlabel="P (local gloo processes)",
-               ylabel="words received per rank per epoch (max)")
+        ax.set(title=f"{kind}: {g.name} (n={g.n:,}, nnz={g.nnz:,})", xlabel="P (local gloo processes; 2d, 3d: "
+               "default grid)", ylabel="words received per rank per epoch (max)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, title="x: measured ≠ predicted", title_fontsize=7)
+        ax.legend(fontsize=7, ncol=2, title="x: measured ≠ predicted", title_fontsize=7)
     ax = axes[2]
     for (name, e), style in zip(ex.items(), ("-", "--")):
-        for label in ("1d", "1d-halo", "1.5d", "1.5d best c"):
-            if label == "1.5d best c":
-                ys = [min((r for r in e["rows"] if r["P"] == P and r["algo"] == "1.5d"),
-                          key=lambda r: r["seconds"])["recv_words_per_rank"] for P in PLAN_PS]
-            else:
-                ys = [next(r for r in e["rows"] if r["P"] == P and r["algo"] == label and r["replication"] in (1, 2))
-                      ["recv_words_per_rank"] for P in PLAN_PS]
-            ax.plot(PLAN_PS, ys, style, marker=".", color=colours[label],
-                    label=f"{name} {label}{' c=2' if label == '1.5d' else ''}")
-        for k, col in (("2d", "grey"), ("3d", "black")):
-            ax.plot(PLAN_PS, [e["cagnet_estimate_words"][P][k] for P in PLAN_PS], style, color=col, lw=0.8,
-                    label=f"{name} CAGNET {k.upper()} ≈")
+        for algo in algos:
+            ax.plot(PLAN_PS, [e["fastest_per_algo"][P][algo]["recv_words_per_rank"] for P in PLAN_PS], style,
+                    marker=".", color=colours[algo], label=f"{name} {algo}")
     ax.set(xscale="log", yscale="log", xticks=PLAN_PS, xticklabels=[str(P) for P in PLAN_PS],
-           title="model at scale, f = 128, 3-layer GCN, one step",
+           title="model, f = 128, 3-layer GCN: fastest grid of each algorithm",
            xlabel="P", ylabel="words received per rank per step")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, ncol=2)
@@ -504,7 +556,11 @@ def main(argv=None) -> int:
             f"GCN, {LAYERS} layers, hidden {HIDDEN}, partition block, float32; epoch = one step + one evaluation, "
             f"after setup; words = bytes/4; P = 1…{args.max_procs} local gloo processes.", ""]
     text += [measured_table(records, kind) + "\n" for kind in graphs]
+    text += [terms_table(f"### Where the words go, measured at P = {args.max_procs} (busiest rank, one epoch)",
+                         [(f"{r['graph']} {r['spec']}", r["label"], r["terms_busiest"]) for r in records
+                          if r["P"] == args.max_procs]) + "\n"]
     text += [plan_markdown(name, e) + "\n" for name, e in ex.items()]
+    text += [plan_terms(ex) + "\n"]
     text += verdict(records)
     text += interpret(records, graphs, ex, args.threads)
     total = time.perf_counter() - t_start
