@@ -8,9 +8,11 @@ P×P matrix of halo rows |R_ij|). `predict` assembles a run from them the way `T
 the loss sum; evaluations) into one `Ledger` per rank, keyed like the measured ledger, so a test can
 demand equality.
 
-Seconds: t = Σ over ledger rows of α_op·calls + β_op·`charged_bytes`, with α and β per collective from
-`spgnn calibrate` (schema "spgnn.calibration/1") or, by default, the gloo figures DESIGN.md §4 measured on
-a 2-core machine. Time is a model; bytes are exact.
+Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: α per point-to-point
+message for the step-wise collectives (a ring all-reduce's 2(g−1) steps, an all-gather's or reduce-scatter's
+g−1, an all-to-all's one message per peer it sends to), α per call for a broadcast (a tree or pipeline
+overlaps its sends), with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/1") or,
+by default, the gloo figures DESIGN.md §4 measured on a 2-core machine. Time is a model; bytes are exact.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from .layers import LAYERS, spmm_width
 
 MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
 
-# Seconds per call and per byte for torch.distributed/gloo over loopback (DESIGN.md §4, P = 2, 64 MB).
-DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (1e-4, 1 / 0.38e9),
+# Seconds per message (per call for broadcast) and per byte for torch.distributed/gloo over loopback
+# (DESIGN.md §4: 100 µs a call at P = 2, where an all-reduce is 2 messages and the others 1; 64 MB).
+DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (5e-5, 1 / 0.38e9),
                       "all_to_all": (1e-4, 1 / 0.57e9), "all_gather": (1e-4, 1 / 0.15e9),
                       "reduce_scatter": (1e-4, 1 / 0.38e9)}
 
@@ -179,17 +182,24 @@ def charged_bytes(op: str, sent: int, recv: int) -> int:
     return recv if op == "broadcast" else max(sent, recv)
 
 
+def latency_steps(op: str, calls: int, messages: int) -> int:
+    """The latencies a rank pays for a ledger row: one a call for a broadcast, else one a message it
+    sends (at least one a call: a rank that only receives still waits for a message)."""
+    return calls if op == "broadcast" else max(calls, messages)
+
+
 def seconds(ledger: Ledger, alpha_beta=None) -> float:
-    """Predicted seconds of a ledger's collectives: Σ α_op·calls + β_op·charged_bytes."""
+    """Predicted seconds of a ledger's collectives: Σ α_op·latency_steps + β_op·charged_bytes."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
-    return sum(ab[op][0] * row[0] + ab[op][1] * charged_bytes(op, row[1], row[2])
+    return sum(ab[op][0] * latency_steps(op, row[0], row[3]) + ab[op][1] * charged_bytes(op, row[1], row[2])
                for (_, _, op, _), row in ledger.rows.items())
 
 
 def load_calibration(path) -> dict:
-    """{op: (α, β)} from a ``spgnn calibrate --output`` file."""
+    """{op: (α, β)} from a ``spgnn calibrate --output`` file: α per message (per call for broadcast)."""
     data = json.loads(open(path).read())
-    return {op: (v["alpha_s"], v["beta_s_per_byte"]) for op, v in data["collectives"].items()}
+    return {op: (v["alpha_s"] if op == "broadcast" or not v.get("alpha_per_message_s") else v["alpha_per_message_s"],
+                 v["beta_s_per_byte"]) for op, v in data["collectives"].items()}
 
 
 def candidates(P: int) -> list[dict]:

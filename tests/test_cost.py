@@ -68,20 +68,23 @@ def test_auto_picks_the_lowest_predicted_time(tmp_path):
 
 
 def test_planning_reproduces_the_expected_crossover():
-    """At cluster scale the model prefers replication (1.5D) or a 3D grid on a dense graph at moderate P,
-    where H's blocks dominate and both cut their broadcast, and the sparsity-aware halo exchange on a
-    sparse graph at large P (1D broadcast never: it moves n·f); on the sparse graph, among CAGNET's own
-    algorithms, 3D beats 1D and 1.5D."""
+    """At cluster scale (ogbn-products' size by statistics, f = 128): on a dense graph at moderate P the
+    model prefers replication (1.5D) or a 3D grid, which cut H's broadcast; on the sparse graph 3D is the
+    fastest at P = 1024 (CAGNET's finding); the sparsity-aware halo exchange receives the fewest bytes at
+    P = 4096 but pays a latency for each of its P − 1 peers; 1D broadcast moves n·f a product."""
     model = cost.ModelShape((128, 128, 128))
     dense = cost.plan_table(100_000, 50_000_000, [64], model)
-    sparse = cost.plan_table(2_449_029, 123_718_280, [4096], model)
+    sparse = cost.plan_table(2_449_029, 123_718_280, [1024, 4096], model)
 
-    def best(rows, algos=None):
-        return min((r for r in rows if algos is None or r["algo"] in algos), key=lambda r: r["seconds"])
+    def best(rows, algos=None, P=None, key="seconds"):
+        return min((r for r in rows if (algos is None or r["algo"] in algos) and P in (None, r["P"])),
+                   key=lambda r: r[key])
 
     assert best(dense)["algo"] in ("1.5d", "3d")
     assert best(dense, ["1d", "1d-halo", "1.5d"])["algo"] == "1.5d"
-    assert best(sparse)["algo"] == "1d-halo"
-    assert best(sparse, ["1d", "1.5d", "2d", "3d"])["algo"] == "3d"
-    oned = next(r for r in sparse if r["algo"] == "1d")
+    assert best(sparse, P=1024)["algo"] == "3d"
+    assert best(sparse, P=4096, key="recv_bytes_per_rank")["algo"] in ("1d-halo", "sar")
+    halo = best(sparse, ["1d-halo"], P=4096)
+    assert halo["seconds"] > best(sparse, P=4096)["seconds"]
+    oned = next(r for r in sparse if r["algo"] == "1d" and r["P"] == 4096)
     assert oned["recv_bytes_per_rank"] > 0.9 * 2_449_029 * 128 * 4 * 3     # ≈ n·f words a SpMM; Â·X has no backward
