@@ -273,6 +273,8 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
     with torch.no_grad():
         if backend == "numba":
             z = _numba_spmm(a, h, None, False)
+        elif backend == "torch-sparse" and (a.nnz == 0 or h.shape[1] == 0):
+            z = h.new_zeros((m, h.shape[1]))            # torch_sparse's kernel dies of SIGFPE on these
         elif backend == "torch-sparse":
             z = _torch_sparse_module().matmul(a._torch_sparse(h.device, h.dtype), h)
         else:
