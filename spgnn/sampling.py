@@ -4,9 +4,11 @@ N is the layer's normalised n×n adjacency (``gcn_norm`` or ``mean_norm`` of A, 
 N_off its off-diagonal part (the pattern of A without self loops). k minibatches are sampled at once; the
 frontier F_b of minibatch b starts as its seeds and grows by one hop per layer, output layer first.
 
-    node-wise (GraphSAGE)  Q: Σ_b|F_b|×n selects the frontier rows, P = Q·A_off; each row r of P, normalised,
-                           is uniform over the in-neighbours of F[r]; min(fanout, deg) distinct ones are drawn
-                           (the fanout smallest of per-entry uniform keys: a segmented top-k).
+    node-wise (GraphSAGE)  Q: |∪_b F_b|×n selects the distinct frontier vertices of the bulk, P = Q·N_off (a row
+                           gather; each row is read by every minibatch whose frontier holds it); row F[r] of P,
+                           normalised, is uniform over the in-neighbours of F[r]; min(fanout, deg) distinct ones are
+                           drawn per (minibatch, F[r]) (the fanout smallest of per-entry uniform keys keyed by the
+                           minibatch: a segmented top-k, a bounded heap per row).
     layer-wise (LADIES)    Q: k×n, row b the indicator of F_b; P = Q·(N_off∘N_off) = B·(R∘R) holds the squared column
                            norms of N_off[F_b, :], normalised to p_b; s vertices S_b drawn without replacement
                            (successive sampling, Efraimidis–Spirakis keys −log u / p); the layer's edges are
@@ -67,19 +69,47 @@ def _uniform_kernel(keys, rows, cols, out):
         out[i] = _hash_uniform(keys[i], rows[i], cols[i])
 
 
+@njit(cache=True, nogil=True)
+def _sift_down(hv, hi, s, k):
+    """Restore the max-heap order of (hv, hi)[:k] below position s."""
+    while 2 * s + 1 < k:
+        m = 2 * s + 1
+        if m + 1 < k and hv[m + 1] > hv[m]:
+            m += 1
+        if hv[m] <= hv[s]:
+            return
+        hv[s], hv[m], hi[s], hi[m] = hv[m], hv[s], hi[m], hi[s]
+        s = m
+
+
+@njit(cache=True, nogil=True)
+def _k_smallest(u, k):
+    """Positions (sorted) of the k smallest u[t], k < len(u): a bounded max-heap, O(len(u)·log k)."""
+    hv, hi = u[:k].copy(), np.arange(k)
+    for s in range(k // 2 - 1, -1, -1):
+        _sift_down(hv, hi, s, k)
+    for t in range(k, len(u)):
+        if u[t] < hv[0]:
+            hv[0], hi[0] = u[t], t
+            _sift_down(hv, hi, 0, k)
+    return np.sort(hi)
+
+
 @njit(parallel=True, cache=True, nogil=True)
-def _uniform_topk_kernel(indptr, indices, row_keys, row_ids, k, keep):
-    """keep the k entries of each CSR row r with the smallest u(row_keys[r], row_ids[r], column)."""
-    for r in prange(len(indptr) - 1):
-        a, b = indptr[r], indptr[r + 1]
+def _uniform_topk_kernel(indptr, indices, rows, row_keys, row_ids, k, out_ptr, out):
+    """Frontier position r reads CSR row rows[r]: out[out_ptr[r]:out_ptr[r+1]] = the positions (ascending) of its
+    min(k, deg) entries with the smallest u(row_keys[r], row_ids[r], column)."""
+    for r in prange(len(rows)):
+        a, b, o = indptr[rows[r]], indptr[rows[r] + 1], out_ptr[r]
         if b - a <= k:
-            keep[a:b] = True
+            for t in range(b - a):
+                out[o + t] = a + t
         else:
             u = np.empty(b - a)
             for t in range(b - a):
                 u[t] = _hash_uniform(row_keys[r], row_ids[r], indices[a + t])
-            for t in np.argsort(u)[:k]:
-                keep[a + t] = True
+            for t, j in enumerate(_k_smallest(u, k)):
+                out[o + t] = a + j
 
 
 def uniform_keys(batch_keys: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -97,7 +127,7 @@ def _topk_kernel(indptr, keys, k, keep):
         if b - a <= k[r]:
             keep[a:b] = True
         else:
-            for t in np.argsort(keys[a:b])[:k[r]]:
+            for t in _k_smallest(keys[a:b], k[r]):
                 keep[a + t] = True
 
 
@@ -107,6 +137,25 @@ def segmented_topk(indptr: np.ndarray, keys: np.ndarray, k) -> np.ndarray:
     k = np.ascontiguousarray(np.broadcast_to(k, len(indptr) - 1), np.int64)
     _topk_kernel(np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(keys, np.float64), k, keep)
     return np.flatnonzero(keep)
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _gather_kernel(indptr, indices, data, ids, out_ptr, out_indices, out_data):
+    for r in prange(len(ids)):
+        a, o = indptr[ids[r]], out_ptr[r]
+        for t in range(indptr[ids[r] + 1] - a):
+            out_indices[o + t] = indices[a + t]
+            out_data[o + t] = data[a + t]
+
+
+def select_rows(a: sp.csr_matrix, ids: np.ndarray) -> sp.csr_matrix:
+    """Q·A for the selection Q = `selection(ids, a.shape[0])` (len(ids)×a.shape[1]): the SpGEMM with one unit
+    entry per row of Q is a row gather, done as one (parallel) copy; int64 indices."""
+    ids = np.ascontiguousarray(ids, np.int64)
+    ptr = np.concatenate([[0], np.cumsum(np.diff(a.indptr)[ids], dtype=np.int64)])
+    indices, data = np.empty(ptr[-1], np.int64), np.empty(ptr[-1], a.data.dtype)
+    _gather_kernel(a.indptr.astype(np.int64, copy=False), a.indices, a.data, ids, ptr, indices, data)
+    return sp.csr_matrix((data, indices, ptr), shape=(len(ids), a.shape[1]))
 
 
 def selection(ids: np.ndarray, n: int, ptr: np.ndarray | None = None) -> sp.csr_matrix:
@@ -164,7 +213,7 @@ class Sampler:
     def frontier_rows(self, front) -> sp.csr_matrix:
         """R = Q·N_off (len(front)×n, Q the selection of the frontier rows): the SpGEMM both samplers start
         from (`spgnn.sampling_dist` fetches these rows from their owners instead)."""
-        return selection(front, self.n) @ self.off
+        return select_rows(self.off, front)
 
     def edges(self, front, ptr, size, layer_keys):
         """The sampled edges (frontier position r, column vertex j, unscaled weight N_ij / π_j)."""
@@ -207,13 +256,14 @@ class NodeSampler(Sampler):
     kind = "sage"
 
     def edges(self, front, ptr, size, layer_keys):
-        p = self.frontier_rows(front)                           # P = Q·N_off: row r = N_off[F[r], :]
-        keep = np.zeros(p.nnz, bool)                            # fused: keys u(minibatch, F[r], j), top-k per row
-        _uniform_topk_kernel(p.indptr.astype(np.int64), p.indices.astype(np.int64),
-                             np.ascontiguousarray(layer_keys[_segments(ptr)]), front, size, keep)
-        keep = np.flatnonzero(keep)
-        r = np.searchsorted(p.indptr, keep, side="right") - 1
-        return r, p.indices[keep], p.data[keep]
+        rows, at = np.unique(front, return_inverse=True)        # a bulk's minibatches share frontier vertices:
+        p = self.frontier_rows(rows)                            # P = Q·N_off over the distinct ones, row at[r] = F[r]'s
+        deg = np.minimum(np.diff(p.indptr)[at], size)
+        out_ptr = np.concatenate([[0], np.cumsum(deg)])
+        pos = np.empty(out_ptr[-1], np.int64)                   # fused: keys u(minibatch, F[r], j), top-k per row
+        _uniform_topk_kernel(p.indptr.astype(np.int64), p.indices, at.astype(np.int64),
+                             np.ascontiguousarray(layer_keys[_segments(ptr)]), front, size, out_ptr, pos)
+        return np.repeat(np.arange(len(front)), deg), p.indices[pos], p.data[pos]
 
 
 class LayerSampler(Sampler):

@@ -31,7 +31,7 @@ import torch
 from .comm import Comm
 from .errors import SpgnnError
 from .grid import ProcessGrid
-from .sampling import SAMPLERS, Sampler, parse_sampler, selection
+from .sampling import SAMPLERS, Sampler, parse_sampler, select_rows
 
 
 def block_bounds(n: int, blocks: int) -> np.ndarray:
@@ -101,7 +101,7 @@ class RowFetcher(Fetcher):
 
     def answer(self, local, asked, send):
         lay, g = self.layout, len(asked)
-        rows = selection(local, self.mine.shape[0]) @ self.mine                    # R_i = Q_i·N_off[mine]
+        rows = select_rows(self.mine, local)                                        # R_i = Q_i·N_off[mine]
         deg = np.diff(rows.indptr)
         got_deg = lay.exchange(deg, asked, send, np.int64).numpy()
         out_nnz = np.bincount(np.repeat(np.arange(g), asked), weights=deg, minlength=g).astype(np.int64)
