@@ -12,7 +12,9 @@
    counts) for graphs with the published sizes of ogbn-products and ogbn-papers100M, P = 64…4096, every
    configuration `cost.candidates` lists (what `--algo auto` compares); the best per P overall and among
    CAGNET's own algorithms (1d, 1.5d, 2d, 3d), where each one's words go (H blocks, A blocks, partial sums,
-   the column-split dense products), and the mean degree above which 1.5D overtakes 2D/3D.
+   the column-split dense products), each one's seconds split into α (latencies: `cost.latency_steps`) and β
+   (bytes), the pick with every α × ALPHA_SCALE (α is loopback gloo here; picks at scale move with it), and
+   the mean degree above which 1.5D overtakes 2D/3D.
 
 Words = bytes / 4. Prints Markdown tables and an interpretation on stdout, writes everything to --out (JSON)
 and a PNG next to it. Exits 1 (after writing) if any measured ledger differs from its prediction.
@@ -57,6 +59,10 @@ OGB = {"ogbn-products": (2_449_029, 2 * 61_859_140, 47),
        "ogbn-papers100M": (111_059_956, 2 * 1_615_685_872, 172)}
 PLAN_PS, PLAN_F, PLAN_LAYERS = (64, 256, 1024, 4096), 128, 3
 DEGREES = tuple(2**k for k in range(4, 14))          # mean degrees searched for the 1.5D-over-2D/3D crossover
+# α is loopback gloo on this machine; the picks at scale are also given with every α scaled by this (a fast
+# interconnect's latency), β unchanged.
+ALPHA_SCALE = 0.1
+SCALED_ALPHA_BETA = {op: (a * ALPHA_SCALE, b) for op, (a, b) in cost.DEFAULT_ALPHA_BETA.items()}
 
 
 def timed(fn, *args, **kwargs):
@@ -242,23 +248,31 @@ def verdict(records: list[dict]) -> list[str]:
 # ----------------------------------------------------------------------------------------- extrapolation
 
 
-def alpha_per_message(led, alpha_beta=None) -> float:
-    """Extra seconds if α were charged per all-to-all message (one per peer) rather than per call."""
+def split(led, alpha_beta=None) -> dict:
+    """A ledger's predicted seconds split into latency (α·latency_steps, also by "op group") and bandwidth
+    (β·charged_bytes), with its latencies and its broadcast calls."""
     ab = alpha_beta or cost.DEFAULT_ALPHA_BETA
-    return ab["all_to_all"][0] * sum(max(row[3] - row[0], 0) for (_, _, op, _), row in led.rows.items()
-                                     if op == "all_to_all")
+    steps = {k: cost.latency_steps(k[2], row[0], row[3]) for k, row in led.rows.items()}
+    by = defaultdict(lambda: [0, 0.0])                  # "op group" → [latencies, α seconds]
+    for k, v in steps.items():
+        by[f"{k[2]} {k[3]}"][0] += v
+        by[f"{k[2]} {k[3]}"][1] += ab[k[2]][0] * v
+    return {"alpha_s": sum(ab[k[2]][0] * v for k, v in steps.items()), "alpha_by": dict(by),
+            "beta_s": sum(ab[op][1] * cost.charged_bytes(op, row[1], row[2])
+                          for (_, _, op, _), row in led.rows.items()),
+            "latencies": sum(steps.values()),
+            "broadcast_calls": sum(row[0] for (_, _, op, _), row in led.rows.items() if op == "broadcast")}
 
 
 def detail(n: int, nnz: int, model, row: dict, ranks: int = 8) -> dict:
-    """Words by term for one plan row on the busiest of the first `ranks` ranks (as `plan_table` looks), and the
-    row's seconds with α per all-to-all message."""
+    """For one plan row, over the first `ranks` ranks (as `plan_table` looks): words by term on the busiest
+    rank (most bytes received), and the slowest rank's seconds split into α and β terms."""
     cls = spmm.get(row["algo"])
     shape = tuple(int(x) for x in row["shape"].split("x"))
-
     stats = cost.BlockStats.expected(n, nnz, cls.num_parts(shape))
-    led = max((cost.epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False)
-               for r in range(min(row["P"], ranks))), key=lambda led: led.total("recv_bytes"))
-    return {"terms": terms(led.rows), "seconds_alpha_per_a2a_message": row["seconds"] + alpha_per_message(led)}
+    leds = [cost.epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(row["P"], ranks))]
+    busiest = max(leds, key=lambda led: led.total("recv_bytes"))
+    return {"terms": terms(busiest.rows), **split(max(leds, key=cost.seconds))}
 
 
 def fastest(rows: list[dict], algos=None, key="seconds") -> dict:
@@ -289,11 +303,14 @@ def crossover(n: int, model) -> dict:
 
 
 def extrapolate() -> dict:
+    """Per OGB graph: the plan rows, each algorithm's fastest row per P (with its terms and α/β split), the
+    picks per P, the overall pick with α scaled by ALPHA_SCALE, and the 1.5D crossover degrees."""
     out = {}
     for name, (n, nnz, classes) in OGB.items():
         model = cost.ModelShape((PLAN_F,) + (HIDDEN,) * (PLAN_LAYERS - 1) + (classes,))
         rows = cost.plan_table(n, nnz, PLAN_PS, model)
-        for r in rows:
+        scaled = cost.plan_table(n, nnz, PLAN_PS, model, alpha_beta=SCALED_ALPHA_BETA)
+        for r in rows + scaled:
             r |= {"label": label(r["algo"], r["shape"].split("x")),
                   "recv_words_per_rank": r["recv_bytes_per_rank"] / WORD}
         per_p, picks = {}, {}
@@ -302,13 +319,16 @@ def extrapolate() -> dict:
             per_p[P] = by_algo(at)
             for r in per_p[P].values():
                 r |= detail(n, nnz, model, r)
+            fewest = min(r["recv_words_per_rank"] for r in at)
             picks[P] = {"overall": fastest(at)["label"], "cagnet": fastest(at, CAGNET)["label"],
                         "fewest_words": fastest(at, key="recv_words_per_rank")["label"],
-                        "alpha_per_a2a_message": fastest(list(per_p[P].values()),
-                                                         key="seconds_alpha_per_a2a_message")["label"]}
+                        "fewest_words_tied": [r["label"] for r in at
+                                              if r["recv_words_per_rank"] <= fewest * (1 + 1e-3)],
+                        "overall_scaled_alpha": fastest([r for r in scaled if r["P"] == P])["label"]}
         out[name] = {"n": n, "nnz": nnz, "classes": classes, "widths": list(model.widths),
                      "spmm_widths": model.spmm_widths, "n_params": model.n_params, "rows": rows,
-                     "fastest_per_algo": per_p, "picks": picks, "crossover_degree": crossover(n, model)}
+                     "rows_scaled_alpha": scaled, "fastest_per_algo": per_p, "picks": picks,
+                     "crossover_degree": crossover(n, model)}
     return out
 
 
@@ -352,7 +372,7 @@ def plan_markdown(name: str, ex: dict) -> str:
     algos = list(ex["fastest_per_algo"][PLAN_PS[0]])
     lines = [f"### Model at scale: {name} (n = {ex['n']:,}, nnz = {ex['nnz']:,}), 3-layer GCN, f = 128, one "
              "training step: each algorithm's fastest grid, words received per rank · predicted seconds", "",
-             f"| P | {' | '.join(algos)} | best | best of CAGNET's | fewest words | best, α per a2a message |",
+             f"| P | {' | '.join(algos)} | best | best of CAGNET's | fewest words | best, α × {ALPHA_SCALE:g} |",
              "|---" * (len(algos) + 5) + "|"]
     for P in PLAN_PS:
         per = ex["fastest_per_algo"][P]
@@ -363,7 +383,7 @@ def plan_markdown(name: str, ex: dict) -> str:
 
         pk = ex["picks"][P]
         lines.append(f"| {P} | {' | '.join(cell(per[a]) for a in algos)} | {pk['overall']} | {pk['cagnet']} | "
-                     f"{pk['fewest_words']} | {pk['alpha_per_a2a_message']} |")
+                     f"{pk['fewest_words']} | {pk['overall_scaled_alpha']} |")
     return "\n".join(lines)
 
 
@@ -380,6 +400,20 @@ def get(records, kind, P, algo):
 
 def share(t: dict, k: str) -> float:
     return t[k] / max(sum(t[x] for x in TERM_NAMES), 1e-300)
+
+
+def pick_row(e: dict, P: int, lbl: str | None = None) -> dict:
+    """The fastest row of the algorithm whose configuration `lbl` (default: the overall pick at P) is."""
+    lbl = lbl or e["picks"][P]["overall"]
+    algo = next(r["algo"] for r in e["rows"] if r["P"] == P and r["label"] == lbl)
+    return e["fastest_per_algo"][P][algo]
+
+
+def seconds_split(r: dict, top: int = 2) -> str:
+    """"1.01 s: α 0.864 s for 16831 latencies (all_reduce world 16380: 0.819 s, …), β 0.145 s"."""
+    big = sorted(r["alpha_by"].items(), key=lambda kv: -kv[1][1])[:top]
+    return (f"{r['seconds']:.3g} s: α {r['alpha_s']:.3g} s for {r['latencies']} latencies ("
+            + ", ".join(f"{k} {n}: {a:.3g} s" for k, (n, a) in big) + f"), β {r['beta_s']:.3g} s")
 
 
 def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list[str]:
@@ -441,8 +475,8 @@ def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list
         out.append(
             f"- {name} (mean degree {d:.0f}), model: best by seconds "
             + "; ".join(f"P = {P}: {pk[P]['overall']}" for P in PLAN_PS) + ". Among CAGNET's: "
-            + "; ".join(f"P = {P}: {pk[P]['cagnet']}" for P in PLAN_PS) + ". With α per all-to-all message: "
-            + "; ".join(f"P = {P}: {pk[P]['alpha_per_a2a_message']}" for P in PLAN_PS) + ".")
+            + "; ".join(f"P = {P}: {pk[P]['cagnet']}" for P in PLAN_PS) + ". Fewest words: "
+            + "; ".join(f"P = {P}: {' = '.join(pk[P]['fewest_words_tied'])}" for P in PLAN_PS) + ".")
         why = [f"  At P = {PLAN_PS[0]} {t3['label']} receives {fmt_w(t3['recv_words_per_rank'])} words against "
                f"{o['label']}'s {fmt_w(o['recv_words_per_rank'])}: 3D's H share is n·f/(C·L) per SpMM "
                f"({fmt_w(t3['terms']['H'])} words) against 1.5D's n·f/c ({fmt_w(o['terms']['H'])}), and at mean "
@@ -457,16 +491,39 @@ def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list
                    "columns a block row touches about nnz/P remote rows, so the halo falls like 1/P (÷"
                    f"{fall('1d-halo'):.2f} from P = {PLAN_PS[-2]}), faster than 3D's H blocks, n·f/(C·L) ≈ "
                    f"n·f/P^⅔ (3D's words ÷{fall('3d'):.2f}; A blocks {share(big['3d']['terms'], 'A blocks'):.0%} "
-                   f"and H {share(big['3d']['terms'], 'H'):.0%} of them). The halo's standing rests "
-                   f"on α per call: charged α per message (P − 1 peers) it takes "
-                   f"{halo['seconds_alpha_per_a2a_message']:.3g} s against {halo['seconds']:.3g} s, and the pick "
-                   f"is {pk[PLAN_PS[-1]]['alpha_per_a2a_message']}"
-                   + (" — CAGNET's latency argument for 2D/3D." if pk[PLAN_PS[-1]]["alpha_per_a2a_message"][:2]
-                      in ("2d", "3d") else ": the halo's saving in bytes outweighs P − 1 latencies per SpMM."))
+                   f"and H {share(big['3d']['terms'], 'H'):.0%} of them).")
+        Pb = PLAN_PS[-1]
+        pick = pick_row(e, Pb)
+        fewest = [pick_row(e, Pb, lbl) for lbl in pk[Pb]["fewest_words_tied"]]
+        tie = ("" if len(fewest) == 1 else "; a tie within 0.1%" + (
+            ": sar moves 1d-halo's bytes in a ring of P − 1 one-peer calls"
+            if {"1d-halo", "sar"} <= {r["algo"] for r in fewest} else ""))
+        why.append(f"The pick there, {pick['label']}, takes {seconds_split(pick)}.")
+        if all(r["label"] != pick["label"] for r in fewest):
+            f0 = fewest[0]
+            why.append(f"{' and '.join(r['label'] for r in fewest)} receive the fewest words "
+                       f"({fmt_w(f0['recv_words_per_rank'])} against {fmt_w(pick['recv_words_per_rank'])}{tie}) "
+                       f"but take {seconds_split(f0)}: bytes are not what they pay for.")
+        else:
+            why.append(f"It receives the fewest words ({fmt_w(pick['recv_words_per_rank'])}{tie}): its bytes saved "
+                       "outweigh its latencies.")
+        for a in ("3d", "1.5d"):
+            if a != pick["algo"] and all(r["algo"] != a for r in fewest):
+                why.append(f"{big[a]['label']} takes {seconds_split(big[a])}.")
+        changed = [P for P in PLAN_PS if pk[P]["overall_scaled_alpha"] != pk[P]["overall"]]
+        why.append(f"With every α × {ALPHA_SCALE:g} (a fast interconnect; β unchanged) the picks are "
+                   + "; ".join(f"P = {P}: {pk[P]['overall_scaled_alpha']}" for P in PLAN_PS)
+                   + (f" — a different pick at P = {', '.join(map(str, changed))}." if changed
+                      else " — the same picks."))
         out.append("  " + " ".join(why))
+    ab = cost.DEFAULT_ALPHA_BETA
     out += ["- The statistics-only model assumes uniformly random columns (a random partition), the worst case "
-            "for the halo; a METIS partition touches far fewer remote rows. The α-β figures are loopback gloo on "
-            "2 cores, not a cluster network: the seconds rank configurations, they do not forecast.", ""]
+            "for the halo; a METIS partition touches far fewer remote rows. α is this machine's loopback gloo "
+            "figure (" + ", ".join(f"{op} {a * 1e6:.0f} µs" for op, (a, _) in ab.items()) + "; a message each, a "
+            "call for broadcast: a ring all-reduce over g ranks pays 2(g − 1), an all-to-all one a peer), β its "
+            "loopback bandwidth, not a cluster network's: at thousands of ranks the "
+            "latencies decide the picks, so the picks at scale move with α (as the α-scaled picks show); the "
+            "seconds rank configurations, they do not forecast.", ""]
     return out
 
 
@@ -575,7 +632,8 @@ def main(argv=None) -> int:
         "schema": "spgnn.bench_comm/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": facts,
         "load_average_end": os.getloadavg(), "wall_s": total, "run_local_wall_s": wall,
-        "model": {"layers": LAYERS, "hidden": HIDDEN, "partition": "block", "alpha_beta": cost.DEFAULT_ALPHA_BETA},
+        "model": {"layers": LAYERS, "hidden": HIDDEN, "partition": "block", "alpha_beta": cost.DEFAULT_ALPHA_BETA,
+                  "alpha_scale": ALPHA_SCALE, "alpha_beta_scaled": SCALED_ALPHA_BETA},
         "graphs": {k: {"spec": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features,
                        "classes": g.num_classes} for k, g in graphs.items()},
         "all_exact": all(r["exact"] for r in records), "all_steady": all(r["steady"] for r in records),
