@@ -8,10 +8,10 @@ P×P matrix of halo rows |R_ij|). `predict` assembles a run from them the way `T
 the loss sum; evaluations) into one `Ledger` per rank, keyed like the measured ledger, so a test can
 demand equality.
 
-Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: α per point-to-point
-message for the step-wise collectives (a ring all-reduce's 2(g−1) steps, an all-gather's or reduce-scatter's
-g−1, an all-to-all's one message per peer it sends to), α per call for a broadcast (a tree or pipeline
-overlaps its sends), with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/1") or,
+Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: an all-to-all pays α for
+each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
+broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency), with α and β per
+collective from `spgnn calibrate` (schema "spgnn.calibration/1") or,
 by default, the gloo figures DESIGN.md §4 measured on a 2-core machine. Time is a model; bytes are exact.
 """
 
@@ -32,8 +32,8 @@ from .layers import LAYERS, spmm_width
 
 MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
 
-# Seconds per message (per call for broadcast) and per byte for torch.distributed/gloo over loopback
-# (DESIGN.md §4: 100 µs a call at P = 2, where an all-reduce is 2 messages and the others 1; 64 MB).
+# Seconds per latency step and per byte for torch.distributed/gloo over loopback (DESIGN.md §4: 100 µs
+# a call at P = 2, where an all-reduce takes 2 steps and the others 1; 64 MB).
 DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (5e-5, 1 / 0.38e9),
                       "all_to_all": (1e-4, 1 / 0.57e9), "all_gather": (1e-4, 1 / 0.15e9),
                       "reduce_scatter": (1e-4, 1 / 0.38e9)}
@@ -182,10 +182,18 @@ def charged_bytes(op: str, sent: int, recv: int) -> int:
     return recv if op == "broadcast" else max(sent, recv)
 
 
-def latency_steps(op: str, calls: int, messages: int) -> int:
-    """The latencies a rank pays for a ledger row: one a call for a broadcast, else one a message it
-    sends (at least one a call: a rank that only receives still waits for a message)."""
-    return calls if op == "broadcast" else max(calls, messages)
+def latency_steps(op: str, calls: int, messages: int) -> float:
+    """The latencies a rank pays for a ledger row of `calls` calls that sent `messages` messages: an
+    all-to-all one a peer it sends to (at least one a call: a receiver waits for a message); an all-reduce
+    2·⌈log₂ g⌉, an all-gather or reduce-scatter ⌈log₂ g⌉ (recursive halving and doubling move the ring's
+    bytes in that many steps), g read from the ring's messages a call (2(g−1), g−1); a broadcast one."""
+    if op == "all_to_all":
+        return max(calls, messages)
+    if op == "broadcast" or not calls:
+        return calls
+    if op == "all_reduce":
+        return calls * 2 * math.ceil(math.log2(messages / (2 * calls) + 1))
+    return calls * max(1, math.ceil(math.log2(messages / calls + 1)))
 
 
 def seconds(ledger: Ledger, alpha_beta=None) -> float:
@@ -196,10 +204,11 @@ def seconds(ledger: Ledger, alpha_beta=None) -> float:
 
 
 def load_calibration(path) -> dict:
-    """{op: (α, β)} from a ``spgnn calibrate --output`` file: α per message (per call for broadcast)."""
+    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a
+    call took there)."""
     data = json.loads(open(path).read())
-    return {op: (v["alpha_s"] if op == "broadcast" or not v.get("alpha_per_message_s") else v["alpha_per_message_s"],
-                 v["beta_s_per_byte"]) for op, v in data["collectives"].items()}
+    return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1), v["beta_s_per_byte"])
+            for op, v in data["collectives"].items()}
 
 
 def candidates(P: int) -> list[dict]:
