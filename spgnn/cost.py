@@ -241,6 +241,8 @@ def choose(cfg, graph, P: int, alpha_beta=None) -> tuple[object, list[dict]]:
     rank), and the table of what was compared."""
     table = []
     for option in candidates(P):
+        if cfg.batch_norm and not spmm.get(option["algo"]).whole_rows:
+            continue                                    # batch norm needs whole rows
         ledgers = predict(replace(cfg, **option), graph, P, setup=False)
         table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
                                "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})

@@ -88,7 +88,7 @@ class TrainConfig:
             spmm.get(self.algo)
         if self.grid is not None:
             parse_grid(self.grid)
-        if self.batch_norm and self.algo in ("2d", "3d"):
+        if self.batch_norm and self.algo != "auto" and not spmm.get(self.algo).whole_rows:
             raise SpgnnError(f"--batch-norm needs whole rows, which --algo {self.algo} splits by columns: "
                              "use another --algo")
         if self.model == "gat" and self.algo not in spmm.attention_algorithms():

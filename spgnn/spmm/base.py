@@ -46,6 +46,7 @@ class DistSpMM(RowLayout):
 
     name = ""
     grid_names: tuple = ("part",)
+    whole_rows = True           # each rank holds whole rows of H (False: split by columns too)
 
     @classmethod
     def grid_shape(cls, P: int, replication: int = 0, grid: tuple | None = None) -> tuple:
@@ -68,8 +69,8 @@ class DistSpMM(RowLayout):
         return coord[0]
 
     def __init__(self, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu"):
-        """`adj`: the global n×n scipy CSR A, already renumbered by `partition`; this rank holds block
-        row ``grid.coord[0]``."""
+        """`adj`: the global n×n scipy CSR A, already renumbered by `partition`; this rank holds the rows
+        of part ``part_of(grid.shape, grid.coord)``."""
         self.comm, self.grid, self.partition, self.device = comm, grid, partition, device
         self.n = adj.shape[0]
         self.part = self.part_of(grid.shape, grid.coord)

@@ -97,6 +97,7 @@ class SUMMA(DistSpMM):
     name = "3d"
     grid_names = ("rows", "cols", "fiber")
     rows_group_name = "world"
+    whole_rows = False
     dims = 3
 
     @classmethod
