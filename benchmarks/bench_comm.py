@@ -519,11 +519,11 @@ def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list
     ab = cost.DEFAULT_ALPHA_BETA
     out += ["- The statistics-only model assumes uniformly random columns (a random partition), the worst case "
             "for the halo; a METIS partition touches far fewer remote rows. α is this machine's loopback gloo "
-            "figure (" + ", ".join(f"{op} {a * 1e6:.0f} µs" for op, (a, _) in ab.items()) + "; a message each, a "
-            "call for broadcast: a ring all-reduce over g ranks pays 2(g − 1), an all-to-all one a peer), β its "
-            "loopback bandwidth, not a cluster network's: at thousands of ranks the "
-            "latencies decide the picks, so the picks at scale move with α (as the α-scaled picks show); the "
-            "seconds rank configurations, they do not forecast.", ""]
+            "figure (" + ", ".join(f"{op} {a * 1e6:.0f} µs" for op, (a, _) in ab.items()) + " a latency step; "
+            "`cost.latency_steps`: an all-to-all pays one a peer it sends to, an all-reduce 2⌈log₂ g⌉, an "
+            "all-gather or reduce-scatter ⌈log₂ g⌉, a broadcast one), β its loopback bandwidth, not a cluster "
+            "network's: at thousands of ranks the latencies can decide the picks, so they may move with α (the "
+            "α-scaled picks show whether they do); the seconds rank configurations, they do not forecast.", ""]
     return out
 
 
