@@ -150,7 +150,7 @@ class SUMMA(DistSpMM):
         for k, s in enumerate(self.inner):
             if k % C == self.j:
                 a = kernels.CSR.from_scipy(rows[:, s])
-                mine[k] = (a, _pack(a) if C > 1 else None)
+                mine[k] = (a, _pack(a).to(self.device) if C > 1 else None)
         return nnz, mine
 
     def _block(self, blocks, k: int) -> kernels.CSR:
@@ -161,10 +161,11 @@ class SUMMA(DistSpMM):
             return mine[k][0]
         shape = (self.block.stop - self.block.start, self.inner[k].stop - self.inner[k].start)
         holder = k % C == self.j
-        buf = mine[k][1] if holder else torch.empty(_wire_bytes(shape[0], nnz[k]) // 4, dtype=torch.int32)
+        buf = mine[k][1] if holder else \
+            torch.empty(_wire_bytes(shape[0], nnz[k]) // 4, dtype=torch.int32, device=self.device)
         if buf.numel():                                                 # an empty block sends nothing
             self.comm.broadcast(buf, self.grid_row.ranks[k % C], self.grid_row)
-        return mine[k][0] if holder else _unpack(buf, shape, nnz[k])
+        return mine[k][0] if holder else _unpack(buf.cpu(), shape, nnz[k])
 
     def _stages(self, blocks, h):
         R, _, L = self.grid.shape
@@ -220,11 +221,12 @@ class SUMMA(DistSpMM):
             idx = h.argmax(dim=1)
             v = h.gather(1, idx.unsqueeze(1)).squeeze(1)
         else:
-            idx, v = torch.zeros(h.shape[0], dtype=torch.long), torch.full((h.shape[0],), -math.inf)
+            idx = torch.zeros(h.shape[0], dtype=torch.long, device=h.device)
+            v = torch.full((h.shape[0],), -math.inf, device=h.device)
         mine = torch.stack([v.double(), (idx + self.columns(f).start).double()], dim=1).unsqueeze(0)
         every = self.comm.all_gather_v(mine, [1] * C, self.grid_row)                  # C × n_p × 2
         best = every[:, :, 0].argmax(dim=0)                                            # first block on a tie
-        return every[best, torch.arange(h.shape[0]), 1].long()
+        return every[best, torch.arange(h.shape[0], device=h.device), 1].long()
 
     # -- cost -----------------------------------------------------------------------------------------
     @classmethod
