@@ -49,9 +49,15 @@ def test_report_fields(tmp_path):
         assert m["peak_rss_bytes"] > 10 * 2**20 and m["saved_for_backward_bytes"] > 0
 
 
+SAMPLED = ["--sampler", "sage:5,5", "--batch-size", "64", "--bulk", "2", "--split-graph", "--epochs", "3",
+           "--quiet", "--eval-every", "0"]
+
+
 @pytest.mark.skipif(not (shutil.which("mpirun") and shutil.which("torchrun")), reason="mpirun/torchrun absent")
-def test_four_launches_same_run(tmp_path):
-    """spawn, mpirun, torchrun (P = 2) and a single process give the same training curve."""
+@pytest.mark.parametrize("args", [QUICK, SAMPLED], ids=["full-batch", "sampled-split-graph"])
+def test_four_launches_same_run(tmp_path, args):
+    """spawn, mpirun, torchrun (P = 2) and a single process give the same training curve (sampled
+    minibatch training: the three P = 2 launches; a step of P = 1 trains on other minibatches)."""
     reports = {}
     launches = {
         "spawn": (SPGNN + ["--nprocs", "2"], None),
@@ -59,9 +65,11 @@ def test_four_launches_same_run(tmp_path):
         "torchrun": ([shutil.which("torchrun"), "--nproc-per-node", "2", "-m", "spgnn", "train"], None),
         "single": (SPGNN, None),
     }
+    if args is SAMPLED:
+        del launches["single"]
     for name, (cmd, env) in launches.items():
         out = tmp_path / f"{name}.json"
-        res = run(QUICK + ["--output", str(out)], cmd=cmd, env=env)
+        res = run(args + ["--output", str(out)], cmd=cmd, env=env)
         assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
         reports[name] = json.loads(out.read_text())
     base = reports["spawn"]
