@@ -2,17 +2,18 @@
 schedule the code runs, and how long that takes.
 
 Bytes and messages: every algorithm states what one SpMM of width f costs each rank
-(`DistSpMM.spmm_cost`) from the partition's block statistics (`BlockStats`: rows per part, and the
-P×P matrix of halo rows |R_ij|). `predict` assembles a run from them the way `Trainer` executes it
-(setup; per epoch the forward SpMMs layer by layer, the backward in reverse, the gradient all-reduce and
-the loss sum; evaluations) into one `Ledger` per rank, keyed like the measured ledger, so a test can
-demand equality.
+(`DistSpMM.spmm_cost`), and what its dense operations cost (`DistSpMM.dense_cost`: H·W, log-softmax and
+argmax, which move data only in the column-split 2D/3D layouts), from the partition's block statistics
+(`BlockStats`: rows per part, the matrix of halo rows |R_ij|, the nonzeros of each block). `predict`
+assembles a run from them the way `Trainer` executes it (setup; per epoch the forward layer by layer, the
+backward, the gradient all-reduce and the loss sum; evaluations) into one `Ledger` per rank, keyed like
+the measured ledger, so a test can demand equality.
 
 Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: an all-to-all pays α for
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
 broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency), with α and β per
-collective from `spgnn calibrate` (schema "spgnn.calibration/1") or,
-by default, the gloo figures DESIGN.md §4 measured on a 2-core machine. Time is a model; bytes are exact.
+collective from `spgnn calibrate` (schema "spgnn.calibration/1") or, by default, the gloo figures
+DESIGN.md §4 measured on a 2-core machine. Time is a model; bytes are exact.
 """
 
 from __future__ import annotations
