@@ -1,5 +1,6 @@
-"""Collectives as differentiable functions: each backward is the forward's adjoint, run under phase
-"backward" of the layer the forward ran in.
+"""Linear maps that communicate, as differentiable functions: `linear_map(x, comm, f, fᵀ)` runs f in the
+caller's phase and its adjoint fᵀ under phase "backward" of the layer the forward ran in (the distributed
+SpMMs, the halo rows of attention). The collectives built on it:
 
     all_reduce     S = Σ_r s_r            →  ds_r = Σ_q dS_q          (all-reduce)
     all_gather     Y = [x_0; …; x_{g−1}]  →  dx_r = Σ_q dY_q[block r]  (reduce-scatter)
