@@ -20,13 +20,23 @@ from .partition_metrics import metrics_table, partition_metrics, warm_up
 from .trainer import TrainConfig, Trainer, plan
 
 
+def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand's parser, defaults shown in its --help."""
+    return sub.add_parser(name, help=help, description=description,
+                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+
+def _write_json(path, obj, default=None) -> None:
+    """`obj` as indented JSON at `path`, its folder made if missing (`default` as json.dumps takes it)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(obj, indent=1, default=default))
+
+
 def _train_parser(sub) -> argparse.ArgumentParser:
     d = TrainConfig()
-    p = sub.add_parser("train", help="full-batch GNN training on a process grid",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Train a GNN full-batch with every layer a distributed sparse-dense product. "
-                                   "Launch with --nprocs N, mpirun -np N, torchrun --nproc-per-node N, "
-                                   "or as a single process.")
+    p = _subparser(sub, "train", "full-batch GNN training on a process grid",
+                   "Train a GNN full-batch with every layer a distributed sparse-dense product. "
+                   "Launch with --nprocs N, mpirun -np N, torchrun --nproc-per-node N, or as a single process.")
     a = p.add_argument
     a("--dataset", default=d.dataset, help="a known name (cora, citeseer, amazon-computers, amazon-photo, "
       "coauthor-cs, squirrel), rmat:SCALE[:EDGEFACTOR], sbm:..., or a path to a dataset file or folder")
@@ -91,10 +101,9 @@ def _launch_options(p, d: TrainConfig) -> None:
 
 
 def _calibrate_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("calibrate", help="measure α and β of each collective on the transport in force",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Time each collective at several message sizes and fit seconds = α + β·bytes "
-                                   "(bytes as the ledger counts them). Launch like train.")
+    p = _subparser(sub, "calibrate", "measure α and β of each collective on the transport in force",
+                   "Time each collective at several message sizes and fit seconds = α + β·bytes "
+                   "(bytes as the ledger counts them). Launch like train.")
     a = p.add_argument
     a("--sizes", default=calibration.DEFAULT_SIZES, help="message sizes per rank (K, M, G: powers of 1024)")
     a("--ops", default=",".join(calibration.OPS), help="collectives to measure")
@@ -156,8 +165,7 @@ def train(args, argv) -> int:
         print(f"final  train {f['train_acc']:.4f}  val {f['val_acc']:.4f}  test {f['test_acc']:.4f}  "
               f"median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
         if cfg.output:
-            Path(cfg.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(cfg.output).write_text(json.dumps(report, indent=1))
+            _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it
     return 0
 
@@ -173,18 +181,16 @@ def calibrate(args, argv) -> int:
     if comm.rank == 0:
         print(calibration.format_table(result), flush=True)
         if args.output:
-            Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.output).write_text(json.dumps(result, indent=1))
+            _write_json(args.output, result)
     launch.shutdown()
     return 0
 
 
 def _partition_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("partition", help="partition a graph, print the partition's quality, save it",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Compute a P-way vertex partition and print its edge cut, 1d-halo "
-                                   "communication volume, replication factor, imbalances, time and memory "
-                                   "(see spgnn/partition_metrics.py); --compare does so for several methods.")
+    p = _subparser(sub, "partition", "partition a graph, print the partition's quality, save it",
+                   "Compute a P-way vertex partition and print its edge cut, 1d-halo communication volume, "
+                   "replication factor, imbalances, time and memory (see spgnn/partition_metrics.py); "
+                   "--compare does so for several methods.")
     a = p.add_argument
     a("--dataset", default=TrainConfig.dataset, help="as for spgnn train")
     a("--data-dir", default=None, help="as for spgnn train")
@@ -231,18 +237,15 @@ def partition(args, argv) -> int:
         print(f"saved {path}: use it with spgnn train --dataset {args.dataset} --partition {path} "
               f"on {args.nparts} processes", flush=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows},
-                                              indent=1, default=str))
+        _write_json(args.json, {"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows}, default=str)
     return 0
 
 
 def _cost_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser("cost", help="predict communication with the cost model, without running",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-                       description="Bytes per rank and seconds of one training epoch for every modelled algorithm "
-                                   "and grid, for a graph given by statistics (planning at cluster scale: P can be "
-                                   "thousands) or by --dataset (exact block statistics of its partition).")
+    p = _subparser(sub, "cost", "predict communication with the cost model, without running",
+                   "Bytes per rank and seconds of one training epoch for every modelled algorithm and grid, for "
+                   "a graph given by statistics (planning at cluster scale: P can be thousands) or by --dataset "
+                   "(exact block statistics of its partition).")
     a = p.add_argument
     a("--nodes", type=float, help="n, the number of nodes (with --nnz, instead of --dataset)")
     a("--nnz", type=float, help="nonzeros of the adjacency: directed edge entries, both directions counted")
@@ -289,7 +292,7 @@ def cost_command(args, argv) -> int:
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['seconds']:>13.4f}{mark}")
     if args.output:
-        Path(args.output).write_text(json.dumps({"rows": rows, "argv": argv}, indent=1))
+        _write_json(args.output, {"rows": rows, "argv": argv})
     return 0
 
 
