@@ -30,7 +30,7 @@ class OneFiveD(DistSpMM):
 
     @classmethod
     def grid_shape(cls, P: int, replication: int = 0, grid=None) -> tuple:
-        DistSpMM.grid_shape.__func__(cls, P, 0, grid)      # rejects --grid
+        super().grid_shape(P, 0, grid)                      # rejects --grid
         c = replication or _default_replication(P)
         if c < 1 or P % c:
             raise SpgnnError(f"--replication {c} must divide the number of processes {P}")
@@ -83,7 +83,7 @@ class OneD(OneFiveD):
 
     @classmethod
     def grid_shape(cls, P: int, replication: int = 0, grid=None) -> tuple:
-        return DistSpMM.grid_shape.__func__(cls, P, replication, grid) + (1,)
+        return super(OneFiveD, cls).grid_shape(P, replication, grid) + (1,)     # DistSpMM's: (P,)
 
 
 def _default_replication(P: int) -> int:

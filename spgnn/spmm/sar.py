@@ -30,6 +30,12 @@ from .. import attention, kernels
 from .oned import OneDHalo
 
 
+def _peers(me: int, r: int, P: int, reverse: bool) -> tuple[int, int]:
+    """(to, from) of ring round r for member `me`: forward sends to me+r and receives from me−r; the
+    reverse ring the other way round."""
+    return ((me - r) % P, (me + r) % P) if reverse else ((me + r) % P, (me - r) % P)
+
+
 class SAR(OneDHalo):
     """Sequential aggregation over the shards A_ij in a ring; rematerializing backward for attention."""
 
@@ -61,13 +67,10 @@ class SAR(OneDHalo):
         need, give = R[rank], R[:, rank]          # rows rank needs from each part / each part needs from rank
 
         def ring(send, recv, reverse):
-            calls = []
-            for r in range(1, P):
-                to, frm = ((rank - r) % P, (rank + r) % P) if reverse else ((rank + r) % P, (rank - r) % P)
-                calls.append(("all_to_all", "part", send[to] * f * 4, recv[frm] * f * 4, int(send[to] > 0)))
-            return calls
+            return [("all_to_all", "part", send[to] * f * 4, recv[frm] * f * 4, int(send[to] > 0))
+                    for to, frm in (_peers(rank, r, P, reverse) for r in range(1, P))]
 
-        return {"setup": OneDHalo.spmm_cost(stats, shape, rank, f)["setup"],
+        return {"setup": super().spmm_cost(stats, shape, rank, f)["setup"],
                 "forward": ring(give, need, False), "backward": ring(need, give, True)}
 
     def _sent_to(self, j):
@@ -82,7 +85,7 @@ class SAR(OneDHalo):
         P, me = self.P, self.me
 
         def start(r):
-            to, frm = ((me - r) % P, (me + r) % P) if reverse else ((me + r) % P, (me - r) % P)
+            to, frm = _peers(me, r, P, reverse)
             send = payload(to)
             send_rows, recv_rows = np.zeros(P, np.int64), np.zeros(P, np.int64)
             send_rows[to] = send.shape[0]
