@@ -25,19 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 
-from spgnn import __version__, cost, spmm
+from spgnn import cost, spmm
 from spgnn.datasets import load_dataset
 from spgnn.errors import SpgnnError
 from spgnn.launch import run_local
@@ -566,22 +565,6 @@ def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:
     plt.close(fig)
 
 
-def machine() -> dict:
-    import matplotlib
-    import numba
-    import scipy
-
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                cwd=Path(__file__).resolve().parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-            "torch": torch.__version__, "numpy": np.__version__, "scipy": scipy.__version__,
-            "numba": numba.__version__, "matplotlib": matplotlib.__version__, "spgnn": __version__,
-            "git_commit": commit, "load_average": os.getloadavg()}
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -594,7 +577,7 @@ def main(argv=None) -> int:
                     help="torch and numba threads per process (0: spgnn's default, cores / P)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one run_local may take")
     args = ap.parse_args(argv)
-    t_start, facts = time.perf_counter(), machine()
+    t_start, facts = time.perf_counter(), machine.facts()
     graphs = {"sparse": load_dataset(args.sparse), "dense": load_dataset(args.dense)}
     records, wall = [], {}
     for P in range(1, args.max_procs + 1):

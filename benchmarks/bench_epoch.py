@@ -24,9 +24,7 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shlex
-import subprocess
 import sys
 import textwrap
 import time
@@ -37,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from machine import facts  # benchmarks/machine.py
 
 from spgnn import kernels
 from spgnn.comm import Comm
@@ -228,26 +227,6 @@ def graph_stats(g: Graph, a_hat: kernels.CSR) -> dict:
             "mean_degree": float(deg.mean()), "max_degree": int(deg.max())}
 
 
-def machine_facts() -> dict:
-    import numba
-    import scipy
-    import torch_geometric
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = None
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
-            "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "numba": numba.__version__,
-            "numba_threads": numba.get_num_threads(), "numpy": np.__version__, "scipy": scipy.__version__,
-            "torch_geometric": torch_geometric.__version__, "spmm_backend": kernels.get_backend(),
-            "git_commit": commit}
-
-
 def cpu_busy_fraction(interval_s: float = 0.5) -> float | None:
     """Fraction of all CPU time not idle over `interval_s` while this process sleeps (None off Linux)."""
     def idle_total():
@@ -382,7 +361,7 @@ def main(argv=None) -> int:
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = machine_facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    machine = facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                                  "cpu_busy_fraction_before": busy_before}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
               "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": machine,

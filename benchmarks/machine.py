@@ -1,0 +1,41 @@
+"""What a benchmark's JSON records about where it ran: versions, CPU, threads, the commit, the load."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from spgnn import __version__, kernels
+
+
+def facts() -> dict:
+    """The machine and software of this run (a package that is not installed is None)."""
+    import numba
+
+    def installed(name):
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return None
+
+    cpuinfo = Path("/proc/cpuinfo")
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if cpuinfo.exists() else ""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
+            "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "numba": numba.__version__,
+            "numba_threads": numba.get_num_threads(), "numpy": np.__version__, "scipy": installed("scipy"),
+            "torch_geometric": installed("torch-geometric"), "matplotlib": installed("matplotlib"),
+            "spgnn": __version__, "spmm_backend": kernels.get_backend(), "git_commit": commit,
+            "load_average": os.getloadavg()}
