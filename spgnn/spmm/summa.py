@@ -145,13 +145,11 @@ class SUMMA(DistSpMM):
     def _blocks(self, rows) -> tuple[list, dict]:
         """(nnz of M[:, part (k,l)] for every k, {k: (CSR, wire buffer)} for the blocks this rank holds)."""
         C = self.grid.shape[1]
-        nnz = [int(np.diff(rows[:, s].indptr).sum()) for s in self.inner] if C > 1 else None
-        mine = {}
-        for k, s in enumerate(self.inner):
-            if k % C == self.j:
-                a = kernels.CSR.from_scipy(rows[:, s])
-                mine[k] = (a, _pack(a).to(self.device) if C > 1 else None)
-        return nnz, mine
+        blocks = [rows[:, s] for s in self.inner]
+        mine = {k: kernels.CSR.from_scipy(b) for k, b in enumerate(blocks) if k % C == self.j}
+        if C == 1:
+            return None, {k: (a, None) for k, a in mine.items()}
+        return [b.nnz for b in blocks], {k: (a, _pack(a).to(self.device)) for k, a in mine.items()}
 
     def _block(self, blocks, k: int) -> kernels.CSR:
         """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder."""
