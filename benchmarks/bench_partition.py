@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shlex
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 
 from spgnn.datasets import load_dataset
@@ -154,8 +153,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     result = {"command": "python " + shlex.join(sys.argv), "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "seconds": time.perf_counter() - t0, "train": TRAIN | {"epochs": args.epochs},
-              "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(),
-                          "loadavg_end": os.getloadavg()} | versions(), "rows": rows}
+              "machine": machine.facts() | versions(), "rows": rows}
     out.write_text(json.dumps(result, indent=1, default=str))
     plot(rows, out.with_suffix(".png"))
     print(f"\nwrote {out} and {out.with_suffix('.png')} in {result['seconds']:.0f} s", flush=True)

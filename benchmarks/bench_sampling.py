@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 
@@ -141,8 +141,7 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"argv": sys.argv, "rows": rows, "batch_size": args.batch_size,
                                "neighbor_loader": missing or "ran",
-                               "machine": {"python": platform.python_version(), "torch": torch.__version__,
-                                           "numpy": np.__version__, "cpus": torch.get_num_threads()}}, indent=1))
+                               "machine": machine.facts()}, indent=1))
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0

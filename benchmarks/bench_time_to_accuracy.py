@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
-import torch
 
 from spgnn.comm import Comm
 from spgnn.datasets import load_dataset
@@ -113,9 +112,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "hidden": args.hidden, "layers": layers,
-                               "runs": runs, "machine": {"python": platform.python_version(),
-                                                         "torch": torch.__version__,
-                                                         "threads": torch.get_num_threads()}}, indent=1))
+                               "runs": runs, "machine": machine.facts()}, indent=1))
     plot(runs, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0
