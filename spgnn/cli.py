@@ -155,7 +155,7 @@ def train(args, argv) -> int:
         return comm
     trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else Trainer(cfg, comm)
     if comm.rank == 0 and not args.quiet:
-        g = trainer.graph
+        g = trainer.info
         how = f"sampler {args.sampler}" if sampled else cfg.algo
         print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
               f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}", flush=True)

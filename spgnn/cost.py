@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, replace
-from functools import cached_property
 
 import numpy as np
 
@@ -42,20 +41,33 @@ DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (5e-5, 1 / 
 
 @dataclass
 class BlockStats:
-    """Block statistics of the (renumbered) n×n A under a partition: `sizes[p]` rows in part p,
-    `halo[i, j]` = |R_ij|, the distinct rows of part j that block row i touches (zero diagonal), and
-    `block_nnz[i, j]`, the nonzeros of block (i, j)."""
+    """Block statistics of the (normalised, renumbered) n×n A under a partition into B parts: `sizes[p]` rows
+    in part p, `halo[i, j]` = |R_ij|, the distinct rows of part j that block row i touches (zero diagonal),
+    `block_nnz[i, j]` the nonzeros of block (i, j), and whether A is symmetric (no blocks of Aᵀ to ship)."""
 
     sizes: np.ndarray
-    adj: object = None
-    parts: np.ndarray | None = None
-    expected_halo: np.ndarray | None = None
-    nnz: float = 0.0
+    halo: np.ndarray
+    block_nnz: np.ndarray
+    symmetric: bool = True
 
     @classmethod
     def of(cls, adj, partition) -> BlockStats:
         """Exact statistics of `adj` (already renumbered by `partition`)."""
-        return cls(partition.sizes(), adj, np.repeat(np.arange(partition.P), partition.sizes()))
+        from .partition_metrics import halo_rows
+
+        k, parts = partition.P, np.repeat(np.arange(partition.P), partition.sizes())
+        coo = adj.tocoo()
+        block_nnz = np.bincount(parts[coo.row] * k + parts[coo.col], minlength=k * k).reshape(k, k)
+        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz, graphs.is_symmetric(adj))
+
+    @classmethod
+    def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm: str) -> BlockStats:
+        """The statistics of the normalised A from those of the raw A (`diagonal[p]`: its self-loops in part
+        p): GCN and self-loops fill the diagonal; mean normalisation is not symmetric."""
+        block_nnz = np.array(block_nnz, dtype=np.int64)
+        if norm in ("gcn", "self-loops"):
+            block_nnz[np.diag_indices_from(block_nnz)] += np.asarray(sizes) - np.asarray(diagonal)
+        return cls(np.asarray(sizes), np.asarray(halo), block_nnz, bool(symmetric) and norm != "mean")
 
     @classmethod
     def expected(cls, n: int, nnz: int, P: int) -> BlockStats:
@@ -64,39 +76,24 @@ class BlockStats:
         sizes = np.full(P, n / P)
         halo = np.outer(np.ones(P), sizes) * -math.expm1(-nnz / (P * n))
         np.fill_diagonal(halo, 0)
-        return cls(sizes, expected_halo=halo, nnz=nnz)
-
-    @cached_property
-    def block_nnz(self) -> np.ndarray:
-        """nnz[a, b]: nonzeros of A in rows of part a and columns of part b."""
-        k = len(self.sizes)
-        if self.parts is None:
-            return np.full((k, k), self.nnz / k**2)
-        coo = self.adj.tocoo()
-        return np.bincount(self.parts[coo.row] * k + self.parts[coo.col], minlength=k * k).reshape(k, k)
-
-    @cached_property
-    def halo(self) -> np.ndarray:
-        if self.expected_halo is not None:
-            return self.expected_halo
-        from .partition_metrics import halo_rows
-
-        return halo_rows(self.adj, self.parts, len(self.sizes))
+        return cls(sizes, halo, np.full((P, P), nnz / P**2))
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the cost model needs to know of a GCN or GraphSAGE model: layer widths [f_0, f_1, …, f_L] and
-    the dense products H·W each layer makes (GCN 1, GraphSAGE 2: neighbours and root)."""
+    """What the cost model needs to know of a GCN or GraphSAGE model: layer widths [f_0, f_1, …, f_L], the
+    dense products H·W each layer makes (GCN 1, GraphSAGE 2: neighbours and root) and the normalisation of A
+    (GCN's needs the degrees of remote columns at set-up)."""
 
     widths: tuple
     linears: int = 1
+    norm: str = "gcn"
 
     @classmethod
     def of(cls, cfg, graph) -> ModelShape:
-        """The model `cfg` describes on `graph`."""
+        """The model `cfg` describes on `graph` (a Graph or a `spgnn.share.GraphInfo`)."""
         widths = (graph.num_features,) + (cfg.hidden,) * (cfg.layers - 1) + (graph.num_classes,)
-        return cls(widths, 2 if cfg.model == "sage" else 1)
+        return cls(widths, 2 if cfg.model == "sage" else 1, LAYERS[cfg.model].adjacency)
 
     @property
     def spmm_widths(self) -> list[int]:
@@ -142,8 +139,8 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, 
             record(phase, layer, spmm_cost[w]["forward"])
             record(phase, layer, linear[layer]["forward"], model.linears)
 
-    if setup and widths:
-        record("setup", None, spmm_cost[widths[0]]["setup"])
+    if setup:
+        record("setup", None, setup_cost(cls, stats, shape, rank, model.norm))
     for _ in range(epochs):
         forward("forward")
         record("forward", None, softmax["forward"])
@@ -160,6 +157,18 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, 
         record("eval", None, argmax["forward"])
         all_reduce("eval", 3, 8)                        # correct counts: train, validation, test
     return ledger
+
+
+def setup_cost(cls, stats, shape, rank, norm: str) -> list:
+    """What `rank` moves to build the layout from its block row: the `Halo` set-up in the algorithm's parts
+    group (when it uses it or GCN needs remote degrees), the degrees (float32), then its own redistribution."""
+    from .halo import Halo
+
+    part, group = cls.part_of(shape, tuple(int(x) for x in np.unravel_index(rank, shape))), cls.parts_group
+    calls = Halo.cost(stats.halo, part, group) if cls.uses_halo or norm == "gcn" else []
+    if norm == "gcn":
+        calls += Halo.gather_cost(stats.halo, part, group, 4)
+    return calls + cls.setup_cost(stats, shape, rank)
 
 
 def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = True) -> list[Ledger]:
@@ -237,16 +246,30 @@ def candidates(P: int) -> list[dict]:
     return out
 
 
-def choose(cfg, graph, P: int, alpha_beta=None) -> tuple[object, list[dict]]:
+def choose(cfg, graph, P: int, alpha_beta=None, parts=None) -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
-    rank), and the table of what was compared."""
+    rank), and the table of what was compared. With `parts` (a partitioned dataset, `graph` None) only the
+    options whose row blocks are its parts compete, predicted from its block statistics."""
     table = []
     for option in candidates(P):
-        if cfg.batch_norm and not spmm.get(option["algo"]).whole_rows:
+        c, cls = replace(cfg, **option), spmm.get(option["algo"])
+        if cfg.batch_norm and not cls.whole_rows:
             continue                                    # batch norm needs whole rows
-        ledgers = predict(replace(cfg, **option), graph, P, setup=False)
+        if parts is None:
+            ledgers = predict(c, graph, P, setup=False)
+        else:
+            shape = cls.grid_shape(P, c.replication, tuple(map(int, c.grid.split("x"))) if c.grid else None)
+            if cls.num_parts(shape) != parts.nparts:
+                continue
+            model = ModelShape.of(c, parts.info)
+            stats = parts.stats(model.norm)
+            ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
         table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
                                "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
+    if not table:
+        raise SpgnnError(f"--algo auto: no modelled algorithm on {P} processes has {parts.nparts} row blocks, the "
+                         f"parts of {getattr(parts, 'path', 'the dataset')}: name an --algo, or run on {parts.nparts} "
+                         "processes")
     best = min(table, key=lambda row: (row["seconds"], row["algo"], row["replication"], str(row["grid"])))
     return replace(cfg, algo=best["algo"], replication=best["replication"], grid=best["grid"]), table
 

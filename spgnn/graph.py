@@ -123,17 +123,26 @@ def add_self_loops(adj: sp.spmatrix) -> sp.csr_matrix:
 def gcn_norm(adj: sp.spmatrix) -> sp.csr_matrix:
     """Â = D^-½ (A + I) D^-½ with d_i the in-degree of i in A + I (as PyG's GCNConv, also for directed A)."""
     a = add_self_loops(adj)
-    deg = np.asarray(a.sum(axis=1)).ravel()
-    dinv = np.where(deg > 0, deg ** -0.5, 0.0).astype(np.float32)
+    dinv = gcn_dinv(np.asarray(a.sum(axis=1)).ravel())
     return sp.csr_matrix(sp.diags(dinv) @ a @ sp.diags(dinv), dtype=np.float32)
+
+
+def gcn_dinv(deg: np.ndarray) -> np.ndarray:
+    """d^-½ (0 where d = 0), float32: GCN's scaling of rows and columns."""
+    deg = np.asarray(deg, dtype=np.float32)
+    return np.where(deg > 0, deg ** -0.5, 0.0).astype(np.float32)
+
+
+def mean_dinv(deg: np.ndarray) -> np.ndarray:
+    """1/d (0 where d = 0), float32: the mean aggregation's row scaling."""
+    deg = np.asarray(deg, dtype=np.float32)
+    return np.where(deg > 0, 1.0 / np.maximum(deg, 1e-30), 0.0).astype(np.float32)
 
 
 def mean_norm(adj: sp.spmatrix) -> sp.csr_matrix:
     """D^-1 A: row i averages over the in-neighbours of i (rows without in-edges stay zero)."""
     a = sp.csr_matrix(adj, dtype=np.float32)
-    deg = np.asarray(a.sum(axis=1)).ravel()
-    dinv = np.where(deg > 0, 1.0 / np.maximum(deg, 1e-30), 0.0).astype(np.float32)
-    return sp.csr_matrix(sp.diags(dinv) @ a, dtype=np.float32)
+    return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
 
 
 NORMALIZATIONS = {"gcn": gcn_norm, "mean": mean_norm, "self-loops": add_self_loops}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch.distributed as dist
 
 from .comm import Comm, Group
@@ -17,7 +18,9 @@ from .errors import SpgnnError
 class ProcessGrid:
     """P processes arranged as ``shape`` (d0 × d1 × …) with dimension names ``names``."""
 
-    def __init__(self, comm: Comm, shape: tuple, names: tuple, device: str = "cpu"):
+    def __init__(self, comm: Comm, shape: tuple, names: tuple, device: str = "cpu", planes: dict | None = None):
+        """`planes`: {name: dimension names} for groups spanning several dimensions (the ranks sharing this
+        rank's coordinates in the other dimensions, ordered row-major over the named ones)."""
         shape, names = tuple(int(s) for s in shape), tuple(names)
         if len(shape) != len(names):
             raise SpgnnError(f"grid shape {shape} and dimension names {names} differ in length")
@@ -25,9 +28,10 @@ class ProcessGrid:
             raise SpgnnError(f"grid {'x'.join(map(str, shape))} has {math.prod(shape)} processes but the job "
                              f"has {comm.world_size}: choose a shape whose product is {comm.world_size}")
         self.comm, self.shape, self.names = comm, shape, names
+        planes = planes or {}
         if comm.world_size == 1:
             self.coord = (0,) * len(shape)
-            self._groups = {name: Group(name, (0,), None) for name in names}
+            self._groups = {name: Group(name, (0,), None) for name in (*names, *planes)}
             return
         from torch.distributed.device_mesh import init_device_mesh
 
@@ -37,6 +41,14 @@ class ProcessGrid:
         for name in names:
             pg = mesh.get_group(name)
             self._groups[name] = Group(name, tuple(dist.get_process_group_ranks(pg)), pg)
+        ranks = np.arange(comm.world_size).reshape(shape)
+        for name, dims in planes.items():
+            axes = [names.index(d) for d in dims]
+            for members in np.moveaxis(ranks, axes, list(range(len(shape) - len(axes), len(shape)))).reshape(
+                    -1, math.prod(shape[a] for a in axes)):
+                pg = dist.new_group(members.tolist())          # every rank creates every group, in one order
+                if comm.rank in members:
+                    self._groups[name] = Group(name, tuple(members.tolist()), pg)
 
     @property
     def size(self) -> int:

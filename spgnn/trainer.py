@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import cost, spmm
+from . import cost, partitioned, spmm
 from . import graph as graphs
 from .comm import Comm
 from .datasets import load_dataset
@@ -25,7 +26,6 @@ from .layers import GNN, LAYERS
 from .memory import SavedTensorMeter, peak_rss_bytes
 from .optim import Adam
 from .partition import make_partition
-from .partition_metrics import partition_metrics
 from .spmm.summa import parse_grid
 
 
@@ -35,6 +35,7 @@ class TrainConfig:
 
     dataset: str = "cora"
     data_dir: str | None = None
+    cache_dir: str | None = None
     model: str = "gcn"
     algo: str = "1d-halo"
     partition: str = "block"
@@ -97,10 +98,10 @@ class TrainConfig:
         return self
 
 
-def row_normalize(x: np.ndarray) -> np.ndarray:
-    """Each feature row divided by its sum (rows summing to zero are left as they are)."""
+def row_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Each feature row divided by its sum (rows summing to zero are left as they are); `out=x` in place."""
     s = x.sum(axis=1, keepdims=True)
-    return x / np.where(s == 0, 1, s)
+    return np.divide(x, np.where(s == 0, 1, s), out=out)
 
 
 @dataclass
@@ -116,10 +117,8 @@ class Plan:
     compared: list | None = None
 
 
-def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
-    """The run's `Plan` (`parts` overrides cfg.partition). Raises SpgnnError for bad data, options or
-    partitions, before any communication."""
-    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+def resolve(cfg: TrainConfig, P: int, g) -> tuple[TrainConfig, tuple, list | None]:
+    """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes."""
     compared = None
     if cfg.algo == "auto":
         cfg, compared = cost.choose(cfg, g, P, cost.load_calibration(cfg.calibration) if cfg.calibration else None)
@@ -128,8 +127,83 @@ def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
     if cls.num_parts(shape) > g.n:
         raise SpgnnError(f"--algo {cfg.algo} on grid {'x'.join(map(str, shape))} splits the graph into "
                          f"{cls.num_parts(shape)} row blocks but it has only {g.n} nodes: use fewer processes")
-    partition = make_partition(cfg.partition if parts is None else parts, g.adj, cls.num_parts(shape), cfg.seed)
+    return cfg, shape, compared
+
+
+def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
+    """The run's `Plan` for a graph held in memory (`parts` overrides cfg.partition). Raises SpgnnError for
+    bad data, options or partitions, before any communication."""
+    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    cfg, shape, compared = resolve(cfg, P, g)
+    partition = make_partition(cfg.partition if parts is None else parts, g.adj,
+                               spmm.get(cfg.algo).num_parts(shape), cfg.seed)
     return Plan(g, cfg, partition, shape, compared)
+
+
+def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
+    """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
+    the cache (`spgnn.partitioned.cached`; reused when there); returns the folder. The one place a process
+    holds the whole graph."""
+    g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    cfg, shape, _ = resolve(cfg, P, g)
+    B = spmm.get(cfg.algo).num_parts(shape)
+    return partitioned.cached(g, lambda: make_partition(cfg.partition, g.adj, B, cfg.seed), cfg.partition, {},
+                              cfg.seed, B, cfg.cache_dir)
+
+
+def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list | None]:
+    """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
+    compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
+    compared, K = None, parts.nparts
+    if cfg.algo == "auto":
+        cfg, compared = cost.choose(cfg, None, P, cost.load_calibration(cfg.calibration) if cfg.calibration else None,
+                                    parts=parts)
+    cls = spmm.get(cfg.algo)
+    shape = cls.grid_shape(P, cfg.replication, parse_grid(cfg.grid) if cfg.grid else None)
+    if cls.num_parts(shape) != K:
+        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} holds {K} parts but --algo {cfg.algo} on grid "
+                         f"{'x'.join(map(str, shape))} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
+                         f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
+                         f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "
+                         f"{cls.num_parts(shape)} --output DIR")
+    return cfg, shape, compared
+
+
+def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None):
+    """(cfg resolved, the parts: `InMemoryParts` of `graph` or a `PartitionedDataset`, grid shape, what auto
+    compared). A dataset that is no partitioned folder is partitioned by rank 0 into the cache while the
+    others wait (`partition_to_cache`), then every rank opens the folder."""
+    P = comm.world_size
+    if graph is not None:
+        p = plan(cfg, P, graph, parts)
+        return p.cfg, partitioned.InMemoryParts(graph, p.partition), p.shape, p.compared
+    if parts is not None:
+        raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
+                         "cfg.partition")
+    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else \
+        on_rank0(comm, lambda: str(partition_to_cache(cfg, P)))
+    ds = partitioned.PartitionedDataset(folder)
+    cfg, shape, compared = fit_parts(cfg, P, ds)
+    return cfg, ds, shape, compared
+
+
+def on_rank0(comm: Comm, fn):
+    """fn() run by rank 0 alone, its result (or its SpgnnError) handed to every rank."""
+    if comm.world_size == 1:
+        return fn()
+    result = None
+    if comm.rank == 0:
+        try:
+            result = ("ok", fn())
+        except SpgnnError as e:
+            result = ("error", str(e))
+        except Exception as e:
+            comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
+            raise
+    kind, value = comm.all_gather_object(result)[0]
+    if kind == "error":
+        raise SpgnnError(value)
+    return value
 
 
 def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
@@ -146,37 +220,41 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
 
 
 class Trainer:
-    """One rank's share of a full-batch training run."""
+    """One rank's share of a full-batch training run. It reads only its part of the graph: from a
+    partitioned dataset folder (cfg.dataset), from the cache (a named or generated dataset, partitioned once
+    by rank 0), or sliced from `graph` when the caller holds one in memory (`parts` overriding cfg.partition)."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: graphs.Graph | None = None, parts=None):
-        self.plan = plan(cfg.validate(), comm.world_size, graph, parts)
-        self.comm, self.cfg, g, self.partition, shape = comm, self.plan.cfg, self.plan.graph, \
-            self.plan.partition, self.plan.shape
-        cfg = self.cfg
-        self.graph = g
+        self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, graph, parts)
+        self.comm, cfg, info = comm, self.cfg, self.parts.info
+        self.info = info
         algo_cls = spmm.get(cfg.algo)
-        self.grid = ProcessGrid(comm, shape, algo_cls.grid_names, cfg.device)
+        self.grid = ProcessGrid(comm, shape, algo_cls.grid_names, cfg.device, algo_cls.planes())
         torch.manual_seed(cfg.seed)
-        self.model = GNN(cfg.model, g.num_features, cfg.hidden, g.num_classes, cfg.layers, cfg.dropout,
+        self.model = GNN(cfg.model, info.num_features, cfg.hidden, info.num_classes, cfg.layers, cfg.dropout,
                          cfg.seed, cfg.heads, cfg.out_heads, cfg.batch_norm).to(cfg.device)
-        adj = self.partition.renumber(graphs.NORMALIZATIONS[self.model.adjacency](g.adj))
-        self.algo = algo_cls(adj, self.partition, comm, self.grid, cfg.device, **algo_cls.options(cfg))
-        self.stats = None       # block statistics for the cost model's prediction, made on rank 0
+        share = self.parts.share(algo_cls.part_of(shape, self.grid.coord))
+        self.algo = algo_cls.from_share(share, self.model.adjacency, comm, self.grid, cfg.device,
+                                        **algo_cls.options(cfg))
+        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
+        share.drop_features()
+        self.x = torch.as_tensor(x[:, self.algo.columns(info.num_features)]).contiguous().to(cfg.device)
+        del x
+        self.y = torch.as_tensor(share.y).to(cfg.device)
+        self.node_ids = torch.as_tensor(share.node_ids)
+        self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in ("train", "val", "test")}
+        self.counts = dict(info.counts)
+        self.stats = None       # block statistics for the cost model's prediction, on rank 0
         if comm.rank == 0 and cfg.model in cost.MODELLED and algo_cls.has_cost_model():
-            self.stats = cost.BlockStats.of(adj, self.partition)
-            _ = self.stats.halo, self.stats.block_nnz       # computed now, so that the adjacency can be freed
-            self.stats.adj = None
-        x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
-        self.x, self.y = self.local(x)[:, self.algo.columns(g.num_features)].contiguous(), self.local(g.y)
-        self.node_ids = torch.as_tensor(self.algo.local_rows(self.partition.perm))
-        self.masks = {k: self.local(getattr(g, f"{k}_mask")) for k in ("train", "val", "test")}
-        self.counts = {k: int(getattr(g, f"{k}_mask").sum()) for k in self.masks}
+            self.stats = self.parts.stats(self.model.adjacency)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.meter = SavedTensorMeter()
 
-    def local(self, a: np.ndarray) -> torch.Tensor:
-        """This rank's rows of a per-node array given in original node order."""
-        return torch.as_tensor(self.algo.local_rows(a[self.partition.perm])).to(self.cfg.device)
+    def graph_bytes(self) -> int:
+        """Bytes of the graph this rank holds: its layout's blocks of A and halo plans, its feature rows (and
+        columns), labels, masks and node ids."""
+        kept = [self.x, self.y, self.node_ids, *self.masks.values()]
+        return self.algo.graph_bytes() + sum(t.numel() * t.element_size() for t in kept)
 
     def logits(self, epoch: int = 0) -> torch.Tensor:
         return self.model(self.algo, self.x, self.node_ids, epoch)
@@ -186,8 +264,8 @@ class Trainer:
         Returns (this rank's training-loss sum as a tensor, its logits)."""
         self.model.train()
         self.opt.zero_grad(set_to_none=False)
-        m = self.masks["train"] & self.algo.label_rows(self.y, self.graph.num_classes)
-        first = self.algo.columns(self.graph.num_classes).start
+        m = self.masks["train"] & self.algo.label_rows(self.y, self.info.num_classes)
+        first = self.algo.columns(self.info.num_classes).start
         with self.comm.phase("forward"), self.meter.hooks():
             logits = self.logits(epoch)
             loss_sum = F.nll_loss(self.algo.log_softmax(logits)[m], self.y[m] - first, reduction="sum")
@@ -213,20 +291,24 @@ class Trainer:
         """Global accuracy on the train, validation and test nodes (no dropout)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            pred = self.algo.argmax(self.logits(), self.graph.num_classes)
-            mine = self.algo.label_rows(self.y, self.graph.num_classes)
+            pred = self.algo.argmax(self.logits(), self.info.num_classes)
+            mine = self.algo.label_rows(self.y, self.info.num_classes)
             correct = [float((pred[m & mine] == self.y[m & mine]).sum()) for m in self.masks.values()]
             totals = self.comm.all_sum(correct, self.algo.rows_group())
         return {f"{k}_acc": c / max(self.counts[k], 1) for k, c in zip(self.masks, totals)}
 
     @torch.no_grad()
-    def predict(self) -> np.ndarray:
-        """Logits of every node (no dropout), rows in original node ids, on every rank."""
+    def predict(self, gather: bool = False):
+        """Logits (no dropout) of this rank's rows: (original node ids, the columns it holds, n_p×|columns|).
+        `gather`: the n×classes logits of every node in original order, assembled on every rank (O(n·classes)
+        a rank: for graphs that allow it)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            cols = self.algo.columns(self.graph.num_classes)
-            everyone = self.comm.all_gather_object((self.node_ids.numpy(), cols, self.logits().cpu().numpy()))
-        out = np.empty((self.graph.n, self.graph.num_classes), np.float32)
+            mine = (self.node_ids.numpy(), self.algo.columns(self.info.num_classes), self.logits().cpu().numpy())
+            if not gather:
+                return mine
+            everyone = self.comm.all_gather_object(mine)
+        out = np.empty((self.info.n, self.info.num_classes), np.float32)
         for ids, cols, block in everyone:
             out[ids, cols] = block
         return out
@@ -243,21 +325,20 @@ class Trainer:
                      "messages": self.comm.ledger.total("messages"),
                      "seconds": self.comm.ledger.total("seconds"), "table": self.comm.ledger.table()},
             "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes(),
-                       "saved_for_backward_bytes": self.meter.peak_bytes},
+                       "graph_bytes": self.graph_bytes(), "saved_for_backward_bytes": self.meter.peak_bytes},
         }
         everyone = self.comm.all_gather_object(mine)
         times = [e["time_s"] for e in epochs]
         evals = sum("val_acc" in e for e in epochs) + 1
-        g = self.graph
+        g, p = self.info, self.parts.partition_info
         return {
             "config": asdict(self.cfg),
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features,
-                      "classes": g.num_classes, "symmetric": bool(g.is_symmetric)},
-            "partition": {"method": str(self.cfg.partition), "sizes": self.partition.sizes().tolist(),
-                          "info": self.partition.info,
-                          "metrics": partition_metrics(g.adj, self.partition, g.train_mask)},
+                      "classes": g.num_classes, "symmetric": g.symmetric},
+            "partition": {"method": str(p.get("method")), "sizes": np.diff(g.offsets).tolist(), "info": p,
+                          "metrics": self.parts.metrics() if self.comm.rank == 0 else None},
             "grid": {"algo": self.algo.name, "shape": list(self.grid.shape), "names": list(self.grid.names)},
             "epochs": epochs,
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
@@ -274,11 +355,11 @@ class Trainer:
         if self.stats is None:
             return None
         ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None
-        model = cost.ModelShape.of(self.cfg, self.graph)
+        model = cost.ModelShape.of(self.cfg, self.info)
         ledgers = [cost.epoch_ledger(type(self.algo), self.stats, self.grid.shape, r, model, epochs, evals)
                    for r in range(self.comm.world_size)]
-        return {"alpha_beta": self.cfg.calibration or "default: gloo on 2 cores (DESIGN.md section 4)",
-                "auto_compared": self.plan.compared,
+        return {"alpha_beta": self.cfg.calibration or "default: gloo on 2 cores",
+                "auto_compared": self.compared,
                 "per_rank": [{"rank": r, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),
                               "messages": led.total("messages"), "seconds": cost.seconds(led, ab)}
                              for r, led in enumerate(ledgers)]}

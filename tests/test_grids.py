@@ -57,7 +57,7 @@ def _spmm(comm, gname, algo, grid):
     cls = algorithms.get(algo)
     shape = cls.grid_shape(comm.world_size, 0, tuple(map(int, grid.split("x"))))
     part = Partition(make_parts("random", a, cls.num_parts(shape), seed=5), cls.num_parts(shape))
-    op = cls(part.renumber(a), part, comm, ProcessGrid(comm, shape, cls.grid_names))
+    op = cls.from_matrix(a, part, comm, ProcessGrid(comm, shape, cls.grid_names))
     rng = np.random.default_rng(0)
     h_all, g_all = rng.standard_normal((2, a.shape[0], F)).astype(np.float32)
     rows, cols = part.perm[op.rows], op.columns(F)
@@ -79,7 +79,7 @@ def _rank(comm):
             t.x.requires_grad_(True)
             _, logits = t.forward_backward(epoch=2)            # gradients only: no optimizer step
             grads = {k: p.grad.numpy().copy() for k, p in t.model.named_parameters()}
-            step = (t.node_ids.numpy(), t.algo.columns(t.graph.num_classes), t.algo.columns(t.graph.num_features),
+            step = (t.node_ids.numpy(), t.algo.columns(t.info.num_classes), t.algo.columns(t.info.num_features),
                     logits.numpy(), t.x.grad.numpy(), grads)
             t.x.requires_grad_(False)
             comm.ledger.reset()

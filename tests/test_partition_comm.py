@@ -33,7 +33,7 @@ def _bytes_rank(comm):
             part = make_partition(method, g.adj, comm.world_size, seed=1)
             for algo in HALO_ALGOS:
                 cls = algorithms.get(algo)
-                op = cls(part.renumber(norm(g.adj)), part, comm, ProcessGrid(comm, (comm.world_size,), cls.grid_names))
+                op = cls.from_matrix(norm(g.adj), part, comm, ProcessGrid(comm, (comm.world_size,), cls.grid_names))
                 h = torch.randn(op.rows.stop - op.rows.start, F, requires_grad=True)
                 comm.ledger.reset()
                 with comm.phase("forward", layer=0):

@@ -38,7 +38,7 @@ def _rank(comm):
     for gname, a, parts, algo, shape in _cases(comm.world_size):
         part = Partition(parts, shape[0])
         cls = algorithms.get(algo)
-        op = cls(part.renumber(a), part, comm, ProcessGrid(comm, shape, cls.grid_names))
+        op = cls.from_matrix(a, part, comm, ProcessGrid(comm, shape, cls.grid_names))
         h_all, g_all = _inputs(a.shape[0], 3)
         mine = part.perm[op.rows]
         h = h_all[mine].clone().requires_grad_(True)

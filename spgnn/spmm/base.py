@@ -8,7 +8,10 @@ written once against this interface.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
@@ -16,7 +19,60 @@ from .. import attention, autograd_comm
 from ..comm import Comm, Group
 from ..errors import SpgnnError
 from ..grid import ProcessGrid
+from ..halo import Halo
 from ..partition import Partition
+
+
+@dataclass
+class Block:
+    """A rank's block row of the normalised A: `a` (n_p×n scipy CSR, columns in the partitioned ids), the part
+    offsets (B+1), its part, the original ids of its rows, whether the whole normalised A is symmetric, and
+    the `Halo` of its block row in the algorithm's `parts_group` (None unless built)."""
+
+    a: object
+    offsets: np.ndarray
+    part: int
+    node_ids: np.ndarray
+    symmetric: bool
+    halo: Halo | None = None
+
+    @property
+    def n(self) -> int:
+        return self.a.shape[1]
+
+
+def exchange_blocks(comm: Comm, group: Group, send: dict, recv_shape) -> dict:
+    """Sparse blocks between group members: `send[j]` (scipy sparse) goes to member j; returns {i: CSR block
+    from member i} for every member (i's own `send[i]` kept local; an empty block where i sent none), shaped
+    `recv_shape(i)`. Two all-to-alls: the nonzero counts (int64), then (row, column, value bits) as int32
+    triples, 12 bytes a nonzero, values unchanged. A group of one moves nothing."""
+    g, me = group.size, group.ranks.index(comm.rank)
+    coo = {j: sp.coo_matrix(m) for j, m in send.items()}
+    counts = np.array([coo[j].nnz if j in coo and j != me else 0 for j in range(g)], np.int64)
+    if g > 1:
+        recv = comm.all_to_all_v(torch.from_numpy(counts), [1] * g, [1] * g, group).numpy()
+        parts = [np.stack([coo[j].row, coo[j].col, coo[j].data.astype(np.float32).view(np.int32)], 1)
+                 for j in range(g) if counts[j]]
+        buf = np.concatenate(parts).astype(np.int32) if parts else np.zeros((0, 3), np.int32)
+        got = comm.all_to_all_v(torch.from_numpy(buf), counts, recv, group).numpy()
+    out, start = {}, 0
+    for i in range(g):
+        if i == me:
+            out[i] = sp.csr_matrix(coo[i] if i in coo else recv_shape(i), dtype=np.float32)
+            continue
+        t = got[start:start + recv[i]]
+        start += recv[i]
+        out[i] = sp.csr_matrix((t[:, 2].copy().view(np.float32), (t[:, 0], t[:, 1])), shape=recv_shape(i))
+    return out
+
+
+def exchange_cost(group: str, g: int, me: int, sent: np.ndarray, recv: np.ndarray) -> list:
+    """`exchange_blocks`'s calls given the nonzeros `sent[j]` to and `recv[j]` from each member j."""
+    if g == 1:
+        return []
+    others = np.arange(g) != me
+    return [("all_to_all", group, (g - 1) * 8, (g - 1) * 8, g - 1),
+            ("all_to_all", group, 12 * sent[others].sum(), 12 * recv[others].sum(), np.count_nonzero(sent[others]))]
 
 
 class RowLayout:
@@ -68,20 +124,53 @@ class DistSpMM(RowLayout):
         """The vertex part whose rows the rank at `coord` holds."""
         return coord[0]
 
-    def __init__(self, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu"):
-        """`adj`: the global n×n scipy CSR A, already renumbered by `partition`; this rank holds the rows
-        of part ``part_of(grid.shape, grid.coord)``."""
-        self.comm, self.grid, self.partition, self.device = comm, grid, partition, device
-        self.n = adj.shape[0]
-        self.part = self.part_of(grid.shape, grid.coord)
-        offsets = partition.offsets
-        self.rows = slice(int(offsets[self.part]), int(offsets[self.part + 1]))
+    parts_group = "part"        # the group whose member q holds part q: halo and degree exchanges
+    uses_halo = False           # whether the layout is built on the `Halo` of its block row
+
+    @classmethod
+    def planes(cls) -> dict:
+        """Groups spanning several grid dimensions that the grid must build ({name: dimension names})."""
+        return {}
+
+    def __init__(self, block: Block, comm: Comm, grid: ProcessGrid, device: str = "cpu"):
+        """`block`: this rank's block row of the normalised A (part ``part_of(grid.shape, grid.coord)``)."""
+        self.comm, self.grid, self.device = comm, grid, device
+        self.n, self.offsets, self.part = block.n, block.offsets, block.part
+        self.sizes = np.diff(self.offsets)
+        self.rows = slice(int(self.offsets[self.part]), int(self.offsets[self.part + 1]))
+        self.node_ids = block.node_ids
+
+    @classmethod
+    def from_share(cls, share, norm: str, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
+        """The algorithm from this rank's `spgnn.share.Share` (part ``part_of(grid.shape, grid.coord)``) with A
+        normalised by `norm`: the `Halo` (when the layout or GCN's degrees need it), the normalised block row,
+        then the layout's own set-up, all in phase "setup"."""
+        with comm.phase("setup"):
+            halo = Halo(share.indices, share.info.offsets, share.part, comm, grid.group(cls.parts_group)) \
+                if cls.uses_halo or norm == "gcn" else None
+            a = share.normalized(norm, halo)
+            block = Block(a, share.info.offsets, share.part, share.node_ids, share.info.symmetric and norm != "mean",
+                          halo)
+            return cls(block, comm, grid, device, **options)
+
+    @classmethod
+    def from_matrix(cls, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
+        """The algorithm on a global n×n matrix `adj` given whole (already normalised, original ids): each rank
+        slices its block row, then sets up by communication as from a share (for tests and small graphs)."""
+        from ..graph import is_symmetric
+        from ..share import block_row
+
+        part = cls.part_of(grid.shape, grid.coord)
+        a = block_row(adj, partition, part)
+        halo = Halo(a.indices, partition.offsets, part, comm, grid.group(cls.parts_group)) if cls.uses_halo else None
+        ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
+        return cls(Block(a, partition.offsets, part, ids, is_symmetric(adj), halo), comm, grid, device, **options)
+
+    def graph_bytes(self) -> int:
+        """Bytes of the graph this layout keeps (blocks of A, halo plans, wire buffers)."""
+        return 0
 
     # -- layout ---------------------------------------------------------------------------------------
-    def local_rows(self, x: np.ndarray) -> np.ndarray:
-        """The rows of a global (renumbered) n-row array that this rank holds."""
-        return x[self.rows]
-
     def rows_group(self) -> Group:
         """The group over which per-rank partial sums add up to global ones (the loss, the correct counts):
         its members' rows cover every row exactly once, each row counted where `label_rows` says."""
@@ -97,9 +186,15 @@ class DistSpMM(RowLayout):
     @classmethod
     def spmm_cost(cls, stats, shape: tuple, rank: int, f: int) -> dict:
         """What `rank` moves for one SpMM of width f (float32), exactly as its ledger records it:
-        {"setup" | "forward" | "backward": [(op, group name, sent bytes, received bytes, messages), …]},
+        {"forward" | "backward": [(op, group name, sent bytes, received bytes, messages), …]},
         one tuple a collective call. `stats` gives the partition's block statistics (`spgnn.cost.BlockStats`)."""
         raise NotImplementedError(f"{cls.name} has no cost model")
+
+    @classmethod
+    def setup_cost(cls, stats, shape: tuple, rank: int) -> list:
+        """What `rank` moves to build its layout from its block row (beyond the `Halo` set-up and GCN's
+        degrees, which `spgnn.cost` adds), in `spmm_cost`'s call form."""
+        return []
 
     @classmethod
     def dense_cost(cls, stats, shape: tuple, rank: int, op: str, f_in: int, f_out: int = 0) -> dict:
@@ -146,10 +241,9 @@ class DistSpMM(RowLayout):
         raise SpgnnError(f"--algo {self.name} does not support attention (GAT): use "
                          f"{' or '.join(attention_algorithms())}")
 
-    def _edge_mask(self, rows, cols_global, heads: int, p: float, key: int, dtype):
-        """Attention dropout mask of local-row edges rows ← cols_global (renumbered global ids)."""
-        perm = self.partition.perm
-        return attention.edge_mask(perm[self.rows.start + rows], perm[cols_global], self.n, heads, p, key, dtype)
+    def _edge_mask(self, rows, col_ids, heads: int, p: float, key: int, dtype):
+        """Attention dropout mask of local-row edges rows ← col_ids (original node ids of the columns)."""
+        return attention.edge_mask(self.node_ids[rows], col_ids, self.n, heads, p, key, dtype)
 
     @classmethod
     def options(cls, cfg) -> dict:

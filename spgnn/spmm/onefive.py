@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import kernels
 from ..comm import ring_words
 from ..errors import SpgnnError
-from ..graph import is_symmetric
-from .base import DistSpMM
-from .oned import column_blocks
+from .base import DistSpMM, exchange_blocks, exchange_cost
+from .oned import column_blocks, csr_bytes
 
 
 class OneFiveD(DistSpMM):
@@ -36,17 +37,40 @@ class OneFiveD(DistSpMM):
             raise SpgnnError(f"--replication {c} must divide the number of processes {P}")
         return (P // c, c)
 
-    def __init__(self, adj, partition, comm, grid, device="cpu"):
-        super().__init__(adj, partition, comm, grid, device)
+    def __init__(self, block, comm, grid, device="cpu"):
+        super().__init__(block, comm, grid, device)
         self.team, self.column = grid.group("replica"), grid.group("block")
-        self.sizes = partition.sizes()
-        self.share = [j for j in range(grid.shape[0]) if j % grid.shape[1] == grid.coord[1]]
-        self.blocks = column_blocks(adj[self.rows], partition.offsets)
-        # Block row q of Aᵀ; for a symmetric A (GCN on an undirected graph) it is A's own.
-        self.blocks_t = self.blocks if is_symmetric(adj) else \
-            column_blocks(adj[:, self.rows].T.tocsr(), partition.offsets)
+        teams, c = grid.shape
+        k, q, off = grid.coord[1], self.part, self.offsets
+        self.share = [j for j in range(teams) if j % c == k]
+        self.blocks = column_blocks(block.a, off, self.share)
+        # Block row q of Aᵀ: for a symmetric A (GCN on an undirected graph) A's own; else A_jqᵀ comes from
+        # team j's replica k for each j in the share, in one exchange along the grid column.
+        if block.symmetric:
+            self.blocks_t = self.blocks
+        else:
+            send = {j: block.a[:, off[j]:off[j + 1]].T for j in range(teams)} if q % c == k else {}
+            got = exchange_blocks(comm, self.column, send, lambda j: (self.sizes[q], self.sizes[j]))
+            self.blocks_t = {j: kernels.CSR.from_scipy(got[j]) for j in self.share}
 
     rows_group_name = "block"
+    parts_group = "block"
+
+    def graph_bytes(self):
+        return csr_bytes(self.blocks.values()) + (csr_bytes(self.blocks_t.values()) if self.blocks_t is not self.blocks
+                                                  else 0)
+
+    @classmethod
+    def setup_cost(cls, stats, shape, rank):
+        """Directed A: team j's replica k sends A_jqᵀ to team q for every j in replica k's share."""
+        teams, c = shape
+        q, k = divmod(rank, c)
+        if stats.symmetric:
+            return []
+        N = stats.block_nnz
+        sent = N[q] if q % c == k else np.zeros(teams, np.int64)
+        recv = np.array([N[j, q] if j % c == k else 0 for j in range(teams)])
+        return exchange_cost("block", teams, q, sent, recv)
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
@@ -58,7 +82,7 @@ class OneFiveD(DistSpMM):
         if c > 1:
             b = ring_words(int(stats.sizes[q]) * f, c, k) * 4
             calls.append(("all_reduce", "replica", b, b, 2 * (c - 1)))
-        return {"setup": [], "forward": calls, "backward": calls}
+        return {"forward": calls, "backward": calls}
 
     def _stages(self, blocks, h):
         z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .. import attention, kernels
-from .oned import OneDHalo
+from .oned import OneDHalo, csr_bytes
 
 
 def _peers(me: int, r: int, P: int, reverse: bool) -> tuple[int, int]:
@@ -41,20 +41,24 @@ class SAR(OneDHalo):
 
     name = "sar"
 
-    def __init__(self, adj, partition, comm, grid, device="cpu", depth: int = 1):
-        super().__init__(adj, partition, comm, grid, device)
+    def __init__(self, block, comm, grid, device="cpu", depth: int = 1):
+        super().__init__(block, comm, grid, device)
+        self.group = self.halo.group
         self.depth, self.P = max(0, int(depth)), self.group.size
         self.me = self.group.ranks.index(comm.rank)
+        self.recv_rows, self.send_rows, self.send_idx = self.halo.recv_rows, self.halo.send_rows, self.halo.send_idx
         n_i = self.rows.stop - self.rows.start
         halo = n_i + np.concatenate([[0], np.cumsum(self.recv_rows)])   # a's columns R_ij: halo[j]:halo[j+1]
-        lo, hi = halo[:-1].copy(), halo[1:].copy()
-        lo[self.me], hi[self.me] = 0, n_i                                # shard i: the local columns
+        self.lo, self.hi = halo[:-1].copy(), halo[1:].copy()
+        self.lo[self.me], self.hi[self.me] = 0, n_i                      # shard i: the local columns
         a = self.a.to_scipy()
-        self.shards = [kernels.CSR.from_scipy(a[:, lo[j]:hi[j]], a.dtype) for j in range(self.P)]
-        self.shard_cols = [self.cols_global[lo[j]:hi[j]] for j in range(self.P)]
+        self.shards = [kernels.CSR.from_scipy(a[:, self.lo[j]:self.hi[j]], a.dtype) for j in range(self.P)]
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
-        self.a = self.a_t = None                                   # the shards replace 1d-halo's block
+        self.a = None                                              # the shards replace 1d-halo's block
+
+    def graph_bytes(self):
+        return csr_bytes(self.shards) + self.halo.remote.nbytes + self.halo.send_idx.numel() * 8
 
     @classmethod
     def options(cls, cfg) -> dict:
@@ -62,7 +66,7 @@ class SAR(OneDHalo):
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
-        """1d-halo's set-up, then a ring of P−1 one-peer all-to-alls each way (bytes as 1d-halo's, P−1 calls)."""
+        """A ring of P−1 one-peer all-to-alls each way (bytes as 1d-halo's, P−1 calls)."""
         R, P = stats.halo, len(stats.halo)
         need, give = R[rank], R[:, rank]          # rows rank needs from each part / each part needs from rank
 
@@ -70,8 +74,7 @@ class SAR(OneDHalo):
             return [("all_to_all", "part", send[to] * f * 4, recv[frm] * f * 4, int(send[to] > 0))
                     for to, frm in (_peers(rank, r, P, reverse) for r in range(1, P))]
 
-        return {"setup": super().spmm_cost(stats, shape, rank, f)["setup"],
-                "forward": ring(give, need, False), "backward": ring(need, give, True)}
+        return {"forward": ring(give, need, False), "backward": ring(need, give, True)}
 
     def _sent_to(self, j):
         """Indices of the local rows owner j's shard A_ji touches (R_ji)."""
@@ -124,7 +127,8 @@ class SAR(OneDHalo):
             self._coo[j] = (torch.as_tensor(np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))),
                             torch.as_tensor(a.indices, dtype=torch.int64))
         rows, cols = self._coo[j]
-        mask = self._edge_mask(rows.numpy(), self.shard_cols[j][cols.numpy()], heads, dropout, key, dtype) \
+        mask = self._edge_mask(rows.numpy(), self.col_ids[self.lo[j]:self.hi[j]][cols.numpy()], heads, dropout, key,
+                               dtype) \
             if dropout > 0 else None
         return rows, cols, mask
 

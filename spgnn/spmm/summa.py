@@ -32,13 +32,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
 from .. import autograd_comm, kernels
 from ..errors import SpgnnError
-from ..graph import is_symmetric
-from .base import DistSpMM
+from .base import DistSpMM, exchange_blocks, exchange_cost
 
 
 def column_sizes(f: int, C: int) -> list[int]:
@@ -130,26 +130,73 @@ class SUMMA(DistSpMM):
     def part_of(cls, shape, coord):
         return coord[0] * shape[2] + coord[2]
 
-    def __init__(self, adj, partition, comm, grid, device="cpu"):
-        super().__init__(adj, partition, comm, grid, device)
+    @classmethod
+    def planes(cls):
+        return {"parts": ("rows", "fiber")}
+
+    parts_group = "parts"       # the ranks (·, j, ·): member i·L + l holds part (i, l)
+
+    def __init__(self, block, comm, grid, device="cpu"):
+        super().__init__(block, comm, grid, device)
         R, C, L = grid.shape
         self.i, self.j, self.l = grid.coord
         self.grid_row, self.grid_col, self.fiber = grid.group("cols"), grid.group("rows"), grid.group("fiber")
-        self.sizes, offsets = partition.sizes(), partition.offsets
+        offsets, n = self.offsets, self.n
+        if n >= 2**31:
+            raise SpgnnError(f"--algo {self.name} ships blocks of A with int32 ids: the graph has {n} nodes, more "
+                             "than 2^31; use --algo 1d-halo or sar")
         self.block = slice(int(offsets[self.i * L]), int(offsets[(self.i + 1) * L]))
         self.inner = [slice(int(offsets[k * L + self.l]), int(offsets[k * L + self.l + 1])) for k in range(R)]
-        rows = adj[self.block]
-        self.fwd = self._blocks(rows)
-        self.bwd = self.fwd if is_symmetric(adj) else self._blocks(adj[:, self.block].T.tocsr())
+        self.mine = [k for k in range(R) if k % C == self.j]
+        self.fwd = self._held(self._row_block(block.a))
+        self.bwd = self.fwd if block.symmetric else self._held(self._transposed_row_block(block.a))
 
-    def _blocks(self, rows) -> tuple[list, dict]:
-        """(nnz of M[:, part (k,l)] for every k, {k: (CSR, wire buffer)} for the blocks this rank holds)."""
-        C = self.grid.shape[1]
-        blocks = [rows[:, s] for s in self.inner]
-        mine = {k: kernels.CSR.from_scipy(b) for k, b in enumerate(blocks) if k % C == self.j}
+    def _row_block(self, a):
+        """A[row block i, columns of parts (k, l), k ≡ j]: my part's rows and those of fibre members (i, j, l'),
+        gathered along the fibre (each sends the columns the receiver's blocks need)."""
+        R, C, L = self.grid.shape
+        if L == 1:
+            return a
+
+        coo = a.tocoo()
+
+        def cols(l):
+            keep = np.zeros(self.n, bool)
+            for k in self.mine:
+                keep[self.offsets[k * L + l]:self.offsets[k * L + l + 1]] = True
+            m = keep[coo.col]
+            return sp.csr_matrix((coo.data[m], (coo.row[m], coo.col[m])), shape=a.shape)
+
+        got = exchange_blocks(self.comm, self.fiber, {l: cols(l) for l in range(L)},
+                              lambda l: (int(self.sizes[self.i * L + l]), self.n))
+        return sp.vstack([got[l] for l in range(L)], format="csr")
+
+    def _transposed_row_block(self, a):
+        """Aᵀ[row block i, parts (k, l), k ≡ j] = A[part (k, l), row block i]ᵀ, each from member k of the grid
+        column (·, j, l) that holds part (k, l), k ≡ j (mod C); returned as the row block i × n matrix."""
+        R, C, L = self.grid.shape
+        off = self.offsets
+        send = {i: a[:, off[i * L]:off[(i + 1) * L]].T for i in range(R)} if self.i % C == self.j else {}
+        got = exchange_blocks(self.comm, self.grid_col, send,
+                              lambda k: (self.block.stop - self.block.start, int(self.sizes[k * L + self.l])))
+        return {k: got[k] for k in self.mine}
+
+    def _held(self, rows) -> tuple[list, dict]:
+        """(nnz of every block k of the row block, all-gathered along the grid row when C > 1; {k: (CSR, wire
+        buffer)} for the blocks k ≡ j this rank holds). `rows`: the row block (columns by new id) or {k: block}."""
+        R, C, _ = self.grid.shape
+        mine = {k: kernels.CSR.from_scipy(rows[k] if isinstance(rows, dict) else rows[:, self.inner[k]])
+                for k in self.mine}
         if C == 1:
             return None, {k: (a, None) for k, a in mine.items()}
-        return [b.nnz for b in blocks], {k: (a, _pack(a).to(self.device)) for k, a in mine.items()}
+        nnz = torch.tensor([[mine[k].nnz if k in mine else 0 for k in range(R)]], dtype=torch.int64)
+        nnz = self.comm.all_gather_v(nnz, [1] * C, self.grid_row).sum(0).tolist()
+        return nnz, {k: (a, _pack(a).to(self.device)) for k, a in mine.items()}
+
+    def graph_bytes(self):
+        held = [self.fwd] if self.bwd is self.fwd else [self.fwd, self.bwd]
+        return sum(a.nbytes + (buf.numel() * 4 if buf is not None else 0) for _, blocks in held
+                   for a, buf in blocks.values())
 
     def _block(self, blocks, k: int) -> kernels.CSR:
         """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder."""
@@ -249,7 +296,27 @@ class SUMMA(DistSpMM):
                               L - 1))
             return calls
 
-        return {"setup": [], "forward": schedule(stats.block_nnz), "backward": schedule(stats.block_nnz.T)}
+        return {"forward": schedule(stats.block_nnz), "backward": schedule(stats.block_nnz.T)}
+
+    @classmethod
+    def setup_cost(cls, stats, shape, rank):
+        """The fibre exchange of row pieces (L > 1), the blocks of Aᵀ along the grid column (directed A), and
+        an all-gather of each held block's nnz along the grid row per direction (C > 1)."""
+        R, C, L = shape
+        i, j, l = (int(x) for x in np.unravel_index(rank, shape))
+        N, mine = stats.block_nnz, [k * L for k in range(R) if k % C == j]
+        calls = exchange_cost("fiber", L, l, np.array([N[i * L + l, [m + x for m in mine]].sum() for x in range(L)]),
+                              np.array([N[i * L + x, [m + l for m in mine]].sum() for x in range(L)]))
+        nnz_gather = [("all_gather", "cols", 8 * R * (C - 1), 8 * R * (C - 1), C - 1)] if C > 1 else []
+        calls += nnz_gather
+        if not stats.symmetric:
+            def to_row_block(p, r):           # nonzeros of A[part p, row block r]
+                return N[p, r * L:(r + 1) * L].sum()
+
+            sent = np.array([to_row_block(i * L + l, r) if i % C == j else 0 for r in range(R)])
+            recv = np.array([to_row_block(k * L + l, i) if k % C == j else 0 for k in range(R)])
+            calls += exchange_cost("rows", R, i, sent, recv) + nnz_gather
+        return calls
 
     @classmethod
     def dense_cost(cls, stats, shape, rank, op, f_in, f_out=0):
