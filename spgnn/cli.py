@@ -11,13 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import calibrate as calibration
-from . import launch, spmm
+from . import launch, partitioned, spmm
 from .datasets import load_dataset
 from .errors import SpgnnError
 from .layers import LAYERS
 from .partition import available, make_partition, save_partition
 from .partition_metrics import metrics_table, partition_metrics, warm_up
-from .trainer import TrainConfig, Trainer, plan
+from .trainer import TrainConfig, Trainer, fit_parts, partition_to_cache, plan
 
 
 def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -39,9 +39,12 @@ def _train_parser(sub) -> argparse.ArgumentParser:
                    "Launch with --nprocs N, mpirun -np N, torchrun --nproc-per-node N, or as a single process.")
     a = p.add_argument
     a("--dataset", default=d.dataset, help="a known name (cora, citeseer, amazon-computers, amazon-photo, "
-      "coauthor-cs, squirrel), rmat:SCALE[:EDGEFACTOR], sbm:..., or a path to a dataset file or folder")
+      "coauthor-cs, squirrel), rmat:SCALE[:EDGEFACTOR], sbm:..., a path to a dataset file or folder, or a "
+      "partitioned dataset folder (spgnn partition --output DIR), of which each process reads its part only")
     a("--data-dir", default=d.data_dir, help="where named datasets are looked up (else $SPGNN_DATA_DIR, "
-      "./datasets, ../shared/datasets, ~/.cache/spgnn/datasets); cora is bundled")
+      "./datasets, ~/.cache/spgnn/datasets); cora is bundled")
+    a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
+      "once and reused (else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions)")
     a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: 1d "
       "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches, 1.5d "
@@ -127,14 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None):
     """This process's `Comm` in the job (mpirun, torchrun or a single process), or, for --nprocs N from a
-    plain shell, the exit code of N local copies of this command (after `check` has vetted the input)."""
+    plain shell, the exit code of N local copies of this command (after `check` has vetted the input; it may
+    return the command line the copies run instead)."""
     launched = launch.detect()
     launch.resolve_transport(transport, launched, device)
     if args.nprocs is not None:
         if args.nprocs < 1:
             raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
         if launched.kind == "single" and args.nprocs > 1:
-            check()     # bad input: one message, before any process starts
+            argv = check() or argv      # bad input: one message, before any process starts
             return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
@@ -148,8 +152,8 @@ def train(args, argv) -> int:
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
         from .minibatch import MinibatchTrainer, check_options
-    check = (lambda: check_options(cfg, *sampled, nprocs=args.nprocs, split_graph=args.split_graph)) if sampled \
-        else (lambda: plan(cfg, args.nprocs))
+    check = (lambda: check_options(cfg, *sampled, nprocs=args.nprocs, split_graph=args.split_graph) and None) \
+        if sampled else (lambda: _partition_once(cfg, args.nprocs, argv))
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
@@ -168,6 +172,14 @@ def train(args, argv) -> int:
             _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it
     return 0
+
+
+def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
+    """For --nprocs: partition the dataset here, once, into the cache (unless it is a partitioned folder),
+    check that the run fits it, and return the command line that has the processes read its parts."""
+    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else str(partition_to_cache(cfg, P))
+    fit_parts(cfg, P, partitioned.PartitionedDataset(folder))
+    return argv + ["--dataset", folder]
 
 
 def calibrate(args, argv) -> int:
@@ -201,8 +213,14 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
     a("--seed", type=int, default=0, help="seed of the partitioner (and of the dataset's split)")
     a("--param", action="append", default=[], metavar="KEY=VALUE", help="a parameter of --method, e.g. "
       "gamma=1.5 for fennel or mode=eco for kahip (values read as JSON, else as text); repeatable")
-    a("--output", default=None, help="save the partition here (.npz with method, parameters, seed, versions "
-      "and a hash of the graph), for spgnn train --partition FILE")
+    a("--output", default=None, help="a folder: write the partitioned dataset there (each part's block row of A, "
+      "features, labels, masks, ids and degrees as .npy, for spgnn train --dataset DIR); a file ending in .npz: "
+      "save the part vector with method, parameters, seed, versions and a hash of the graph, for spgnn train "
+      "--partition FILE")
+    a("--out-of-core", action="store_true", help="--dataset is an edge-list folder (edges.txt or edges.npy, "
+      "features.npy, labels.npy): read it in chunks and write the partitioned folder --output without holding "
+      "the graph (methods block, random, ldg, fennel)")
+    a("--chunk", type=int, default=1 << 22, help="--out-of-core: edges (and feature rows) read at a time")
     a("--json", default=None, help="write the metrics here as JSON")
     return p
 
@@ -222,6 +240,16 @@ def partition(args, argv) -> int:
     params = dict(_param(t) for t in args.param)
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
+    folder = args.output and not args.output.endswith(".npz")
+    if args.out_of_core:
+        from .partition_ooc import partition_edge_folder
+
+        if not folder:
+            raise SpgnnError("--out-of-core writes a partitioned dataset folder: give --output DIR")
+        path = partition_edge_folder(args.dataset, args.output, args.nparts, methods[0], args.seed, args.chunk,
+                                     **params)
+        print(f"wrote {path}: train with spgnn train --dataset {path} on {args.nparts} processes", flush=True)
+        return 0
     g = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     rows = []
     for method in methods:
@@ -230,7 +258,11 @@ def partition(args, argv) -> int:
         rows.append(partition_metrics(g.adj, part, g.train_mask) | part.info | {"method": method})
     print(f"spgnn: {g.name} (n={g.n}, nnz={g.nnz}), {args.nparts} parts, seed {args.seed}", flush=True)
     print(metrics_table(rows), flush=True)
-    if args.output:
+    if folder:
+        path = partitioned.write_parts(args.output, partitioned.InMemoryParts(g, part))
+        print(f"wrote {path}: train with spgnn train --dataset {path} on {args.nparts} processes (1d, 1d-halo, "
+              "sar), or on any grid with that many row blocks", flush=True)
+    elif args.output:
         info = part.info
         path = save_partition(args.output, part.parts, info.get("method", methods[0]), info.get("params", {}),
                               info.get("seed", args.seed), g)

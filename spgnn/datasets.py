@@ -154,7 +154,7 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
     """Graph from a file or folder: Planetoid folder or file, .npz, .zip holding an .npz, edge-list folder."""
     path = Path(path)
     if path.is_dir():
-        if (path / "edges.txt").is_file() or (path / "edges.csv").is_file():
+        if any((path / f).is_file() for f in ("edges.npy", "edges.txt", "edges.csv")):
             return read_edge_list(path, seed=seed)
         names = sorted({p for f in path.iterdir() if (p := _planetoid_prefix(f.name))})
         if len(names) == 1:
@@ -543,14 +543,14 @@ def _read_edges_text(path: Path) -> np.ndarray:
 
 
 def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
-    """Graph from a folder holding ``edges.txt`` or ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids
+    """Graph from a folder holding ``edges.npy`` ([E, 2]), ``edges.txt`` or ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids
     0..N-1, ``#`` comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional boolean
     ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N] (without them: per-class random split; without
     val: none; without test: all the rest) and optional ``meta.json`` {"directed": bool, "name": str}."""
     folder = Path(folder)
-    edge_file = next((folder / f for f in ("edges.txt", "edges.csv") if (folder / f).is_file()), None)
+    edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
     if edge_file is None:
-        raise SpgnnError(f"{folder}: no edges.txt or edges.csv in this folder")
+        raise SpgnnError(f"{folder}: no edges.npy, edges.txt or edges.csv in this folder")
     meta = {}
     if (folder / "meta.json").is_file():
         with _reading(folder / "meta.json"):
@@ -563,7 +563,8 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
         if not (folder / f).is_file():
             raise SpgnnError(f"{folder}: missing {f} (an edge-list folder needs features.npy [N, F] and "
                              f"labels.npy [N])")
-    e = _read_edges_text(edge_file)
+    e = _read_npy(edge_file).astype(np.int64).reshape(-1, 2) if edge_file.suffix == ".npy" else \
+        _read_edges_text(edge_file)
     x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}

@@ -23,13 +23,15 @@ _LDG, _FENNEL = 0, 1
 
 
 @numba.njit(cache=True)
-def _stream(indptr, indices, order, P, capacity, kind, alpha, gamma):
-    parts = np.full(indptr.size - 1, -1, np.int64)
-    sizes = np.zeros(P, np.int64)
+def stream(indptr, indices, verts, rows, parts, sizes, capacity, kind, alpha, gamma):
+    """Place vertices verts[0], verts[1], … in turn (neighbours of verts[t]: indices[indptr[rows[t]]:…]),
+    updating `parts` (−1: not yet placed) and `sizes` in place."""
+    P = sizes.size
     neigh = np.zeros(P, np.float64)
-    for v in order:
+    for t in range(verts.size):
+        v, r = verts[t], rows[t]
         neigh[:] = 0.0
-        for k in range(indptr[v], indptr[v + 1]):
+        for k in range(indptr[r], indptr[r + 1]):
             p = parts[indices[k]]
             if p >= 0:
                 neigh[p] += 1.0
@@ -45,26 +47,35 @@ def _stream(indptr, indices, order, P, capacity, kind, alpha, gamma):
                 best, best_score = p, score
         parts[v] = best
         sizes[best] += 1
-    return parts
 
 
-def _run(s, P, seed, capacity, kind, alpha=0.0, gamma=0.0) -> np.ndarray:
+def settings(method: str, n: int, P: int, undirected_nnz: int, gamma: float = 1.5, nu: float = 1.1):
+    """(kind, capacity, α, γ) of `method` ("ldg" or "fennel") for n vertices and the undirected pattern's
+    nonzeros (both directions counted)."""
+    if method == "ldg":
+        return _LDG, math.ceil(n / P), 0.0, 0.0
+    alpha = (undirected_nnz / 2) * P ** (gamma - 1) / n ** gamma
+    return _FENNEL, max(math.ceil(nu * n / P), math.ceil(n / P)), alpha, gamma
+
+
+def _run(s, P, seed, method, **params) -> np.ndarray:
     """Stream the vertices of the undirected pattern `s` in a seeded random order."""
-    order = np.random.default_rng(seed).permutation(s.shape[0])
-    parts = _stream(s.indptr.astype(np.int64), s.indices.astype(np.int64), order, P, capacity, kind,
-                    alpha, gamma)
+    n = s.shape[0]
+    order = np.random.default_rng(seed).permutation(n)
+    parts, sizes = np.full(n, -1, np.int64), np.zeros(P, np.int64)
+    kind, capacity, alpha, gamma = settings(method, n, P, s.nnz, **params)
+    stream(s.indptr.astype(np.int64), s.indices.astype(np.int64), order, order, parts, sizes, capacity, kind,
+           alpha, gamma)
     return fill_empty(parts, P)
 
 
 @register("ldg")
 def ldg(adj, P: int, seed: int = 0) -> np.ndarray:
     """Linear deterministic greedy: N_i·(1 − |S_i|/C), C = ⌈n/P⌉ (see the module docstring)."""
-    return _run(undirected(adj), P, seed, math.ceil(adj.shape[0] / P), _LDG)
+    return _run(undirected(adj), P, seed, "ldg")
 
 
 @register("fennel")
 def fennel(adj, P: int, seed: int = 0, *, gamma: float = 1.5, nu: float = 1.1) -> np.ndarray:
     """Fennel: N_i − α·γ·|S_i|^(γ−1), α = m·P^(γ−1)/n^γ, capacity ⌈ν·n/P⌉ (see the module docstring)."""
-    s, n = undirected(adj), adj.shape[0]
-    alpha = (s.nnz / 2) * P ** (gamma - 1) / n ** gamma
-    return _run(s, P, seed, max(math.ceil(nu * n / P), math.ceil(n / P)), _FENNEL, alpha, gamma)
+    return _run(undirected(adj), P, seed, "fennel", gamma=gamma, nu=nu)

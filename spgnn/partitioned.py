@@ -74,9 +74,10 @@ class InMemoryParts:
                                  self.info.symmetric, norm)
 
     def metrics(self) -> dict:
-        from .partition_metrics import partition_metrics
+        from .partition_metrics import block_metrics
 
-        return partition_metrics(self.graph.adj, self.partition, self.graph.train_mask)
+        s, train = self.raw_stats(), np.bincount(self.partition.parts, self.graph.train_mask, self.nparts)
+        return block_metrics(np.diff(self.info.offsets), s["halo"], s["block_nnz"], s["diagonal"], train)
 
 
 class PartitionedDataset:
@@ -161,14 +162,17 @@ def is_partitioned(path) -> bool:
         return False
 
 
-def write(path, info: GraphInfo, shares, partition: dict, metrics: dict | None = None) -> Path:
+def write(path, info: GraphInfo, shares, partition: dict) -> Path:
     """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
-    written), `partition` {method, params, seed}. Written into a temporary folder and renamed, so a folder at
-    `path` is always complete."""
+    written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
+    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete."""
+    from .partition_metrics import block_metrics
+
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     B = len(info.offsets) - 1
-    halo, nnz, diag = np.zeros((B, B), np.int64), np.zeros((B, B), np.int64), np.zeros(B, np.int64)
+    halo, nnz, diag, train = (np.zeros((B, B), np.int64), np.zeros((B, B), np.int64), np.zeros(B, np.int64),
+                              np.zeros(B, np.int64))
     try:
         tmp.mkdir(parents=True, exist_ok=False)
         for share in shares:
@@ -179,15 +183,16 @@ def write(path, info: GraphInfo, shares, partition: dict, metrics: dict | None =
                 np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=dtype))
             (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
             halo[share.part], nnz[share.part], diag[share.part] = part_stats(share)
+            train[share.part] = share.masks["train"].sum()
         np.savez(tmp / "block_stats.npz", halo=halo, block_nnz=nnz, diagonal=diag)
-        g = info.as_dict()
+        g = info.as_dict() | {"nnz": int(nnz.sum())}
         meta = {"format": FORMAT,
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
                                             "counts", "graph_hash")},
                 "partition": {"nparts": B, "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "rows": np.diff(info.offsets).tolist(), "offsets": g["offsets"],
-                              "metrics": metrics},
+                              "metrics": block_metrics(np.diff(info.offsets), halo, nnz, diag, train)},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         if path.exists():
@@ -199,10 +204,9 @@ def write(path, info: GraphInfo, shares, partition: dict, metrics: dict | None =
     return path
 
 
-def write_parts(path, parts: InMemoryParts, metrics: bool = True) -> Path:
+def write_parts(path, parts: InMemoryParts) -> Path:
     """Write an in-memory partitioned graph (`InMemoryParts`) to `path`."""
-    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info,
-                 parts.metrics() if metrics else None)
+    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info)
 
 
 # ----------------------------------------------------------------------------------------------------------
