@@ -340,12 +340,14 @@ def main(argv: list[str] | None = None) -> int:
     except SpgnnError as e:
         if rank == 0:  # input errors are the same on every rank: say it once
             print(f"spgnn: error: {e}", file=sys.stderr, flush=True)
+        launch.leave()
         return 2
     except RuntimeError as e:  # a collective failed: a peer died or timed out
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         print(f"spgnn: error: rank {rank}: communication failed ({first}); another process probably "
               f"exited or stalled, see its output", file=sys.stderr, flush=True)
         launch.abort(1)
+        launch.leave()
         return 1
     except Exception:  # anything else failed on this rank: say where; under mpirun end the job, not hang it
         traceback.print_exc()

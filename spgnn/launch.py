@@ -149,6 +149,13 @@ def shutdown() -> None:
         dist.destroy_process_group()
 
 
+def leave() -> None:
+    """Leave torch.distributed at once, without waiting for peers (after an error every rank raised alike):
+    the process then exits cleanly instead of tearing down a live process group."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def abort(code: int) -> None:
     """Under mpirun, end every rank of the job now (MPI_Abort); elsewhere do nothing. A rank leaving after an
     error would otherwise wait in MPI_Finalize for peers that wait for it in a collective: a hang."""

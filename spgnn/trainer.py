@@ -189,21 +189,29 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None):
 
 def on_rank0(comm: Comm, fn):
     """fn() run by rank 0 alone, its result (or its SpgnnError) handed to every rank."""
+    return agree(comm, fn, everyone=False)
+
+
+def agree(comm: Comm, fn, everyone: bool = True):
+    """fn() run on every rank (or on rank 0 alone, its result handed to all); when it raises SpgnnError on
+    any rank, every rank raises the first such error, so that bad input on one rank stops all with one line."""
     if comm.world_size == 1:
         return fn()
-    result = None
-    if comm.rank == 0:
+    result = ("ok", None)
+    if everyone or comm.rank == 0:
         try:
             result = ("ok", fn())
         except SpgnnError as e:
             result = ("error", str(e))
         except Exception as e:
-            comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
+            comm.all_gather_object(("error", f"rank {comm.rank} failed: {type(e).__name__}: {e}"))
             raise
-    kind, value = comm.all_gather_object(result)[0]
-    if kind == "error":
-        raise SpgnnError(value)
-    return value
+    shared = result if not everyone else (result[0], result[1] if result[0] == "error" else None)
+    results = comm.all_gather_object(shared)                 # statuses (and rank 0's result when it alone ran)
+    error = next((value for kind, value in results if kind == "error"), None)
+    if error is not None:
+        raise SpgnnError(error)
+    return result[1] if everyone else results[0][1]
 
 
 def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
@@ -233,7 +241,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, info.num_features, cfg.hidden, info.num_classes, cfg.layers, cfg.dropout,
                          cfg.seed, cfg.heads, cfg.out_heads, cfg.batch_norm).to(cfg.device)
-        share = self.parts.share(algo_cls.part_of(shape, self.grid.coord))
+        share = agree(comm, lambda: self.parts.share(algo_cls.part_of(shape, self.grid.coord)))
         self.algo = algo_cls.from_share(share, self.model.adjacency, comm, self.grid, cfg.device,
                                         **algo_cls.options(cfg))
         x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x

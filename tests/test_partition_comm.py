@@ -76,8 +76,9 @@ def _train_rank(comm):
         cfg = TrainConfig(partition=method, epochs=6, eval_every=0, hidden=16, dropout=0.5, seed=2)
         t = Trainer(cfg, comm, graph=g)
         report = t.run(log=None)
-        out[method] = ([e["loss"] for e in report["epochs"]], report["final"], t.predict(),
-                       report["partition"]["metrics"]["comm_volume"], t.partition.parts)
+        metrics = report["partition"]["metrics"]                # complete on rank 0
+        out[method] = ([e["loss"] for e in report["epochs"]], report["final"], t.predict(gather=True),
+                       metrics and metrics["comm_volume"], t.parts.partition.parts)
     return out
 
 
@@ -88,13 +89,13 @@ def test_training_independent_of_partitioner(results):
     volumes = {}
     for method in METHODS:
         for rank, res in enumerate(results):
-            losses, final, logits, volume, parts = res[method]
+            losses, final, logits, _, parts = res[method]
             np.testing.assert_allclose(losses, ref_losses, rtol=1e-5, err_msg=f"{method} rank {rank}")
             np.testing.assert_allclose(logits, ref_logits, rtol=1e-3, atol=1e-4, err_msg=f"{method} rank {rank}")
             for key in ("train_acc", "val_acc", "test_acc"):
                 assert abs(final[key] - ref_final[key]) <= 1e-3, (method, key)
             np.testing.assert_array_equal(parts, results[0][method][4])       # every rank: the same partition
-            volumes[method] = volume
+        volumes[method] = results[0][method][3]
     assert ref_losses[-1] < ref_losses[0]
     if "metis" in volumes:
         assert volumes["metis"] < volumes["random"]

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 from .. import autograd_comm, kernels
 from ..errors import SpgnnError
+from ..halo import owner
 from .base import DistSpMM, exchange_blocks, exchange_cost
 
 
@@ -159,12 +160,10 @@ class SUMMA(DistSpMM):
             return a
 
         coo = a.tocoo()
+        col_part = owner(coo.col, self.offsets)
 
         def cols(l):
-            keep = np.zeros(self.n, bool)
-            for k in self.mine:
-                keep[self.offsets[k * L + l]:self.offsets[k * L + l + 1]] = True
-            m = keep[coo.col]
+            m = np.isin(col_part, [k * L + l for k in self.mine])
             return sp.csr_matrix((coo.data[m], (coo.row[m], coo.col[m])), shape=a.shape)
 
         got = exchange_blocks(self.comm, self.fiber, {l: cols(l) for l in range(L)},

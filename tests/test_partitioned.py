@@ -1,0 +1,181 @@
+"""Partitioned datasets: the folder format, training from it (each rank reading its part only), the cache,
+out-of-core partitioning, and the errors on bad folders."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from spgnn.comm import Comm
+from spgnn.errors import SpgnnError
+from spgnn.launch import run_local
+from spgnn.partition import make_partition
+from spgnn.partition_metrics import partition_metrics
+from spgnn.partition_ooc import partition_edge_folder
+from spgnn.partitioned import InMemoryParts, PartitionedDataset, cache_root, write_parts
+from spgnn.share import SPLITS
+from spgnn.trainer import TrainConfig, Trainer
+from tests.graphs import small_graph
+
+GRAPHS = {"sym": small_graph(n=57, seed=2), "dir": small_graph(n=57, seed=3, directed=True)}
+RUNS = [("gcn", "sym", "1d-halo", None, 0), ("sage", "dir", "sar", None, 0), ("gcn", "dir", "1.5d", None, 2),
+        ("sage", "sym", "2d", "2x2", 0), ("gcn", "dir", "3d", "1x2x2", 0), ("gcn", "sym", "1d", None, 0)]
+
+
+def _folder(tmp, gname, P, method="random"):
+    path = tmp / f"{gname}-{method}-{P}"
+    if not path.exists():
+        g = GRAPHS[gname]
+        write_parts(path, InMemoryParts(g, make_partition(method, g.adj, P, seed=1)))
+    return str(path)
+
+
+def _config(model, algo, grid, c, dataset="cora"):
+    return TrainConfig(dataset=dataset, model=model, algo=algo, grid=grid, replication=c, hidden=6, epochs=4,
+                       eval_every=2, partition="random", seed=1, dropout=0.3)
+
+
+def _run(comm, tmp):
+    """Per run: (the loss curve and accuracies from the folder, the same in memory, the report's memory)."""
+    out = []
+    for model, gname, algo, grid, c in RUNS:
+        P = comm.world_size
+        B = {"1.5d": P // 2, "2d": 2, "3d": 2}.get(algo, P)
+        disk = Trainer(_config(model, algo, grid, c, _folder(tmp, gname, B)), comm).run(log=None)
+        memory = Trainer(_config(model, algo, grid, c), comm, graph=GRAPHS[gname]).run(log=None)
+        out.append(([e["loss"] for e in disk["epochs"]], disk["final"], [e["loss"] for e in memory["epochs"]],
+                    memory["final"], disk["memory"]["per_rank"], disk["comm"]["per_rank"], disk["predicted"]))
+    return out
+
+
+def test_training_from_a_folder_equals_training_in_memory(tmp_path):
+    """Every algorithm on a folder: the loss curve equals the in-memory run's exactly, the ledger (set-up
+    included) equals the prediction, and every rank reports the graph bytes it holds."""
+    for g in GRAPHS:                  # written here, once, so that the ranks only read
+        for B in (2, 4):
+            _folder(tmp_path, g, B)
+    for rank_runs in zip(*run_local(_run, 4, tmp_path, timeout_s=600)):
+        for disk_curve, disk_final, mem_curve, mem_final, memory, comm, predicted in rank_runs:
+            assert disk_curve == mem_curve and disk_final == mem_final
+            assert all(r["graph_bytes"] > 0 and r["peak_rss_bytes"] > r["graph_bytes"] for r in memory)
+            if predicted is not None:
+                for m, p in zip(comm, predicted["per_rank"]):
+                    assert (m["sent_bytes"], m["recv_bytes"], m["messages"]) == \
+                        (p["sent_bytes"], p["recv_bytes"], p["messages"])
+
+
+def test_folder_holds_each_part_and_reads_only_it(tmp_path):
+    g = GRAPHS["dir"]
+    part = make_partition("ldg", g.adj, 3, seed=0)
+    path = write_parts(tmp_path / "d", InMemoryParts(g, part))
+    meta = json.loads((path / "meta.json").read_text())
+    assert meta["graph"]["n"] == g.n and meta["graph"]["nnz"] == g.nnz and meta["partition"]["nparts"] == 3
+    assert meta["partition"]["metrics"] == partition_metrics(g.adj, part, g.train_mask)
+    for p in (0, 2):
+        (tmp_path / "d" / "part-00001").rename(tmp_path / "away")          # reading part p needs no other part
+        s = PartitionedDataset(path).share(p)
+        (tmp_path / "away").rename(tmp_path / "d" / "part-00001")
+        ids = part.perm[part.offsets[p]:part.offsets[p + 1]]
+        np.testing.assert_array_equal(s.node_ids, ids)
+        np.testing.assert_array_equal(s.x, g.x[ids])
+        want = g.adj[ids][:, part.perm]                                  # block row p, columns renumbered
+        np.testing.assert_array_equal(s.adj.toarray(), want.toarray())
+        for k in SPLITS:
+            np.testing.assert_array_equal(s.masks[k], getattr(g, f"{k}_mask")[ids])
+
+
+def test_cache_partitions_once_and_reuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPGNN_CACHE_DIR", str(tmp_path))
+    cfg = TrainConfig(epochs=2, eval_every=0, partition="random")
+    first = Trainer(cfg, Comm()).run(log=None)
+    folders = list(cache_root().iterdir())
+    assert len(folders) == 1
+    stamp = (folders[0] / "meta.json").stat().st_mtime_ns
+    again = Trainer(cfg, Comm()).run(log=None)
+    assert (folders[0] / "meta.json").stat().st_mtime_ns == stamp
+    assert [e["loss"] for e in first["epochs"]] == [e["loss"] for e in again["epochs"]]
+
+
+@pytest.mark.parametrize("method", ["block", "random", "ldg", "fennel"])
+@pytest.mark.parametrize("edges", ["edges.npy", "edges.txt"])
+def test_out_of_core_equals_in_memory(tmp_path, method, edges):
+    """An edge-list folder partitioned out of core, 101 edges at a time, gives the same parts and files as
+    the same folder loaded and partitioned in memory."""
+    rng, n = np.random.default_rng(5), 300
+    src = tmp_path / "graph"
+    src.mkdir()
+    e = np.stack([rng.integers(0, n, 1500), rng.integers(0, n, 1500)], 1)
+    if edges == "edges.npy":
+        np.save(src / edges, e)
+    else:
+        np.savetxt(src / edges, e, fmt="%d", header="src dst")
+    np.save(src / "features.npy", rng.standard_normal((n, 5)).astype(np.float32))
+    np.save(src / "labels.npy", rng.integers(0, 3, n))
+    ooc = partition_edge_folder(src, tmp_path / "ooc", 4, method, seed=3, chunk=101)
+    subprocess.run([sys.executable, "-m", "spgnn", "partition", "--dataset", str(src), "--nparts", "4", "--method",
+                    method, "--seed", "3", "--output", str(tmp_path / "mem")], check=True, capture_output=True)
+    for p in range(4):
+        a, b = (PartitionedDataset(d).share(p) for d in (ooc, tmp_path / "mem"))
+        for k in ("indptr", "indices", "data", "degree", "x", "y", "node_ids"):
+            np.testing.assert_array_equal(getattr(a, k), getattr(b, k), err_msg=k)
+    assert PartitionedDataset(ooc).meta["partition"]["metrics"] == \
+        PartitionedDataset(tmp_path / "mem").meta["partition"]["metrics"]
+
+
+def _spgnn(*args):
+    r = subprocess.run([sys.executable, "-m", "spgnn", *args], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stderr.strip()
+
+
+def test_bad_folders_fail_with_one_line(tmp_path):
+    path = _folder(tmp_path, "sym", 2)
+    ok = tmp_path / "ok"
+    shutil.copytree(path, ok)
+    cases = []
+    bad = tmp_path / "missing"
+    shutil.copytree(ok, bad)
+    (bad / "part-00001" / "x.npy").unlink()
+    cases.append((bad, "x.npy"))
+    bad = tmp_path / "truncated"
+    shutil.copytree(ok, bad)
+    f = bad / "part-00000" / "indices.npy"
+    f.write_bytes(f.read_bytes()[:-9])
+    cases.append((bad, "indices.npy"))
+    bad = tmp_path / "version"
+    shutil.copytree(ok, bad)
+    meta = json.loads((bad / "meta.json").read_text())
+    (bad / "meta.json").write_text(json.dumps(meta | {"format": "spgnn-partitioned/0"}))
+    cases.append((bad, "format"))
+    bad = tmp_path / "mixed"
+    shutil.copytree(ok, bad)
+    shutil.rmtree(bad / "part-00001")
+    shutil.copytree(_folder(tmp_path, "dir", 2) + "/part-00001", bad / "part-00001")
+    cases.append((bad, "another graph"))
+    for folder, words in cases:
+        code, err = _spgnn("train", "--dataset", str(folder), "--nprocs", "2", "--epochs", "1", "--quiet")
+        assert code == 2 and words in err and len(err.splitlines()) == 1, (folder, err)
+    code, err = _spgnn("train", "--dataset", str(ok), "--nprocs", "3", "--epochs", "1")
+    assert code == 2 and "holds 2 parts" in err and "3 processes" not in err.split("What fits")[0], err
+    code, err = _spgnn("train", "--dataset", str(ok), "--nprocs", "4", "--algo", "1.5d", "--replication", "2",
+                       "--epochs", "1", "--quiet")
+    assert code == 0, err                      # 1.5d with c = 2 on 4 processes: 2 row blocks, fits
+    blocked = tmp_path / "a-file"                 # a folder below a file cannot be made, even by root
+    blocked.write_text("")
+    code, err = _spgnn("train", "--cache-dir", str(blocked / "cache"), "--epochs", "1", "--quiet")
+    assert code == 2 and "not writable" in err and "--cache-dir" in err, err
+
+
+def test_a_share_never_holds_more_than_its_part(tmp_path):
+    """No rank's arrays grow with n beyond its part: each array of a share has n_p rows (or nnz_p entries)."""
+    g = small_graph(n=400, seed=9)
+    parts = InMemoryParts(g, make_partition("block", g.adj, 4))
+    for p in range(4):
+        s = parts.share(p)
+        n_p = s.n_rows
+        assert max(a.shape[0] for a in (s.degree, s.x, s.y, s.node_ids, *s.masks.values())) == n_p
+        assert s.indices.size == g.adj[s.node_ids].nnz and s.indptr.size == n_p + 1
+    with pytest.raises(SpgnnError, match="holds 4 parts"):
+        Trainer(TrainConfig(dataset=str(write_parts(tmp_path / "four", parts)), algo="2d"), Comm())
