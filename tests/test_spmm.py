@@ -66,7 +66,9 @@ def _expected(algo, a, parts, shape, rank):
         remote = np.count_nonzero(parts[np.unique(a[rows].indices)] != rank) * F * W
         sent = sum(np.count_nonzero(parts[np.unique(a[parts == j].indices)] == rank) * F * W
                    for j in range(shape[0]) if j != rank)
-        return {("forward", "all_to_all"): (sent, remote), ("backward", "all_to_all"): (remote, sent)}
+        symmetric = (a != a.T).nnz == 0          # the backward is the forward on G: the same rows
+        return {("forward", "all_to_all"): (sent, remote),
+                ("backward", "all_to_all"): (sent, remote) if symmetric else (remote, sent)}
     teams, c = shape
     q, k = divmod(rank, c)
     sizes = np.bincount(parts, minlength=teams)

@@ -4,7 +4,8 @@
 (one all-to-all) and computes Z_i = [A_ii A_i,halo]·[H_i; H_halo]. The backward computes
 [A_ii A_i,halo]ᵀ·G_i locally and returns the halo rows' share to their owners, who add it in: the
 forward's exchange reversed. Per SpMM rank i receives Σ_{j≠i} |R_ij|·f words forward and sends them back
-in the backward.
+in the backward. For a symmetric Â (GCN on an undirected graph) the backward is the forward applied to G
+instead (Âᵀ = Â): the same words, no transpose of the block kept.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class OneDHalo(DistSpMM):
         super().__init__(block, comm, grid, device)
         self.halo, a, n_i = block.halo, block.a, self.rows.stop - self.rows.start
         self.a = kernels.CSR(a.indptr, self.halo.local_columns(a.indices), a.data, (n_i, n_i + self.halo.size))
-        self._col_ids = None
+        self._col_ids, self.symmetric = None, block.symmetric
 
     def graph_bytes(self):
         h = self.halo
@@ -55,8 +56,9 @@ class OneDHalo(DistSpMM):
     def spmm_cost(cls, stats, shape, rank, f):
         R = stats.halo                        # R[i, j] = |R_ij|: rows of part j that block row i needs
         need, give = R[rank], R[:, rank]
-        return {"forward": [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))],
-                "backward": [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
+        forward = [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))]
+        return {"forward": forward, "backward": forward if stats.symmetric else
+                [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
 
     def _with_halo(self, h):
         """[H_i; H_halo]: the local rows and the remote rows A_i touches, in the order of a's columns."""
@@ -71,6 +73,8 @@ class OneDHalo(DistSpMM):
         return kernels.spmm(self.a, self._with_halo(h))
 
     def _backward(self, g):
+        if self.symmetric:                     # Âᵀ·G = Â·G: the forward on G, no transpose kept
+            return self._forward(g)
         return self._fold_halo(kernels.spmm(self.a.T, g))
 
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):

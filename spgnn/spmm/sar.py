@@ -7,7 +7,8 @@ accumulator and frees the rows. Nothing remote outlives its round, so what a ran
 O(n_i) and falls as 1/P.
 
 - Linear aggregation (Z = A·H): the backward computes A_ijᵀ·G_i (|R_ij|×f) locally and returns it to owner j
-  in the reverse ring; nothing is re-fetched. Bytes per product equal 1d-halo's.
+  in the reverse ring; nothing is re-fetched. Bytes per product equal 1d-halo's. A symmetric Â (GCN on an
+  undirected graph) runs the forward ring on G instead (Âᵀ = Â), so no shard is ever transposed.
 - Attention (`attend`): the forward keeps an online softmax (running row maximum m_i, sum l_i, accumulator),
   so the edges×heads scores of one shard exist at a time; only V_i, s_src, s_dst, out_i and L_i = m_i + log l_i
   are saved. The backward rematerializes shard by shard: re-fetch [V | s_src] rows R_ij, rebuild the shard's
@@ -74,7 +75,8 @@ class SAR(OneDHalo):
             return [("all_to_all", "part", send[to] * f * 4, recv[frm] * f * 4, int(send[to] > 0))
                     for to, frm in (_peers(rank, r, P, reverse) for r in range(1, P))]
 
-        return {"forward": ring(give, need, False), "backward": ring(need, give, True)}
+        forward = ring(give, need, False)
+        return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
     def _sent_to(self, j):
         """Indices of the local rows owner j's shard A_ji touches (R_ji)."""
@@ -111,6 +113,8 @@ class SAR(OneDHalo):
         return z
 
     def _backward(self, g):
+        if self.symmetric:                     # Âᵀ·G = Â·G: the forward ring on G, no shard transposed
+            return self._forward(g)
         dh = kernels.spmm(self.shards[self.me].T, g)
         for j, back in self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True):
             dh.index_add_(0, self._sent_to(j), back)
