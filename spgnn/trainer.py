@@ -155,6 +155,11 @@ def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list
     """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
     compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
     compared, K = None, parts.nparts
+    method = parts.partition_info.get("method")
+    if cfg.partition not in (TrainConfig.partition, method):
+        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
+                         f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
+                         "partition --output")
     if cfg.algo == "auto":
         cfg, compared = cost.choose(cfg, None, P, cost.load_calibration(cfg.calibration) if cfg.calibration else None,
                                     parts=parts)
