@@ -58,9 +58,14 @@ _PEAK_BEFORE_RESET = [0]       # the high-water mark `rss_growth` cleared, so th
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return max(int(peak if sys.platform == "darwin" else peak * 1024), _PEAK_BEFORE_RESET[0])
+    """Peak resident set size of this process so far: the kernel's high-water mark of its address space
+    (VmHWM). Not getrusage's ru_maxrss, which Linux carries across fork and exec: a process started by one
+    that held a whole graph would report the parent's peak as its own."""
+    try:
+        peak = _status_bytes("VmHWM")
+    except (OSError, StopIteration):         # no /proc (macOS): ru_maxrss, in bytes there
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    return max(int(peak), _PEAK_BEFORE_RESET[0])
 
 
 def _status_bytes(field: str) -> int:

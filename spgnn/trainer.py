@@ -25,7 +25,7 @@ from .launch import TRANSPORTS
 from .layers import GNN, LAYERS
 from .memory import SavedTensorMeter, peak_rss_bytes
 from .optim import Adam
-from .partition import make_partition
+from .partition import get_partitioner, make_partition
 from .spmm.summa import parse_grid
 
 
@@ -156,7 +156,7 @@ def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list
     compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
     compared, K = None, parts.nparts
     method = parts.partition_info.get("method")
-    if cfg.partition not in (TrainConfig.partition, method):
+    if cfg.partition not in (TrainConfig.partition, method) and get_partitioner(cfg.partition) is not None:
         raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
                          f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
                          "partition --output")
@@ -239,8 +239,8 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: graphs.Graph | None = None, parts=None):
         self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, graph, parts)
-        self.comm, cfg, info = comm, self.cfg, self.parts.info
-        self.info = info
+        self.comm, self.info = comm, self.parts.info
+        cfg, info = self.cfg, self.info
         algo_cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, shape, algo_cls.grid_names, cfg.device, algo_cls.planes())
         torch.manual_seed(cfg.seed)
