@@ -136,14 +136,24 @@ def block_row(adj, partition, part: int) -> sp.csr_matrix:
 
 
 def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
-    """Block row `a` (rows first, first+1, … of the square matrix) with its diagonal entries set to one."""
-    m = a.shape[0]
-    diag = sp.csr_matrix((np.ones(m, np.float32), first + np.arange(m), np.arange(m + 1)), shape=a.shape)
-    off = a.tocoo()
-    keep = off.col != off.row + first
-    out = sp.csr_matrix((off.data[keep], (off.row[keep], off.col[keep])), shape=a.shape) + diag
-    out.sort_indices()
-    return sp.csr_matrix(out, dtype=np.float32)
+    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
+    to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
+    m, indptr = a.shape[0], a.indptr.astype(np.int64)
+    diag = first + np.arange(m)
+    row = np.repeat(np.arange(m), np.diff(indptr))
+    below = np.bincount(row, weights=a.indices < diag[row], minlength=m).astype(np.int64)   # entries left of it
+    del row
+    at = indptr[:-1] + below                                   # where the diagonal entry is or goes
+    present = np.zeros(m, bool)
+    inside = at < indptr[1:]
+    present[inside] = a.indices[at[inside]] == diag[inside]
+    data = a.data.astype(np.float32, copy=True)
+    data[at[present]] = 1.0
+    missing = np.flatnonzero(~present)
+    indices = np.insert(a.indices.astype(np.int64, copy=False), at[missing], diag[missing])
+    data = np.insert(data, at[missing], np.float32(1.0))
+    indptr = indptr + np.concatenate([[0], np.cumsum(~present)])
+    return sp.csr_matrix((data, indices, indptr), shape=a.shape)
 
 
 def gcn_degree(a: sp.csr_matrix, first: int) -> np.ndarray:

@@ -44,6 +44,7 @@ def _run(comm, tmp):
     for model, gname, algo, grid, c in RUNS:
         P = comm.world_size
         B = {"1.5d": P // 2, "2d": 2, "3d": 2}.get(algo, P)
+        comm.ledger.reset()
         disk = Trainer(_config(model, algo, grid, c, _folder(tmp, gname, B)), comm).run(log=None)
         memory = Trainer(_config(model, algo, grid, c), comm, graph=GRAPHS[gname]).run(log=None)
         out.append(([e["loss"] for e in disk["epochs"]], disk["final"], [e["loss"] for e in memory["epochs"]],
@@ -179,3 +180,22 @@ def test_a_share_never_holds_more_than_its_part(tmp_path):
         assert s.indices.size == g.adj[s.node_ids].nnz and s.indptr.size == n_p + 1
     with pytest.raises(SpgnnError, match="holds 4 parts"):
         Trainer(TrainConfig(dataset=str(write_parts(tmp_path / "four", parts)), algo="2d"), Comm())
+
+
+def test_unit_diagonal_in_place_of_a_coo_round_trip():
+    """Diagonal entries of a block row set to one, present ones overwritten, missing ones inserted, sorted."""
+    import scipy.sparse as sp
+
+    from spgnn.share import with_unit_diagonal
+
+    rng = np.random.default_rng(0)
+    for trial in range(12):
+        m, n, first = 13, 50, int(rng.integers(0, 37))
+        a = sp.random(m, n, density=0.2, format="lil", random_state=trial, dtype=np.float32)
+        for r in range(0, m, 1 + trial % 3):
+            a[r, first + r] = 5.0
+        a = a.tocsr()
+        want = a.tolil()
+        want.setdiag(1.0, k=first)
+        got = with_unit_diagonal(a, first)
+        assert got.has_sorted_indices and (got != want.tocsr()).nnz == 0, trial
