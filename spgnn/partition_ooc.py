@@ -194,7 +194,7 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
                 first, m = int(offsets[p]), int(offsets[p + 1] - offsets[p])
                 a = sp.csr_matrix((np.ones(r.size, np.float32), (r - first, c)), shape=(m, src.n))
                 ids = perm[first:first + m]
-                yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int64), a.data,
+                yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data,
                             gcn_degree(a, first), np.asarray(src.x[ids], np.float32), src.y[ids],
                             {s: masks[s][ids] for s in SPLITS}, ids.astype(np.int64))
 

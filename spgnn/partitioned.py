@@ -7,8 +7,9 @@ Layout (plain .npy files, memory-mappable; reading one part touches no other par
     DIR/block_stats.npz     halo[i, j] = |R_ij|, block_nnz[i, j], diagonal[p] (self-loops) of the raw A: the
                             cost model's block statistics, B×B
     DIR/part-00000/         part.json (part, graph hash), indptr.npy, indices.npy, data.npy (the block row
-                            of A: n_p×n CSR, columns in the partitioned ids), degree.npy (GCN's d of its rows),
-                            x.npy, y.npy, train_mask.npy, val_mask.npy, test_mask.npy, node_ids.npy (original ids)
+                            of A: n_p×n CSR, columns in the partitioned ids, int32 below 2^31 nodes),
+                            degree.npy (GCN's d of its rows), x.npy, y.npy, train_mask.npy, val_mask.npy,
+                            test_mask.npy, node_ids.npy (original ids)
 
 `InMemoryParts` offers the same interface over a `Graph` held in memory; `write` writes either (or any
 stream of shares, as the out-of-core partitioner makes) to disk. `cached` partitions a named dataset once
@@ -29,12 +30,12 @@ from .cost import BlockStats
 from .errors import SpgnnError
 from .halo import owner
 from .partition import versions
-from .share import SPLITS, GraphInfo, Share, graph_info
+from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype
 
 FORMAT = "spgnn-partitioned/1"
 CACHE_ENV = "SPGNN_CACHE_DIR"
-ARRAYS = {"indptr": np.int64, "indices": np.int64, "data": np.float32, "degree": np.float32, "x": np.float32,
-          "y": np.int64, "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
+ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float32, "degree": np.float32,
+          "x": np.float32, "y": np.int64, "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
 
 
 def part_stats(share: Share) -> tuple[np.ndarray, np.ndarray, int]:
@@ -126,8 +127,10 @@ class PartitionedDataset:
             except (OSError, ValueError, EOFError) as e:
                 raise SpgnnError(f"cannot read {f}: {e} (missing or truncated); re-create the folder with "
                                  "spgnn partition --output") from None
-            if a.dtype != dtype:
-                raise SpgnnError(f"{f} holds {a.dtype}, expected {np.dtype(dtype)}: re-create the folder")
+            allowed = [np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))]
+            if a.dtype not in allowed:
+                raise SpgnnError(f"{f} holds {a.dtype}, expected {' or '.join(map(str, allowed))}: re-create the "
+                                 "folder")
             arrays[name] = a
         n_p = int(self.info.offsets[part + 1] - self.info.offsets[part])
         nnz = int(arrays["indptr"][-1]) if arrays["indptr"].size else -1
@@ -180,7 +183,8 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
             folder.mkdir()
             for name, dtype in ARRAYS.items():
                 a = share.masks[name[:-5]] if name.endswith("_mask") else getattr(share, name)
-                np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=dtype))
+                np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=index_dtype(info.n) if
+                                                                     isinstance(dtype, tuple) else dtype))
             (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
             halo[share.part], nnz[share.part], diag[share.part] = part_stats(share)
             train[share.part] = share.masks["train"].sum()

@@ -3,7 +3,8 @@
 Under a partition into B parts (`spgnn.partition.Partition`), part p owns the new ids offsets[p]:offsets[p+1].
 Its share is
 
-    indptr, indices, data   A[offsets[p]:offsets[p+1], :], n_p×n CSR, columns in the new ids, sorted
+    indptr, indices, data   A[offsets[p]:offsets[p+1], :], n_p×n CSR, columns in the new ids, sorted (int32
+                            indices below 2^31 columns, int64 beyond: `index_dtype`)
     degree                  d_i = Σ_j (A + I)[i, j] for its rows: what GCN's normalisation needs of a column's owner
     x, y, masks, node_ids   its rows of the features (n_p×f), labels, split masks and their original ids
 
@@ -87,9 +88,10 @@ class Share:
         """Part `part` of an in-memory graph under `partition`."""
         ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
         a = block_row(graph.adj, partition, part)
-        return cls(info or graph_info(graph, partition), part, a.indptr.astype(np.int64), a.indices.astype(np.int64),
-                   a.data.astype(np.float32), gcn_degree(a, int(partition.offsets[part])), graph.x[ids],
-                   graph.y[ids], {s: getattr(graph, f"{s}_mask")[ids] for s in SPLITS}, ids.astype(np.int64))
+        return cls(info or graph_info(graph, partition), part, a.indptr.astype(np.int64),
+                   a.indices.astype(index_dtype(graph.n)), a.data.astype(np.float32),
+                   gcn_degree(a, int(partition.offsets[part])), graph.x[ids], graph.y[ids],
+                   {s: getattr(graph, f"{s}_mask")[ids] for s in SPLITS}, ids.astype(np.int64))
 
     def drop_features(self) -> None:
         """Free the features (once a layout has taken what it keeps of them)."""
@@ -125,6 +127,11 @@ def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
                      np.asarray(partition.offsets, np.int64), graph_hash(graph.adj))
 
 
+def index_dtype(n: int):
+    """The dtype of column ids of an n-column matrix: int32 while they fit."""
+    return np.int32 if n < 2**31 else np.int64
+
+
 def block_row(adj, partition, part: int) -> sp.csr_matrix:
     """A'[offsets[p]:offsets[p+1], :] of the renumbered A' (A'[new_i, new_j] = A[perm[new_i], perm[new_j]])
     without forming A': the part's rows of A with their columns renumbered, sorted within each row."""
@@ -139,8 +146,8 @@ def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
     """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
     to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
     m, indptr = a.shape[0], a.indptr.astype(np.int64)
-    diag = first + np.arange(m)
-    row = np.repeat(np.arange(m), np.diff(indptr))
+    diag = (first + np.arange(m)).astype(a.indices.dtype)
+    row = np.repeat(np.arange(m, dtype=np.int32 if m < 2**31 else np.int64), np.diff(indptr))
     below = np.bincount(row, weights=a.indices < diag[row], minlength=m).astype(np.int64)   # entries left of it
     del row
     at = indptr[:-1] + below                                   # where the diagonal entry is or goes
@@ -150,7 +157,7 @@ def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
     data = a.data.astype(np.float32, copy=True)
     data[at[present]] = 1.0
     missing = np.flatnonzero(~present)
-    indices = np.insert(a.indices.astype(np.int64, copy=False), at[missing], diag[missing])
+    indices = np.insert(a.indices, at[missing], diag[missing])
     data = np.insert(data, at[missing], np.float32(1.0))
     indptr = indptr + np.concatenate([[0], np.cumsum(~present)])
     return sp.csr_matrix((data, indices, indptr), shape=a.shape)
