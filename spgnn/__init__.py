@@ -7,11 +7,13 @@ from .grid import ProcessGrid
 from .layers import GNN, GCNConv, SAGEConv
 from .partition import Partition, make_partition, make_parts, register, save_partition
 from .partition_metrics import partition_metrics
+from .partitioned import PartitionedDataset
+from .share import Share
 from .spmm import ALGORITHMS, DistSpMM
 from .trainer import TrainConfig, Trainer
 
 __version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "Comm", "DistSpMM", "GCNConv", "GNN", "Graph", "Group", "Ledger", "Partition",
-           "ProcessGrid", "SAGEConv", "SpgnnError", "TrainConfig", "Trainer", "make_partition", "make_parts",
-           "partition_metrics", "register", "save_partition"]
+           "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "TrainConfig", "Trainer",
+           "make_partition", "make_parts", "partition_metrics", "register", "save_partition"]
