@@ -53,12 +53,10 @@ class BlockStats:
     @classmethod
     def of(cls, adj, partition) -> BlockStats:
         """Exact statistics of `adj` (already renumbered by `partition`)."""
-        from .partition_metrics import halo_rows
+        from .partition_metrics import block_nnz, halo_rows
 
         k, parts = partition.P, np.repeat(np.arange(partition.P), partition.sizes())
-        coo = adj.tocoo()
-        block_nnz = np.bincount(parts[coo.row] * k + parts[coo.col], minlength=k * k).reshape(k, k)
-        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz, graphs.is_symmetric(adj))
+        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj))
 
     @classmethod
     def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm: str) -> BlockStats:

@@ -35,6 +35,12 @@ def halo_rows(adj, parts: np.ndarray, P: int) -> np.ndarray:
     return np.bincount(needed // n * P + parts[needed % n], minlength=P * P).reshape(P, P)
 
 
+def block_nnz(adj, parts: np.ndarray, P: int) -> np.ndarray:
+    """The P×P matrix of the nonzeros of each block (i, j): rows in part i, columns in part j."""
+    coo = sp.coo_matrix(adj)
+    return np.bincount(parts[coo.row] * P + parts[coo.col], minlength=P * P).reshape(P, P)
+
+
 def edge_cut(adj, parts: np.ndarray) -> int:
     """Nonzeros A_uv with p(u) ≠ p(v)."""
     a = sp.csr_matrix(adj)
@@ -52,11 +58,9 @@ def partition_metrics(adj, partition: Partition, train_mask=None) -> dict:
     in ``partition.info``: ``seconds``, ``peak_rss_growth_bytes``)."""
     a = sp.csr_matrix(adj)
     parts, P = partition.parts, partition.P
-    coo = a.tocoo()
-    block_nnz = np.bincount(parts[coo.row] * P + parts[coo.col], minlength=P * P).reshape(P, P)
-    diagonal = np.bincount(parts[coo.row[coo.row == coo.col]], minlength=P)
+    diagonal = np.bincount(parts[np.flatnonzero(a.diagonal())], minlength=P)
     train = np.bincount(parts, weights=train_mask, minlength=P) if train_mask is not None else None
-    return block_metrics(partition.sizes(), halo_rows(a, parts, P), block_nnz, diagonal, train)
+    return block_metrics(partition.sizes(), halo_rows(a, parts, P), block_nnz(a, parts, P), diagonal, train)
 
 
 def block_metrics(sizes, halo, block_nnz, diagonal, train=None) -> dict:
