@@ -1,6 +1,7 @@
 """Data-parallel minibatch training on sampled blocks (`spgnn.sampling`), the graph replicated on every rank
 (`--replicate-graph`, the default) or split 1.5D (`--split-graph --replication c`: P/c row blocks of the adjacency
-and of the features, each held by c ranks; rows fetched from their owners, `spgnn.sampling_dist`).
+and of the features, each held by c ranks and read from the shares of a block partition; rows fetched from
+their owners, `spgnn.sampling_dist`).
 
 An epoch shuffles the training nodes (seeded by (seed, epoch)) into minibatches of `batch_size` seeds,
 minibatch j keyed mix_key(seed, epoch, j). Step t trains on minibatches t·P … t·P+P−1, rank r on t·P+r;
@@ -11,8 +12,8 @@ bulk call draws it does not change it. `batch_size` None is the default, min(102
 
 Layer l of the model runs on minibatch block B_l (|nodes[l+1]|×|nodes[l]|) through a `BlockSpMM`; the same
 GCN / GraphSAGE layers as full-batch training. Evaluation is full-graph, exact: the model on the whole
-normalised adjacency (one `BlockSpMM` of n rows), on every rank (each holds the graph and the features for it, also when
-split: the split applies to training).
+normalised adjacency, replicated: one `BlockSpMM` of n rows on every rank; split: a 1d-halo layout over the
+shares in each replica column.
 
 Ledger phases: "sampling" (the SpGEMM sampling; split: with the bytes of the row fetches), "features" (the
 input features of each step's minibatch: a local gather when replicated, an all-to-all from their owners when
@@ -36,13 +37,17 @@ from . import kernels
 from .comm import Comm, Group
 from .datasets import load_dataset
 from .errors import SpgnnError
+from .grid import ProcessGrid
+from .halo import Halo
 from .kernels import mix_key
 from .layers import GNN
+from .memory import peak_rss_bytes
 from .optim import Adam
 from .reference import SerialSpMM
 from .sampling import Minibatch, make_sampler, parse_sampler
 from .sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
-from .trainer import TrainConfig, all_reduce_gradients, epoch_loop, row_normalize
+from .spmm.oned import OneDHalo
+from .trainer import TrainConfig, agree, all_reduce_gradients, epoch_loop, row_normalize, split_parts
 
 
 class _Product(torch.autograd.Function):
@@ -84,10 +89,10 @@ def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int)
 DEFAULT_BATCH_SIZE = 1024
 
 
-def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: int, graph=None,
-                  nprocs: int | None = None, split_graph: bool = False):
-    """(cfg with one layer per sampler size, the graph, the batch size: None → min(1024, |train|)); SpgnnError
-    for options no run can use (`nprocs`, when known, is checked against the replication of a split graph)."""
+def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None = None,
+                   split_graph: bool = False) -> TrainConfig:
+    """cfg with one layer per sampler size; SpgnnError for options no run can use (`nprocs`, when known, is
+    checked against the replication of a split graph)."""
     _, sizes = parse_sampler(sampler)
     cfg = replace(cfg, layers=len(sizes)).validate()
     if cfg.model not in ("gcn", "sage"):
@@ -100,8 +105,16 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
     if split_graph and nprocs and nprocs % (cfg.replication or 1):
         raise SpgnnError(f"--replication {cfg.replication} must divide the number of processes {nprocs} "
                          "(--split-graph holds P/c row blocks, each on c processes)")
+    return cfg
+
+
+def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: int, graph=None,
+                  nprocs: int | None = None, split_graph: bool = False):
+    """(`sampler_config`, the graph, the batch size: None → min(1024, |train|)). `graph`: a Graph, a
+    `spgnn.share.GraphInfo` (of a split graph's parts), or None to load cfg.dataset."""
+    cfg = sampler_config(cfg, sampler, bulk, nprocs, split_graph)
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    train = int(g.train_mask.sum())
+    train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
     if batch_size is None:
         batch_size = min(DEFAULT_BATCH_SIZE, train)
     if not 1 <= batch_size <= train:
@@ -117,26 +130,57 @@ class MinibatchTrainer:
 
     def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
-        cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph, comm.world_size, split_graph)
-        self.train_ids = np.flatnonzero(g.train_mask)
+        parts = split_parts(sampler_config(cfg, sampler, bulk, comm.world_size, split_graph), comm, graph) \
+            if split_graph else None
+        cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph if parts is None else parts.info,
+                                           comm.world_size, split_graph)
         self.cfg, self.comm, self.graph = cfg, comm, g
         self.spec, self.batch_size, self.bulk = sampler, batch_size, bulk
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, g.num_features, cfg.hidden, g.num_classes, cfg.layers, cfg.dropout,
                          cfg.seed, batch_norm=cfg.batch_norm).to(cfg.device)
-        self.adj = graphs.NORMALIZATIONS[self.model.adjacency](g.adj)
-        x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
-        self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
         if split_graph:
-            self.layout = RowBlocks(g.n, comm, cfg.replication or 1)
-            self.sampler = make_distributed_sampler(sampler, self.adj, comm, layout=self.layout)
-            self.features = FeatureFetcher(self.x, self.layout)
+            self._split(parts)
         else:
-            self.layout = None
+            self.layout, self.full = None, None       # the full-graph operator, made at the first evaluation
+            self.adj = graphs.NORMALIZATIONS[self.model.adjacency](g.adj)
+            x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
+            self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
             self.sampler = make_sampler(sampler, self.adj)
             self.features = lambda ids: self.x[torch.as_tensor(ids)]
+            self.train_ids = np.flatnonzero(g.train_mask)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.steps_done, self.sampled, self.full = 0, 0, None
+        self.steps_done, self.sampled = 0, 0
+
+    def _split(self, parts) -> None:
+        """The split graph from this rank's share (a block partition, so ids are the original ones): its block
+        row of N for the sampler, its feature rows for the fetches and a 1d-halo layout for evaluation; the
+        training nodes and their labels all-gathered over the replica column (phase setup)."""
+        cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.model.adjacency
+        self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
+        share = agree(comm, lambda: parts.share(self.layout.block))
+        column = self.layout.column
+        with comm.phase("setup"):
+            halo = Halo(share.indices, info.offsets, share.part, comm, column) if kind == "gcn" else None
+            self.sampler = make_distributed_sampler(self.spec, share.normalized(kind, halo), comm, layout=self.layout)
+            mine = share.node_ids[share.masks["train"]]
+            both = torch.from_numpy(np.stack([mine, share.y[share.masks["train"]]], 1))
+            counts = comm.all_gather_v(torch.tensor([[len(mine)]]), [1] * column.size, column).ravel().tolist()
+            train = comm.all_gather_v(both, counts, column).numpy()
+        self.train_ids, self.y = train[:, 0], torch.as_tensor(train[:, 1]).to(cfg.device)   # sorted: blocks in order
+        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
+        self.x = torch.as_tensor(x).to(cfg.device)
+        self.features = FeatureFetcher(self.x, self.layout)
+        grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)
+        self.full = OneDHalo.from_share(share, kind, comm, grid, cfg.device)
+        self.local = {"node_ids": torch.as_tensor(share.node_ids), "y": torch.as_tensor(share.y),
+                      "masks": {k: torch.as_tensor(m) for k, m in share.masks.items()}}
+
+    def labels(self, seeds: np.ndarray) -> torch.Tensor:
+        """The labels of training nodes `seeds`."""
+        if self.layout is None:
+            return self.y[torch.as_tensor(seeds)]
+        return self.y[torch.as_tensor(np.searchsorted(self.train_ids, seeds))]
 
     def _timed(self, phase: str, op: str, work):
         """work(), its seconds outside the collectives it records in `phase` booked as a local `op` row there."""
@@ -163,7 +207,7 @@ class MinibatchTrainer:
         inputs = mb.inputs if mb is not None else np.zeros(0, np.int64)     # split: a collective, so every rank
         x = self._timed("features", "gather", lambda: self.features(inputs))
         if mb is not None:
-            y = self.y[torch.as_tensor(mb.seeds)]
+            y = self.labels(mb.seeds)
             algos = [BlockSpMM(b, self.comm) for b in mb.blocks]
             ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
             with self.comm.phase("forward"):
@@ -198,16 +242,25 @@ class MinibatchTrainer:
 
     @torch.no_grad()
     def logits(self) -> torch.Tensor:
-        """Full-graph logits (no dropout): the model on the whole normalised adjacency."""
+        """Full-graph logits (no dropout) of this rank's rows: the model on the whole normalised adjacency,
+        replicated, or split: through a 1d-halo layout over the shares (each replica column alike)."""
         self.model.eval()
-        if self.full is None:
-            self.full = BlockSpMM(self.adj, self.comm)
         with self.comm.phase("eval"):
+            if self.layout is not None:
+                return self.model(self.full, self.x, self.local["node_ids"])
+            if self.full is None:
+                self.full = BlockSpMM(self.adj, self.comm)
             return self.model(self.full, self.x, torch.arange(self.graph.n))
 
     def evaluate(self) -> dict:
-        pred = self.logits().argmax(1).cpu().numpy()
-        g = self.graph
+        pred = self.logits().argmax(1)
+        if self.layout is not None:
+            y, masks = self.local["y"], self.local["masks"]
+            correct = [float((pred[m] == y[m]).sum()) for m in masks.values()]
+            with self.comm.phase("eval"):
+                totals = self.comm.all_sum(correct, self.layout.column)
+            return {f"{k}_acc": c / max(self.graph.counts[k], 1) for k, c in zip(masks, totals)}
+        g, pred = self.graph, pred.cpu().numpy()
         return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
                 for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
 
@@ -220,7 +273,8 @@ class MinibatchTrainer:
         led = self.comm.ledger
         mine = {"rank": self.comm.rank, "sent_bytes": led.total("sent_bytes"), "recv_bytes": led.total("recv_bytes"),
                 "messages": led.total("messages"), "seconds": led.total("seconds"), "table": led.table(),
-                "sampling_s": led.total("seconds", phase="sampling"), "minibatches": self.sampled}
+                "sampling_s": led.total("seconds", phase="sampling"), "minibatches": self.sampled,
+                "peak_rss_bytes": peak_rss_bytes()}
         everyone = self.comm.all_gather_object(mine)
         times = [e["time_s"] for e in epochs]
         g = self.graph
@@ -231,6 +285,7 @@ class MinibatchTrainer:
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features, "classes": g.num_classes},
+            "memory": {"per_rank": [{"rank": r["rank"], "peak_rss_bytes": r["peak_rss_bytes"]} for r in everyone]},
             "grid": {"algo": "minibatch, graph " + ("split 1.5D (P/c row blocks × c replicas)" if split else
                                                     "replicated"),
                      "shape": list(self.layout.grid.shape) if split else [self.comm.world_size]},

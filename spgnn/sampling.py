@@ -177,15 +177,18 @@ class Sampler:
 
     kind = ""
 
-    def __init__(self, norm_adj: sp.spmatrix, sizes):
+    def __init__(self, norm_adj: sp.spmatrix, sizes, first: int = 0):
+        """`norm_adj`: the normalised N (n×n), or rows first, first+1, … of it (a block row, m×n; then `diag`
+        and `row_sum` hold those rows' only, `spgnn.sampling_dist` completes them)."""
         sizes = [int(s) for s in sizes]
         if not sizes or min(sizes) <= 0:
             raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {sizes}")
         self.sizes = sizes
         n_mat = sp.csr_matrix(norm_adj, dtype=np.float64)
-        self.n = n_mat.shape[0]
-        self.diag = n_mat.diagonal()
-        off = sp.csr_matrix(n_mat - sp.diags(self.diag))
+        m, self.n = n_mat.shape
+        at = (np.arange(m), first + np.arange(m))
+        self.diag = np.asarray(n_mat[at]).ravel()
+        off = sp.csr_matrix(n_mat - sp.csr_matrix((self.diag, at), shape=n_mat.shape))
         off.eliminate_zeros()
         off.sort_indices()
         self.off = off                                         # N_off

@@ -42,7 +42,8 @@ def block_bounds(n: int, blocks: int) -> np.ndarray:
 class RowBlocks:
     """The 1.5D row layout of an n-row matrix over `comm`'s P ranks with replication c (c divides P)."""
 
-    def __init__(self, n: int, comm: Comm, replication: int = 1):
+    def __init__(self, n: int, comm: Comm, replication: int = 1, bounds=None):
+        """`bounds`: the row bounds of the P/c blocks (default `block_bounds`; a partitioned dataset's offsets)."""
         P, c = comm.world_size, int(replication)
         if c < 1 or P % c:
             raise SpgnnError(f"--replication {replication} must be a positive divisor of the number of processes "
@@ -50,7 +51,7 @@ class RowBlocks:
         self.comm, self.n, self.c = comm, n, c
         self.grid = ProcessGrid(comm, (P // c, c), ("block", "replica"))
         self.column = self.grid.group("block")                  # my replica column, member i owns block i
-        self.bounds = block_bounds(n, P // c)
+        self.bounds = block_bounds(n, P // c) if bounds is None else np.asarray(bounds, np.int64)
         self.block = self.grid.coord[0]
         self.lo, self.hi = int(self.bounds[self.block]), int(self.bounds[self.block + 1])
 
@@ -96,8 +97,9 @@ class RowFetcher(Fetcher):
     phase = "sampling"
 
     def __init__(self, off: sp.csr_matrix, layout: RowBlocks):
+        """`off`: N_off whole, or this rank's block of it (rows lo:hi)."""
         super().__init__(layout)
-        self.mine = sp.csr_matrix(off[layout.lo:layout.hi])
+        self.mine = sp.csr_matrix(off if off.shape[0] == layout.hi - layout.lo else off[layout.lo:layout.hi])
 
     def answer(self, local, asked, send):
         lay, g = self.layout, len(asked)
@@ -118,8 +120,9 @@ class FeatureFetcher(Fetcher):
     phase = "features"
 
     def __init__(self, x: torch.Tensor, layout: RowBlocks):
+        """`x`: the features whole, or this rank's block of them (rows lo:hi)."""
         super().__init__(layout)
-        self.mine = x[layout.lo:layout.hi].contiguous()
+        self.mine = (x if x.shape[0] == layout.hi - layout.lo else x[layout.lo:layout.hi]).contiguous()
 
     def answer(self, local, asked, send):
         return self.layout.exchange(self.mine[torch.as_tensor(local)], asked, send)
@@ -128,9 +131,18 @@ class FeatureFetcher(Fetcher):
 def make_distributed_sampler(spec: str, norm_adj: sp.spmatrix, comm: Comm, replication: int = 1,
                              layout: RowBlocks | None = None) -> Sampler:
     """The `--sampler` spec's sampler whose frontier rows come from a `RowFetcher` over the 1.5D layout with
-    replication c (or the given `layout`); the full N_off is dropped."""
+    replication c (or the given `layout`). `norm_adj`: N whole, or this rank's block row of it (rows lo:hi of
+    `layout`, which must then be given): N's diagonal and row sums of every node, two O(n) vectors each sampled
+    block scales its rows by, are then all-gathered over the replica column (phase setup). N_off is dropped."""
     kind, sizes = parse_sampler(spec)
-    sampler = SAMPLERS[kind](norm_adj, sizes)
-    sampler.frontier_rows = RowFetcher(sampler.off, layout or RowBlocks(sampler.n, comm, replication))
+    layout = layout or RowBlocks(norm_adj.shape[1], comm, replication)
+    block = norm_adj.shape[0] != norm_adj.shape[1]               # a block row (one block of all n is N whole)
+    sampler = SAMPLERS[kind](norm_adj, sizes, layout.lo if block else 0)
+    if block:
+        rows = np.diff(layout.bounds)
+        with comm.phase("setup"):
+            both = torch.from_numpy(np.stack([sampler.diag, sampler.row_sum], 1))
+            sampler.diag, sampler.row_sum = comm.all_gather_v(both, rows, layout.column).numpy().T.copy()
+    sampler.frontier_rows = RowFetcher(sampler.off, layout)
     sampler.off = None
     return sampler

@@ -146,9 +146,29 @@ def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
     holds the whole graph."""
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     cfg, shape, _ = resolve(cfg, P, g)
-    B = spmm.get(cfg.algo).num_parts(shape)
-    return partitioned.cached(g, lambda: make_partition(cfg.partition, g.adj, B, cfg.seed), cfg.partition, {},
-                              cfg.seed, B, cfg.cache_dir)
+    return _cached(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
+
+
+def _cached(cfg: TrainConfig, g, method, B: int) -> Path:
+    return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
+                              cfg.cache_dir)
+
+
+def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
+    """The parts of a graph split for sampled training (`--split-graph`): a block partition into P/c parts, so
+    that the renumbering is the identity and a node keeps its id; of `graph` in memory, of a partitioned
+    folder, or of cfg.dataset through the cache (rank 0 partitions)."""
+    B = comm.world_size // (cfg.replication or 1)
+    if graph is not None:
+        return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
+    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
+        comm, lambda: str(_cached(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B)))
+    ds = partitioned.PartitionedDataset(folder)
+    if ds.nparts != B or ds.partition_info["method"] != "block":
+        raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts, but {folder} holds "
+                         f"{ds.nparts} parts by {ds.partition_info['method']}: partition with spgnn partition "
+                         f"--method block --nparts {B} --output DIR")
+    return ds
 
 
 def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list | None]:
