@@ -165,7 +165,7 @@ def fetch_bytes(wants: list, n: int, c: int, row_bytes: int) -> np.ndarray:
 
 def _drawn(comm, bulk, split=False, c=1):
     """Per sampler spec: the minibatches this rank draws in epoch 0, its weights after 2 epochs, the ledger's
-    (sent, recv) bytes in phase "features" and the bytes of a feature row."""
+    (sent, recv) bytes in phase "features", the bytes of a feature row and the final accuracies."""
     g = small_graph(n=200, seed=3, avg_degree=6)
     out = []
     for spec in SPEC_PAIR:
@@ -173,10 +173,10 @@ def _drawn(comm, bulk, split=False, c=1):
         t = MinibatchTrainer(TrainConfig(model="sage", seed=4, epochs=2, eval_every=0, replication=c), comm, spec, 9,
                              bulk, graph=g, split_graph=split)
         drawn = {mb.key: digest(mb) for _, mb in t.schedule(0) if mb is not None}
-        t.run(log=None)
+        final = t.run(log=None)["final"]
         moved = [comm.ledger.total(f, phase="features") for f in ("sent_bytes", "recv_bytes")]
         out.append((drawn, [p.detach().numpy().copy() for p in t.model.parameters()], moved,
-                    t.x.element_size() * t.x.shape[1]))
+                    t.x.element_size() * t.x.shape[1], final))
     return out
 
 
@@ -187,7 +187,7 @@ def test_distributed_sampling_matches_single_process():
     g = small_graph(n=200, seed=3, avg_degree=6)
     batches = [epoch_batches(np.flatnonzero(g.train_mask), 9, 4, e) for e in (0, 1)]
     keys = [[mix_key(4, e, j) for j in range(len(batches[e]))] for e in (0, 1)]
-    weights = {}
+    weights, finals = {}, {}
     for P, bulk, split in ((1, 3, False), (2, 2, False), (2, 1, True)):
         results = run_local(_drawn, P, bulk, split)
         for i, spec in enumerate(SPEC_PAIR):
@@ -205,6 +205,8 @@ def test_distributed_sampling_matches_single_process():
             weights.setdefault((spec, P), results[0][i][1])
             for a, b in zip(results[0][i][1], weights[spec, P]):    # split rows: the same training as replicated
                 np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+            finals.setdefault((spec, P), results[0][i][4])         # split: evaluated from the shares, 1d-halo
+            assert all(res[i][4] == finals[spec, P] for res in results), f"{spec} P={P} split={split}"
             if split:                                                  # step t: rank r trains minibatch t·P + r
                 want = [[mbs[j].inputs if j < len(mbs) else [] for j in range(t * P, t * P + P)]
                         for mbs in epochs for t in range(-(-len(mbs) // P))]
