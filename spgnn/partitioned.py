@@ -38,15 +38,30 @@ ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float3
           "x": np.float32, "y": np.int64, "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
 
 
-def part_stats(share: Share) -> tuple[np.ndarray, np.ndarray, int]:
-    """(halo row |R_pq| for each q, nnz row of block (p, q) for each q, self-loops) of a share's raw block row."""
-    off, B = share.info.offsets, len(share.info.offsets) - 1
-    cols = np.unique(share.indices)
-    halo = np.bincount(owner(cols, off), minlength=B)
-    halo[share.part] = 0
-    nnz = np.bincount(owner(share.indices, off), minlength=B)
-    rows = np.repeat(np.arange(share.n_rows), np.diff(share.indptr)) + off[share.part]
-    return halo, nnz, int(np.count_nonzero(share.indices == rows))
+class Tally:
+    """Block statistics summed from shares one at a time: `halo` and `block_nnz` (B×B), the self-loops
+    (`diagonal`) and training nodes (`train`) of each part."""
+
+    def __init__(self, B: int):
+        self.halo, self.block_nnz = np.zeros((B, B), np.int64), np.zeros((B, B), np.int64)
+        self.diagonal, self.train = np.zeros(B, np.int64), np.zeros(B, np.int64)
+
+    def add(self, share: Share) -> None:
+        """Row p of the statistics from part p's raw block row."""
+        off, B, p = share.info.offsets, len(share.info.offsets) - 1, share.part
+        self.halo[p] = np.bincount(owner(np.unique(share.indices), off), minlength=B)
+        self.halo[p, p] = 0
+        self.block_nnz[p] = np.bincount(owner(share.indices, off), minlength=B)
+        rows = np.repeat(np.arange(share.n_rows), np.diff(share.indptr)) + off[p]
+        self.diagonal[p], self.train[p] = np.count_nonzero(share.indices == rows), share.masks["train"].sum()
+
+    def stats(self, sizes, symmetric: bool, norm: str) -> BlockStats:
+        return BlockStats.of_raw(sizes, self.halo, self.block_nnz, self.diagonal, symmetric, norm)
+
+    def metrics(self, sizes) -> dict:
+        from .partition_metrics import block_metrics
+
+        return block_metrics(sizes, self.halo, self.block_nnz, self.diagonal, self.train)
 
 
 class InMemoryParts:
@@ -56,29 +71,24 @@ class InMemoryParts:
         self.graph, self.partition, self.nparts = graph, partition, partition.P
         self.info = graph_info(graph, partition)
         self.partition_info = {"method": "array", "params": {}, "seed": 0} | (info or partition.info)
-        self._stats = None
+        self._tally = None
 
     def share(self, part: int) -> Share:
         return Share.of(self.graph, self.partition, part, self.info)
 
-    def raw_stats(self) -> dict:
-        if self._stats is None:
-            rows = [part_stats(self.share(p)) for p in range(self.nparts)]
-            self._stats = {"halo": np.stack([r[0] for r in rows]), "block_nnz": np.stack([r[1] for r in rows]),
-                           "diagonal": np.array([r[2] for r in rows])}
-        return self._stats
+    def tally(self) -> Tally:
+        if self._tally is None:
+            self._tally = Tally(self.nparts)
+            for p in range(self.nparts):
+                self._tally.add(self.share(p))
+        return self._tally
 
     def stats(self, norm: str) -> BlockStats:
         """Block statistics of A normalised by `norm` ("gcn", "mean", "self-loops")."""
-        s = self.raw_stats()
-        return BlockStats.of_raw(np.diff(self.info.offsets), s["halo"], s["block_nnz"], s["diagonal"],
-                                 self.info.symmetric, norm)
+        return self.tally().stats(np.diff(self.info.offsets), self.info.symmetric, norm)
 
     def metrics(self) -> dict:
-        from .partition_metrics import block_metrics
-
-        s, train = self.raw_stats(), np.bincount(self.partition.parts, self.graph.train_mask, self.nparts)
-        return block_metrics(np.diff(self.info.offsets), s["halo"], s["block_nnz"], s["diagonal"], train)
+        return self.tally().metrics(np.diff(self.info.offsets))
 
 
 class PartitionedDataset:
@@ -169,13 +179,9 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
     """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
     written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
     summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete."""
-    from .partition_metrics import block_metrics
-
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    B = len(info.offsets) - 1
-    halo, nnz, diag, train = (np.zeros((B, B), np.int64), np.zeros((B, B), np.int64), np.zeros(B, np.int64),
-                              np.zeros(B, np.int64))
+    tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
         tmp.mkdir(parents=True, exist_ok=False)
         for share in shares:
@@ -186,17 +192,15 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
                 np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=index_dtype(info.n) if
                                                                      isinstance(dtype, tuple) else dtype))
             (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
-            halo[share.part], nnz[share.part], diag[share.part] = part_stats(share)
-            train[share.part] = share.masks["train"].sum()
-        np.savez(tmp / "block_stats.npz", halo=halo, block_nnz=nnz, diagonal=diag)
-        g = info.as_dict() | {"nnz": int(nnz.sum())}
+            tally.add(share)
+        np.savez(tmp / "block_stats.npz", halo=tally.halo, block_nnz=tally.block_nnz, diagonal=tally.diagonal)
+        g = info.as_dict() | {"nnz": int(tally.block_nnz.sum())}
         meta = {"format": FORMAT,
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
                                             "counts", "graph_hash")},
-                "partition": {"nparts": B, "method": str(partition.get("method")),
+                "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
-                              "rows": np.diff(info.offsets).tolist(), "offsets": g["offsets"],
-                              "metrics": block_metrics(np.diff(info.offsets), halo, nnz, diag, train)},
+                              "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         if path.exists():
