@@ -17,7 +17,7 @@ from .errors import SpgnnError
 from .layers import LAYERS
 from .partition import available, make_partition, save_partition
 from .partition_metrics import metrics_table, partition_metrics, warm_up
-from .trainer import TrainConfig, Trainer, fit_parts, partition_to_cache, plan
+from .trainer import TrainConfig, Trainer, cached_partition, fit_parts, partition_to_cache, plan
 
 
 def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -151,9 +151,9 @@ def train(args, argv) -> int:
     cfg.validate()
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
-        from .minibatch import MinibatchTrainer, check_options
-    check = (lambda: check_options(cfg, *sampled, nprocs=args.nprocs, split_graph=args.split_graph) and None) \
-        if sampled else (lambda: _partition_once(cfg, args.nprocs, argv))
+        from .minibatch import MinibatchTrainer
+    check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \
+        else (lambda: _partition_once(cfg, args.nprocs, argv))
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
@@ -180,6 +180,17 @@ def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else str(partition_to_cache(cfg, P))
     fit_parts(cfg, P, partitioned.PartitionedDataset(folder))
     return argv + ["--dataset", folder]
+
+
+def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, argv: list[str]):
+    """For --nprocs with --sampler: check the options here; a split graph is also partitioned here, once, into
+    the cache (a block partition into P/c parts), and the processes read its parts."""
+    from .minibatch import check_options
+
+    cfg, g, _ = check_options(cfg, *sampled, nprocs=P, split_graph=split_graph)
+    if not split_graph or partitioned.is_partitioned(cfg.dataset):
+        return None
+    return argv + ["--dataset", str(cached_partition(cfg, g, "block", P // (cfg.replication or 1)))]
 
 
 def calibrate(args, argv) -> int:

@@ -146,10 +146,11 @@ def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
     holds the whole graph."""
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     cfg, shape, _ = resolve(cfg, P, g)
-    return _cached(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
+    return cached_partition(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
 
 
-def _cached(cfg: TrainConfig, g, method, B: int) -> Path:
+def cached_partition(cfg: TrainConfig, g, method, B: int) -> Path:
+    """The cache folder of graph `g` partitioned by `method` into B parts (written unless there)."""
     return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
                               cfg.cache_dir)
 
@@ -162,7 +163,7 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
     if graph is not None:
         return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
-        comm, lambda: str(_cached(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B)))
+        comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B)))
     ds = partitioned.PartitionedDataset(folder)
     if ds.nparts != B or ds.partition_info["method"] != "block":
         raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts, but {folder} holds "
