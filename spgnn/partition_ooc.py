@@ -5,8 +5,9 @@ comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional ``{train,val,te
 ``meta.json`` ({"directed": bool, "name": str}), as `spgnn.datasets.read_edge_list` reads it; the graph is
 the same (symmetrised unless directed, duplicates merged, self-loops dropped). Edges are read `chunk` at a
 time and spilled into one bucket file per part (and, for the streaming partitioners, per block of the
-stream order); features are read row by row through a memory map. What stays in memory is O(n) vectors
-(parts, the renumbering, labels, masks), one chunk and one bucket.
+stream order); features are read a stretch of rows at a time through a memory map whose pages are released
+after each stretch. What stays in memory is O(n) vectors (parts, the renumbering, labels, masks), one chunk,
+one bucket and the part being written.
 
 - block, random: parts from n and the seed alone;
 - ldg, fennel: the vertices stream in the seeded order of `spgnn.partition_streaming`; the bucket of a
@@ -16,8 +17,10 @@ stream order); features are read row by row through a memory map. What stays in 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import mmap
 import tempfile
 import warnings
 from pathlib import Path
@@ -72,11 +75,29 @@ class EdgeFolder:
         test = found["test"] if found["test"] is not None else ~(found["train"] | val)
         return {"train": found["train"], "val": val, "test": test}
 
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows `ids` (sorted), read a stretch of the file's rows at a time (about `chunk`/16 rows: as
+        many bytes as a chunk of edges at 128 features), each stretch's pages released after it."""
+        out = np.empty((len(ids), self.x.shape[1]), np.float32)
+        stretch = max(1, self.chunk // 16)
+        bounds = np.searchsorted(ids, np.arange(0, self.n + stretch, stretch))
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b > a:
+                out[a:b] = self.x[ids[a:b]]
+                release(self.x)
+        return out
+
     def edges(self):
         """Yield [e, 2] int64 chunks (src, dst), ids checked."""
         if self.edge_file.suffix == ".npy":
             e = self._npy(self.edge_file.name, mmap=True)
-            chunks = (np.asarray(e[i:i + self.chunk], np.int64) for i in range(0, len(e), self.chunk))
+
+            def read(i):
+                c = np.array(e[i:i + self.chunk], np.int64)
+                release(e)
+                return c
+
+            chunks = (read(i) for i in range(0, len(e), self.chunk))
         else:
             chunks = self._text_chunks()
         for c in chunks:
@@ -107,25 +128,53 @@ class EdgeFolder:
             yield (dst, src) if self.directed else (np.concatenate([dst, src]), np.concatenate([src, dst]))
 
 
-class Buckets:
-    """Append-only files of (row, col) int64 pairs, one per bucket, in a temporary folder."""
+def trim() -> None:
+    """Hand the C heap's free memory back to the OS (glibc's malloc_trim): the chunks and buckets are tens
+    of MB each, and glibc keeps freed ones of that size in the heap, which would grow the process by
+    several chunks' worth."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
-    def __init__(self, count: int, where: Path):
+
+def release(a: np.ndarray) -> None:
+    """Drop the resident pages of a read-only memory map (clean file pages: read again when touched), so that
+    reading a file through it never holds more than the stretch just read."""
+    mm = getattr(a, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
+class Buckets:
+    """Append-only files of entries (row, col) packed as row·2³² + col (int64), one file per bucket, in a
+    temporary folder."""
+
+    def __init__(self, count: int, where: Path, n: int):
+        self.n = n
         self.files = [open(where / f"bucket-{b}.bin", "wb") for b in range(count)]
         self.paths = [Path(f.name) for f in self.files]
 
     def add(self, bucket: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
-        pairs = np.stack([rows[order], cols[order]], 1)
+        key = (rows[order] << 32) | cols[order]
         for b in np.flatnonzero(np.diff(bounds)):
-            pairs[bounds[b]:bounds[b + 1]].tofile(self.files[b])
+            key[bounds[b]:bounds[b + 1]].tofile(self.files[b])
 
-    def read(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Bucket b's distinct pairs, sorted by row then column."""
+    def read(self, b: int, rows_of: np.ndarray) -> sp.csr_matrix:
+        """Bucket b as an m×n CSR pattern (duplicates merged, columns sorted) whose row i is vertex rows_of[i]
+        (`rows_of` sorted, m of them); built from the sorted keys: a few bytes a nonzero beyond the result."""
         self.files[b].flush()
-        key = np.unique(np.fromfile(self.paths[b], np.int64).reshape(-1, 2) @ np.array([1 << 32, 1]))
-        return key >> 32, key & 0xFFFFFFFF
+        key = np.fromfile(self.paths[b], np.int64)
+        key.sort()
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])] if key.size else key
+        m = len(rows_of)
+        rows = np.searchsorted(rows_of, key >> 32)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))])
+        del rows
+        cols = (key & 0xFFFFFFFF).astype(np.int32)
+        return sp.csr_matrix((np.ones(key.size, np.float32), cols, indptr), shape=(m, self.n))
 
     def close(self):
         for f in self.files:
@@ -144,19 +193,21 @@ def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: d
     position[order] = np.arange(n)
     per_block = max(1, src.chunk // 8)
     blocks = -(-n // per_block)
-    buckets = Buckets(blocks, tmp)
+    buckets = Buckets(blocks, tmp, n)
     for rows, cols in src.entries():           # the undirected pattern: each entry both ways
         r, c = np.concatenate([rows, cols]), np.concatenate([cols, rows])
         buckets.add(position[r] // per_block, r, c)
-    undirected_nnz = sum(buckets.read(b)[0].size for b in range(blocks))
+        trim()
+    blocks_of = [np.sort(order[b * per_block:(b + 1) * per_block]) for b in range(blocks)]
+    undirected_nnz = sum(buckets.read(b, blocks_of[b]).nnz for b in range(blocks))
     kind, capacity, alpha, gamma = streaming.settings(method, n, P, undirected_nnz, **params)
     parts, sizes = np.full(n, -1, np.int64), np.zeros(P, np.int64)
     for b in range(blocks):
         verts = order[b * per_block:(b + 1) * per_block]
-        r, c = buckets.read(b)
-        a = sp.csr_matrix((np.ones(r.size, np.int8), (np.searchsorted(np.sort(verts), r), c)), shape=(verts.size, n))
+        a = buckets.read(b, blocks_of[b])
         streaming.stream(a.indptr.astype(np.int64), a.indices.astype(np.int64), verts,
-                         np.searchsorted(np.sort(verts), verts), parts, sizes, capacity, kind, alpha, gamma)
+                         np.searchsorted(blocks_of[b], verts), parts, sizes, capacity, kind, alpha, gamma)
+        trim()
     buckets.close()
     return fill_empty(parts, P)
 
@@ -179,23 +230,24 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
         perm = np.argsort(parts, kind="stable")
         inv = np.empty(src.n, np.int64)
         inv[perm] = np.arange(src.n)
-        buckets, digest = Buckets(P, Path(tmp)), hashlib.sha256(str(src.n).encode())
+        buckets, digest = Buckets(P, Path(tmp), src.n), hashlib.sha256(str(src.n).encode())
         for rows, cols in src.entries():
             r = inv[rows]
             buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
             digest.update(np.stack([rows, cols]).tobytes())
+            trim()
         masks = src.masks(seed)
         info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
                          {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest())
 
         def shares():
             for p in range(P):
-                r, c = buckets.read(p)
+                trim()
                 first, m = int(offsets[p]), int(offsets[p + 1] - offsets[p])
-                a = sp.csr_matrix((np.ones(r.size, np.float32), (r - first, c)), shape=(m, src.n))
+                a = buckets.read(p, np.arange(first, first + m))
                 ids = perm[first:first + m]
                 yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data,
-                            gcn_degree(a, first), np.asarray(src.x[ids], np.float32), src.y[ids],
+                            gcn_degree(a, first), src.rows(ids), src.y[ids],
                             {s: masks[s][ids] for s in SPLITS}, ids.astype(np.int64))
 
         path = write(output, info, shares(), {"method": method, "params": params, "seed": seed})
