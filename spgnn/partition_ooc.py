@@ -156,6 +156,7 @@ class Buckets:
         self.paths = [Path(f.name) for f in self.files]
 
     def add(self, bucket: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+        """Append each entry (rows[k], cols[k]) to the file of bucket[k]."""
         order = np.argsort(bucket, kind="stable")
         bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
         key = (rows[order] << 32) | cols[order]
