@@ -1,4 +1,4 @@
-"""Bulk minibatch sampling written as sparse matrix products (DESIGN.md §1, Tripathy et al., MLSys 2024).
+"""Bulk minibatch sampling written as sparse matrix products (Tripathy, Yelick, Buluç, MLSys 2024).
 
 N is the layer's normalised n×n adjacency (``gcn_norm`` or ``mean_norm`` of A, A[dst, src] convention),
 N_off its off-diagonal part (the pattern of A without self loops). k minibatches are sampled at once; the

@@ -1,4 +1,4 @@
-"""Sampling and feature fetches with the graph split 1.5D over the ranks (DESIGN.md §1).
+"""Sampling and feature fetches with the graph split 1.5D over the ranks.
 
 Layout: P = (P/c)·c ranks on a (P/c)×c `ProcessGrid` (dims "block", "replica"), rank r = (i, j) with
 i = r // c its block and j = r mod c its replica column. Block i is rows [bounds[i], bounds[i+1]) of N_off
