@@ -217,7 +217,7 @@ def _adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_matrix:
     return a
 
 
-def _labels(y, name: str) -> np.ndarray:
+def class_labels(y, name: str) -> np.ndarray:
     y = np.asarray(y)
     if y.ndim != 1 or y.dtype.kind not in "biuf":
         raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids, got {y.dtype} array of "
@@ -235,7 +235,7 @@ def _graph(name: str, adj, x, y, masks, seed: int, num_classes: int | None = Non
     x = np.asarray(x)
     if x.dtype.kind not in "biuf":
         raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
-    y = _labels(y, name)
+    y = class_labels(y, name)
     num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
     if masks is None:
         masks = per_class_split(y, num_classes, seed)
@@ -253,7 +253,7 @@ def _assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, 
                   num_classes)
 
 
-def _masks(found: dict, n_splits_where: str, split: int | None):
+def split_masks(found: dict, n_splits_where: str, split: int | None):
     """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits); None if absent.
     A missing val mask means none, a missing test mask means every node not in train or val."""
     if all(m is None for m in found.values()):
@@ -484,7 +484,7 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
                  for s in ("train", "val", "test")}
         directed = bool(npz["directed"]) if "directed" in keys else False
         num_classes = int(npz["num_classes"]) if "num_classes" in keys else None
-    masks = _masks(found, str(path), split)
+    masks = split_masks(found, str(path), split)
     if n is not None and x.ndim == 2 and x.shape[0] != n:
         raise SpgnnError(f"dataset {name!r}: features have {x.shape[0]} rows but the adjacency has {n} nodes")
     return _assemble(name, src, dst, x, y, directed=directed, masks=masks, seed=seed, num_classes=num_classes)
@@ -527,14 +527,20 @@ def _read_npy(path: Path) -> np.ndarray:
         return np.load(path, allow_pickle=False)
 
 
+def edge_delimiter(path: Path) -> str | None:
+    """The column separator of an edge-list text file: a comma if its first data line has one, else whitespace."""
+    with path.open() as f:
+        first = next((s for s in (ln.split("#")[0].strip() for ln in f) if s), "")
+    return "," if "," in first else None
+
+
 def _read_edges_text(path: Path) -> np.ndarray:
     """[E, 2] int64 from two integer columns separated by whitespace or commas, '#' starting comments."""
     with _reading(path):
-        with path.open() as f:
-            first = next((s for s in (ln.split("#")[0].strip() for ln in f) if s), "")
+        delimiter = edge_delimiter(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
-            e = np.loadtxt(path, np.int64, comments="#", delimiter="," if "," in first else None, ndmin=2)
+            e = np.loadtxt(path, np.int64, comments="#", delimiter=delimiter, ndmin=2)
     if e.size == 0:
         return np.zeros((0, 2), np.int64)
     if e.shape[1] != 2:
@@ -569,7 +575,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}
     return _assemble(str(meta.get("name") or folder.name), e[:, 0], e[:, 1], x, y,
-                     directed=meta.get("directed", False), masks=_masks(found, str(folder), None), seed=seed)
+                     directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from . import partition_streaming as streaming
-from .datasets import per_class_split
+from .datasets import class_labels, edge_delimiter, per_class_split, split_masks
 from .errors import SpgnnError
 from .partition import block, fill_empty
 from .partitioned import write
@@ -55,7 +55,7 @@ class EdgeFolder:
         if self.x.ndim != 2:
             raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")
         self.n = self.x.shape[0]
-        self.y = self._npy("labels.npy").astype(np.int64)
+        self.y = class_labels(self._npy("labels.npy"), self.name)
         if self.y.shape != (self.n,):
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
         self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
@@ -67,13 +67,11 @@ class EdgeFolder:
             raise SpgnnError(f"cannot read {self.folder / name}: {e}") from None
 
     def masks(self, seed: int) -> dict:
-        found = {s: self._npy(f"{s}_mask.npy").astype(bool) if (self.folder / f"{s}_mask.npy").is_file() else None
+        """The split masks as `spgnn.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
+        found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
                  for s in SPLITS}
-        if found["train"] is None:
-            return dict(zip(SPLITS, per_class_split(self.y, self.num_classes, seed)))
-        val = found["val"] if found["val"] is not None else np.zeros(self.n, bool)
-        test = found["test"] if found["test"] is not None else ~(found["train"] | val)
-        return {"train": found["train"], "val": val, "test": test}
+        masks = split_masks(found, str(self.folder), None) or per_class_split(self.y, self.num_classes, seed)
+        return dict(zip(SPLITS, masks))
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Feature rows `ids` (sorted), read a stretch of the file's rows at a time (about `chunk`/16 rows: as
@@ -107,7 +105,7 @@ class EdgeFolder:
             yield c
 
     def _text_chunks(self):
-        delimiter = "," if self.edge_file.suffix == ".csv" else None
+        delimiter = edge_delimiter(self.edge_file)
         with self.edge_file.open() as f, warnings.catch_warnings():
             warnings.simplefilter("ignore")          # "input contained no data" at the end
             while True:
