@@ -43,6 +43,11 @@ class Halo:
         """|R_p| = Σ_q |R_pq|."""
         return int(self.remote.size)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the plan: the remote ids and the local rows to send."""
+        return self.remote.nbytes + self.send_idx.numel() * self.send_idx.element_size()
+
     def local_columns(self, cols: np.ndarray) -> np.ndarray:
         """Column ids of the block row in the local numbering [own rows | halo rows in `remote` order]."""
         cols = np.asarray(cols)

@@ -46,6 +46,7 @@ from .optim import Adam
 from .reference import SerialSpMM
 from .sampling import Minibatch, make_sampler, parse_sampler
 from .sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
+from .spmm.base import Block
 from .spmm.oned import OneDHalo
 from .trainer import TrainConfig, agree, all_reduce_gradients, epoch_loop, row_normalize, split_parts
 
@@ -160,9 +161,12 @@ class MinibatchTrainer:
         self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
         share = agree(comm, lambda: parts.share(self.layout.block))
         column = self.layout.column
+        grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)    # "part" = column
         with comm.phase("setup"):
-            halo = Halo(share.indices, info.offsets, share.part, comm, column) if kind == "gcn" else None
-            self.sampler = make_distributed_sampler(self.spec, share.normalized(kind, halo), comm, layout=self.layout)
+            halo = Halo(share.indices, info.offsets, share.part, comm, grid.group("part"))
+            block = Block.of(share, kind, halo)                  # one block row of N: sampler and evaluation
+            self.full = OneDHalo(block, comm, grid, cfg.device)
+            self.sampler = make_distributed_sampler(self.spec, block.a, comm, layout=self.layout)
             mine = share.node_ids[share.masks["train"]]
             both = torch.from_numpy(np.stack([mine, share.y[share.masks["train"]]], 1))
             counts = comm.all_gather_v(torch.tensor([[len(mine)]]), [1] * column.size, column).ravel().tolist()
@@ -171,8 +175,6 @@ class MinibatchTrainer:
         x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
         self.x = torch.as_tensor(x).to(cfg.device)
         self.features = FeatureFetcher(self.x, self.layout)
-        grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)
-        self.full = OneDHalo.from_share(share, kind, comm, grid, cfg.device)
         self.local = {"node_ids": torch.as_tensor(share.node_ids), "y": torch.as_tensor(share.y),
                       "masks": {k: torch.as_tensor(m) for k, m in share.masks.items()}}
 

@@ -76,13 +76,6 @@ class Share:
         """The block row of A (n_p×n)."""
         return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n_rows, self.info.n))
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the arrays this share holds."""
-        arrays = [self.indptr, self.indices, self.data, self.degree, self.x, self.y, self.node_ids,
-                  *self.masks.values()]
-        return sum(a.nbytes for a in arrays if a is not None)
-
     @classmethod
     def of(cls, graph: graphs.Graph, partition, part: int, info: GraphInfo | None = None) -> Share:
         """Part `part` of an in-memory graph under `partition`."""

@@ -40,6 +40,12 @@ class Block:
     def n(self) -> int:
         return self.a.shape[1]
 
+    @classmethod
+    def of(cls, share, norm: str, halo: Halo | None) -> Block:
+        """The block row of `share` normalised by `norm` (GCN's remote degrees through `halo`)."""
+        return cls(share.normalized(norm, halo), share.info.offsets, share.part, share.node_ids,
+                   share.info.symmetric and norm != "mean", halo)
+
 
 def exchange_blocks(comm: Comm, group: Group, send: dict, recv_shape) -> dict:
     """Sparse blocks between group members: `send[j]` (scipy sparse) goes to member j; returns {i: CSR block
@@ -148,10 +154,7 @@ class DistSpMM(RowLayout):
         with comm.phase("setup"):
             halo = Halo(share.indices, share.info.offsets, share.part, comm, grid.group(cls.parts_group)) \
                 if cls.uses_halo or norm == "gcn" else None
-            a = share.normalized(norm, halo)
-            block = Block(a, share.info.offsets, share.part, share.node_ids, share.info.symmetric and norm != "mean",
-                          halo)
-            return cls(block, comm, grid, device, **options)
+            return cls(Block.of(share, norm, halo), comm, grid, device, **options)
 
     @classmethod
     def from_matrix(cls, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):

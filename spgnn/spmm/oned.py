@@ -41,8 +41,7 @@ class OneDHalo(DistSpMM):
         self._col_ids, self.symmetric = None, block.symmetric
 
     def graph_bytes(self):
-        h = self.halo
-        return csr_bytes([self.a]) + h.remote.nbytes + h.send_idx.numel() * 8
+        return csr_bytes([self.a]) + self.halo.nbytes
 
     @property
     def col_ids(self) -> np.ndarray:

@@ -59,7 +59,7 @@ class SAR(OneDHalo):
         self.a = None                                              # the shards replace 1d-halo's block
 
     def graph_bytes(self):
-        return csr_bytes(self.shards) + self.halo.remote.nbytes + self.halo.send_idx.numel() * 8
+        return csr_bytes(self.shards) + self.halo.nbytes
 
     @classmethod
     def options(cls, cfg) -> dict:
