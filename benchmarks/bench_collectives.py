@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from spgnn import calibrate
+from spgnn.comm import calibrate
 from spgnn.errors import SpgnnError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,9 +46,9 @@ TARGETS = {"bandwidth_64M": 4.0, "epoch": 2.0}
 
 def worker(args) -> None:
     """Time every (op, size) on both transports in this mpirun job; rank 0 writes the points as JSON."""
-    from spgnn import launch
-    from spgnn.comm import Comm
-    from spgnn.mpi_transport import MPITransport
+    from spgnn.comm import launch
+    from spgnn.comm.comm import Comm
+    from spgnn.comm.mpi import MPITransport
 
     base = launch.init(transport="torch", timeout_s=1800)
     comms = {"torch": base, "mpi": Comm(base.rank, base.world_size, MPITransport())}

@@ -6,7 +6,7 @@
    and a dense one (edge factor 512), algorithms `ALGOS` (1d, 1d-halo, 1.5d with c = 2 where 2 divides P, 2d and
    3d on their default grids) at P = 1…--max-procs local gloo processes, every algorithm of one P in one
    `run_local`. Per rank: the ledger of one epoch after setup (one `Trainer.step` + one `evaluate`; the ledger is
-   reset after the Trainer is built) beside `cost.predict(cfg, graph, P, setup=False)`, which must equal it row
+   reset after the Trainer is built) beside `plan.predict(cfg, graph, P, setup=False)`, which must equal it row
    by row (calls, bytes, messages); and the median over --epochs further epochs of the slowest rank's epoch time.
 2. Extrapolated: `cost.plan_table` (one training step, f = hidden = 128, 3 layers, float32, the published class
    counts) for graphs with the published sizes of ogbn-products and ogbn-papers100M, P = 64…4096, every
@@ -36,20 +36,21 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 
-from spgnn import cost, spmm
-from spgnn.datasets import load_dataset
+from spgnn import cost, plan, spmm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.launch import run_local
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.graph.datasets import load_dataset
+from spgnn.train.fullbatch import Trainer
 
 HIDDEN, LAYERS, WORD = 128, 2, 4
 # (algorithm, replication) measured at every P where it has a shape; grids are the algorithm's default (grid None).
 ALGOS = (("1d", 0), ("1d-halo", 0), ("1.5d", 2), ("2d", 0), ("3d", 0))
 CAGNET = ("1d", "1.5d", "2d", "3d")                 # CAGNET's own algorithms (SC20 has no halo exchange)
 # Where the words go: (collective, group) → term, for every modelled algorithm; the rest is gradients and loss.
-TERMS = {("broadcast", "block"): "H", ("all_to_all", "part"): "H", ("broadcast", "rows"): "H",
-         ("broadcast", "cols"): "A blocks", ("all_reduce", "replica"): "partial sums", ("reduce_scatter", "fiber"):
-         "partial sums", ("reduce_scatter", "cols"): "H·W, softmax", ("all_gather", "cols"): "H·W, softmax"}
+TERMS = {("broadcast", "block"): "H", ("all_to_all", "part"): "H", ("broadcast", "column"): "H",
+         ("broadcast", "row"): "A blocks", ("all_reduce", "replica"): "partial sums", ("reduce_scatter", "fiber"):
+         "partial sums", ("reduce_scatter", "row"): "H·W, softmax", ("all_gather", "row"): "H·W, softmax"}
 TERM_NAMES = ("H", "A blocks", "partial sums", "H·W, softmax", "gradients, loss")
 KEY = ("phase", "layer", "op", "group")
 ROW = ("calls", "sent_bytes", "recv_bytes", "messages")
@@ -74,7 +75,7 @@ def timed(fn, *args, **kwargs):
 def shape_of(algo: str, c: int, P: int) -> tuple | None:
     """The algorithm's default grid for P processes with replication c, or None where it has none."""
     try:
-        return tuple(spmm.get(algo).grid_shape(P, c, None))
+        return tuple(spmm.get(algo).grid_for(P, replication=c))
     except SpgnnError:
         return None
 
@@ -165,7 +166,7 @@ def steady(res: dict) -> bool:
 
 def compare(kind: str, g, P: int, algo: str, c: int, ranks: list[dict]) -> dict:
     cfg = train_config(g, algo, c)
-    predicted = cost.predict(cfg, g, P, setup=False)
+    predicted = plan.predict(cfg, g, P, setup=False)
     per_rank, bad = [], []
     for r, (res, pred) in enumerate(zip(ranks, predicted)):
         prow = {k: tuple(v) for k, v in pred.rows.items()}

@@ -37,12 +37,14 @@ import torch
 import torch.nn.functional as F
 from machine import facts  # benchmarks/machine.py
 
-from spgnn import kernels
-from spgnn.comm import Comm
-from spgnn.datasets import load_dataset
+from spgnn.comm.comm import Comm
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.graph import Graph, gcn_norm
-from spgnn.trainer import TrainConfig, Trainer, row_normalize
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import Graph, gcn_norm, row_normalize
+from spgnn.sparse import kernels
+from spgnn.sparse.csr import CSR
+from spgnn.train.fullbatch import Trainer
 
 HIDDEN, F_SPMM, COPY_BYTES = 128, 128, 512 * 2**20
 MIN_REPEATS = 3
@@ -160,7 +162,7 @@ def copy_seconds(args) -> list[float]:
     return time_interleaved({"copy": lambda: dst.copy_(src)}, args.warmup, args.repeats, args.budget_s)["copy"]
 
 
-def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
+def bench_spmm(a_hat: CSR, args) -> tuple[dict, dict, dict]:
     """Sections 2 and 3, and the accuracy checks (max |difference| against torch)."""
     n, nnz = a_hat.shape[0], a_hat.nnz
     gen = torch.Generator().manual_seed(0)
@@ -204,7 +206,7 @@ def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
     transposed = {"spgnn.kernels.spmm(A.transpose(), G), transpose cached": lambda: kernels.spmm(a_hat.T, g),
                   "torch autograd backward of torch.sparse.mm": torch_backward,
                   "CSR.transpose() rebuilt (cost caching saves per call)":
-                      lambda: kernels.CSR(a_hat.indptr, a_hat.indices, a_hat.data, a_hat.shape,
+                      lambda: CSR(a_hat.indptr, a_hat.indices, a_hat.data, a_hat.shape,
                                           check=False).transpose()}
     times_t = time_interleaved(transposed, args.warmup, args.repeats, args.budget_s)
     bwd = section({name: row(t) for name, t in times_t.items()},
@@ -220,7 +222,7 @@ def bench_spmm(a_hat: kernels.CSR, args) -> tuple[dict, dict, dict]:
 # --------------------------------------------------------------------------------------------- report
 
 
-def graph_stats(g: Graph, a_hat: kernels.CSR) -> dict:
+def graph_stats(g: Graph, a_hat: CSR) -> dict:
     deg = np.diff(g.adj.indptr)
     return {"name": g.name, "n": g.n, "nnz_A": g.nnz, "nnz_A_hat": a_hat.nnz, "features": g.num_features,
             "classes": g.num_classes, "train_nodes": int(g.train_mask.sum()), "symmetric": bool(g.is_symmetric),
@@ -350,7 +352,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     results = {}
     for spec, g in graphs.items():
-        a_hat = kernels.CSR.from_scipy(gcn_norm(g.adj))
+        a_hat = CSR.from_scipy(gcn_norm(g.adj))
         print(f"[{time.perf_counter() - t_start:6.1f} s] {spec}: training steps …", file=sys.stderr, flush=True)
         result = {"graph": graph_stats(g, a_hat), "epoch": bench_epoch(g, args)}
         print(f"[{time.perf_counter() - t_start:6.1f} s] {spec}: SpMM kernels …", file=sys.stderr, flush=True)

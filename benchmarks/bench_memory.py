@@ -20,8 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from spgnn.launch import run_local
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.train.fullbatch import Trainer
 
 MODELS = {"gcn": {"hidden": 64}, "sage": {"hidden": 64}, "gat": {"hidden": 8, "heads": 8}}
 ALGOS = ("sar", "1d-halo", "1d")

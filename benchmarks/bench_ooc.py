@@ -35,7 +35,7 @@ print(json.dumps({"peak_rss_growth_bytes": mem["bytes"], "seconds": time.perf_co
 
 def edge_folder(dataset: str, root: Path) -> Path:
     """The dataset as an edge-list folder (written once)."""
-    from spgnn.datasets import load_dataset
+    from spgnn.graph.datasets import load_dataset
 
     src = root / dataset.replace(":", "-")
     if not (src / "labels.npy").is_file():

@@ -30,12 +30,13 @@ from pathlib import Path
 import machine  # benchmarks/machine.py
 import numpy as np
 
-from spgnn.datasets import load_dataset
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.launch import run_local
-from spgnn.partition import available, make_partition, versions
-from spgnn.partition_metrics import COLUMNS, metrics_table, partition_metrics, warm_up
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.graph.datasets import load_dataset
+from spgnn.partition.metrics import COLUMNS, metrics_table, partition_metrics, warm_up
+from spgnn.partition.partition import available, make_partition, versions
+from spgnn.train.fullbatch import Trainer
 
 TRAIN = {"model": "gcn", "algo": "1d-halo", "layers": 2, "hidden": 64, "dropout": 0.5, "lr": 0.01,
          "eval_every": 0, "seed": 0}

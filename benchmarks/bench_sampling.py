@@ -25,9 +25,9 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 
-from spgnn.datasets import load_dataset
-from spgnn.graph import mean_norm
-from spgnn.sampling import make_sampler
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import mean_norm
+from spgnn.sampling.sampler import make_sampler
 
 
 def seed_sets(n: int, batch_size: int, count: int, seed: int) -> list[np.ndarray]:

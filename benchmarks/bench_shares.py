@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 
 from spgnn import spmm
-from spgnn.datasets import load_dataset
-from spgnn.launch import run_local
-from spgnn.partition import make_partition
-from spgnn.partitioned import InMemoryParts, write_parts
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.partition.partition import make_partition
+from spgnn.partition.partitioned import InMemoryParts, write_parts
+from spgnn.train.fullbatch import Trainer
 
 MODEL = {"model": "gcn", "layers": 2, "hidden": 32}
 
@@ -53,7 +54,7 @@ def run(args) -> list[dict]:
     for P in map(int, args.P.split(",")):
         for algo in args.algos.split(","):
             cls = spmm.get(algo)
-            shape = cls.grid_shape(P, 0, None)
+            shape = cls.grid_for(P)
             B = cls.num_parts(shape)
             if B not in folders:
                 folders[B] = root / f"{args.dataset.replace(':', '-')}-random-{B}"

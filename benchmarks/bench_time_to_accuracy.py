@@ -26,10 +26,11 @@ from pathlib import Path
 import machine  # benchmarks/machine.py
 import numpy as np
 
-from spgnn.comm import Comm
-from spgnn.datasets import load_dataset
-from spgnn.minibatch import MinibatchTrainer
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.comm import Comm
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.train.fullbatch import Trainer
+from spgnn.train.minibatch import MinibatchTrainer
 
 
 def lockstep(trainers: list, epochs: int) -> list[list[dict]]:

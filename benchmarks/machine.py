@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from spgnn import __version__, kernels
+from spgnn import __version__
+from spgnn.sparse import kernels
 
 
 def facts() -> dict:

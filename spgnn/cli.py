@@ -10,14 +10,18 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from . import calibrate as calibration
-from . import launch, partitioned, spmm
-from .datasets import load_dataset
+from . import spmm
+from .comm import calibrate as calibration
+from .comm import launch
+from .config import TrainConfig
 from .errors import SpgnnError
-from .layers import LAYERS
-from .partition import available, make_partition, save_partition
-from .partition_metrics import metrics_table, partition_metrics, warm_up
-from .trainer import TrainConfig, Trainer, cached_partition, fit_parts, partition_to_cache, plan
+from .graph.datasets import load_dataset
+from .layers.conv import LAYERS
+from .partition import partitioned
+from .partition.metrics import metrics_table, partition_metrics, warm_up
+from .partition.partition import available, make_partition, save_partition
+from .plan import cached_partition, fit_parts, partition_to_cache, plan, predict
+from .train.fullbatch import Trainer
 
 
 def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
@@ -46,20 +50,13 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
       "once and reused (else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions)")
     a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
-    a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: 1d "
-      "broadcasts whole blocks of H (CAGNET), 1d-halo exchanges only the rows each block touches, 1.5d "
-      "replicates block rows c times to cut the broadcast volume by c, 2d and 3d split H by rows and feature "
-      "columns and broadcast blocks of A and H (SUMMA; 3d sums over fibers by reduce-scatter), sar aggregates "
-      "shard by shard in a ring and keeps nothing remote for the backward (memory per rank falls as 1/P); auto "
-      "picks the algorithm and grid with the lowest predicted communication time (see spgnn cost)")
-    a("--grid", default=d.grid, help="2d: RxC, 3d: RxCxL, any shape whose product is the number of processes "
-      "(default: the most square or cubic one)")
-    a("--replication", type=int, default=d.replication, help="1.5d: replication factor c, dividing the "
-      "number of processes (0: the divisor nearest its square root); --sampler --split-graph: each of the "
-      "P/c row blocks of the graph is held by c processes (0: 1)")
+    a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: "
+      + ", ".join(f"{name} {cls.summary}" for name, cls in spmm.ALGORITHMS.items()) + "; auto picks the algorithm "
+      "and grid with the lowest predicted communication time (see spgnn cost)")
+    for o in spmm.options().values():
+        a(o.flag, type=o.type, default=getattr(d, o.name), help=o.help)
     a("--partition", default=d.partition, help=f"vertex partition: {', '.join(available())}, or a path to "
       "a partition saved by spgnn partition (.npz) or a .npy/.txt part vector (one part id per node)")
-    a("--prefetch", type=int, default=d.prefetch, help="sar: ring rounds fetched ahead of the one computed")
     a("--layers", type=int, default=d.layers, help="number of GNN layers")
     a("--heads", type=int, default=d.heads, help="gat: attention heads of each hidden layer (concatenated)")
     a("--out-heads", type=int, default=d.out_heads, help="gat: attention heads of the last layer (averaged)")
@@ -151,7 +148,7 @@ def train(args, argv) -> int:
     cfg.validate()
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
-        from .minibatch import MinibatchTrainer
+        from .train.minibatch import MinibatchTrainer
     check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \
         else (lambda: _partition_once(cfg, args.nprocs, argv))
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
@@ -185,7 +182,7 @@ def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
 def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, argv: list[str]):
     """For --nprocs with --sampler: check the options here; a split graph is also partitioned here, once, into
     the cache (a block partition into P/c parts), and the processes read its parts."""
-    from .minibatch import check_options
+    from .train.minibatch import check_options
 
     cfg, g, _ = check_options(cfg, *sampled, nprocs=P, split_graph=split_graph)
     if not split_graph or partitioned.is_partitioned(cfg.dataset):
@@ -253,7 +250,7 @@ def partition(args, argv) -> int:
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
     folder = args.output and not args.output.endswith(".npz")
     if args.out_of_core:
-        from .partition_ooc import partition_edge_folder
+        from .partition.ooc import partition_edge_folder
 
         if not folder:
             raise SpgnnError("--out-of-core writes a partitioned dataset folder: give --output DIR")
@@ -318,7 +315,7 @@ def cost_command(args, argv) -> int:
         rows = []
         for P in Ps:
             for option in cost.candidates(P):
-                ledgers = cost.predict(replace(cfg, **option), graph, P, evals=0, setup=False)
+                ledgers = predict(replace(cfg, **option), graph, P, evals=0, setup=False)
                 rows.append({"P": P, **option, "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                              "seconds": max(cost.seconds(led, ab) for led in ledgers)})
     elif args.nodes and args.nnz:

@@ -24,11 +24,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from . import graph as graphs
 from . import spmm
-from .comm import Ledger, ring_words
+from .comm.comm import Ledger, ring_words
+from .comm.halo import Halo
 from .errors import SpgnnError
-from .layers import LAYERS, spmm_width
+from .graph import graph as graphs
+from .layers.conv import LAYERS, spmm_width
+from .spmm.grids import format_grid
 
 MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
 
@@ -54,7 +56,7 @@ class BlockStats:
     @classmethod
     def of(cls, adj, partition) -> BlockStats:
         """Exact statistics of `adj` (already renumbered by `partition`)."""
-        from .partition_metrics import block_nnz, halo_rows
+        from .partition.metrics import block_nnz, halo_rows
 
         k, parts = partition.P, np.repeat(np.arange(partition.P), partition.sizes())
         return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj))
@@ -161,27 +163,11 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, 
 def setup_cost(cls, stats, shape, rank, norm: str) -> list:
     """What `rank` moves to build the layout from its block row: the `Halo` set-up in the algorithm's parts
     group (when it uses it or GCN needs remote degrees), the degrees (float32), then its own redistribution."""
-    from .halo import Halo
-
     part, group = cls.part_of(shape, tuple(int(x) for x in np.unravel_index(rank, shape))), cls.parts_group
     calls = Halo.cost(stats.halo, part, group) if cls.uses_halo or norm == "gcn" else []
     if norm == "gcn":
         calls += Halo.gather_cost(stats.halo, part, group, 4)
     return calls + cls.setup_cost(stats, shape, rank)
-
-
-def predict(cfg, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = True) -> list[Ledger]:
-    """One predicted ledger per rank for `cfg` trained on `graph` with P processes."""
-    from .trainer import plan
-
-    p = plan(cfg, P, graph)
-    g, partition, shape, cfg = p.graph, p.partition, p.shape, p.cfg
-    cls = spmm.get(cfg.algo)
-    if cfg.model not in MODELLED:
-        raise SpgnnError(f"the cost model covers --model {' or '.join(MODELLED)}, not {cfg.model}")
-    adj = graphs.NORMALIZATIONS[LAYERS[cfg.model].adjacency](g.adj)
-    stats = BlockStats.of(partition.renumber(adj), partition)
-    return [epoch_ledger(cls, stats, shape, r, ModelShape.of(cfg, g), epochs, evals, setup) for r in range(P)]
 
 
 def charged_bytes(op: str, sent: int, recv: int) -> int:
@@ -221,56 +207,40 @@ def load_calibration(path) -> dict:
 
 
 def candidates(P: int) -> list[dict]:
-    """The options ({"algo", "replication", "grid"}) `--algo auto` compares for P processes: every
-    algorithm with a cost model; 1.5D with each replication c > 1 dividing P with c² ≤ P (beyond that a
-    replica has less than one broadcast stage: CAGNET's range); 2D on every R×C with R ≥ C ≥ 2; 3D on
-    every R×C×L with R ≥ C ≥ 2 and L ≥ 2 (C = 1 or L = 1 being 1D within fibers and 2D)."""
-    def divisors(m):
-        return [d for d in range(1, m + 1) if m % d == 0]
-
-    grids = {"2d": [(P // c, c) for c in divisors(P) if 2 <= c <= P // c],
-             "3d": [(P // (c * layers), c, layers) for layers in divisors(P) if layers >= 2
-                    for c in divisors(P // layers) if 2 <= c <= P // (c * layers)],
-             "1.5d": [c for c in range(2, math.isqrt(P) + 1) if P % c == 0]}
-    out = []
-    for name, cls in spmm.ALGORITHMS.items():
-        if not cls.has_cost_model():
-            continue
-        if name == "1.5d":
-            out += [{"algo": name, "replication": c, "grid": None} for c in grids[name]]
-        elif name in grids:
-            out += [{"algo": name, "replication": 0, "grid": "x".join(map(str, g))} for g in grids[name]]
-        else:
-            out.append({"algo": name, "replication": 0, "grid": None})
-    return out
+    """The options ``--algo auto`` compares for P processes: for every registered algorithm with a cost model,
+    each set of its shape-option values it proposes (`DistSpMM.candidates`), as {"algo", every shape option}
+    (the others' at their defaults)."""
+    shape_options = {o.name: o.default for o in spmm.options().values() if o.shapes}
+    return [{"algo": name} | shape_options | values for name, cls in spmm.ALGORITHMS.items() if cls.has_cost_model()
+            for values in cls.candidates(P)]
 
 
-def choose(cfg, graph, P: int, alpha_beta=None, parts=None) -> tuple[object, list[dict]]:
+def choose(cfg, graph, P: int, stats_of, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
-    rank), and the table of what was compared. With `parts` (a partitioned dataset, `graph` None) only the
-    options whose row blocks are its parts compete, predicted from its block statistics."""
+    rank), and the table of what was compared. `graph`: a Graph or `spgnn.partition.share.GraphInfo` (for the
+    widths); `stats_of(cls, shape, model)`: the block statistics of the normalised A for that layout, or None
+    when the layout does not fit the data (not compared). `hint` ends the error when nothing fits."""
     table = []
     for option in candidates(P):
         c, cls = replace(cfg, **option), spmm.get(option["algo"])
         if cfg.batch_norm and not cls.whole_rows:
             continue                                    # batch norm needs whole rows
-        if parts is None:
-            ledgers = predict(c, graph, P, setup=False)
-        else:
-            shape = cls.grid_shape(P, c.replication, tuple(map(int, c.grid.split("x"))) if c.grid else None)
-            if cls.num_parts(shape) != parts.nparts:
-                continue
-            model = ModelShape.of(c, parts.info)
-            stats = parts.stats(model.norm)
-            ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
+        shape, model = cls.grid_for(P, **option), ModelShape.of(c, graph)
+        stats = stats_of(cls, shape, model)
+        if stats is None:
+            continue
+        ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
         table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
                                "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
     if not table:
-        raise SpgnnError(f"--algo auto: no modelled algorithm on {P} processes has {parts.nparts} row blocks, the "
-                         f"parts of {getattr(parts, 'path', 'the dataset')}: name an --algo, or run on {parts.nparts} "
-                         "processes")
-    best = min(table, key=lambda row: (row["seconds"], row["algo"], row["replication"], str(row["grid"])))
-    return replace(cfg, algo=best["algo"], replication=best["replication"], grid=best["grid"]), table
+        raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
+    keys = list(candidates(P)[0])                       # "algo" and the shape options
+
+    def order(row):                                     # fastest; ties by name, then option values (None last)
+        return (row["seconds"], *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))
+
+    best = min(table, key=order)
+    return replace(cfg, **{k: best[k] for k in keys}), table
 
 
 def plan_table(n: int, nnz: int, Ps, model: ModelShape, alpha_beta=None, ranks: int = 8) -> list[dict]:
@@ -282,11 +252,10 @@ def plan_table(n: int, nnz: int, Ps, model: ModelShape, alpha_beta=None, ranks: 
     for P in Ps:
         for option in candidates(P):
             cls = spmm.get(option["algo"])
-            grid = tuple(map(int, option["grid"].split("x"))) if option["grid"] else None
-            shape = cls.grid_shape(P, option["replication"], grid)
+            shape = cls.grid_for(P, **option)
             stats = BlockStats.expected(n, nnz, cls.num_parts(shape))
             ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(P, ranks))]
-            rows.append({"P": P, **option, "shape": "x".join(map(str, shape)),
+            rows.append({"P": P, **option, "shape": format_grid(shape),
                          "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                          "seconds": max(seconds(led, alpha_beta) for led in ledgers)})
     return rows

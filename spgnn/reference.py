@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import attention
-from .comm import Comm
+from .comm.comm import Comm
+from .sparse import attention
 from .spmm.base import RowLayout
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spgnn.graph import Graph, edges_to_adj
+from spgnn.graph.graph import Graph, edges_to_adj
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real datasets not found at {SHARED} "

@@ -16,11 +16,13 @@ import sys
 
 import torch
 
-from spgnn import launch, spmm
-from spgnn.comm import Comm, TorchTransport
-from spgnn.grid import ProcessGrid
-from spgnn.mpi_transport import MPITransport
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn import spmm
+from spgnn.comm import launch
+from spgnn.comm.comm import Comm, TorchTransport
+from spgnn.comm.grid import ProcessGrid
+from spgnn.comm.mpi import MPITransport
+from spgnn.config import TrainConfig
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 from tests.test_comm import _ops
 

@@ -4,8 +4,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spgnn.graph import NORMALIZATIONS
-from spgnn.layers import GNN
+from spgnn.graph.graph import NORMALIZATIONS
+from spgnn.layers.conv import GNN
 from spgnn.reference import SerialSpMM
 
 

@@ -5,11 +5,12 @@ GraphSAGE trained on sampled minibatches reaches the accuracy of the same model 
 import numpy as np
 import pytest
 
-from spgnn.comm import Comm
-from spgnn.datasets import load_dataset
-from spgnn.launch import run_local
-from spgnn.minibatch import MinibatchTrainer
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.train.fullbatch import Trainer
+from spgnn.train.minibatch import MinibatchTrainer
 from tests.graphs import SHARED, needs_shared
 
 

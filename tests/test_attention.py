@@ -7,12 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.graph import add_self_loops
-from spgnn.layers import GATConv
-from spgnn.norm import BatchNorm
+from spgnn.graph.graph import add_self_loops
+from spgnn.layers.conv import GATConv
+from spgnn.layers.norm import BatchNorm
 from spgnn.reference import SerialSpMM
-from spgnn.trainer import TrainConfig
 from tests.graphs import small_graph
 from tests.reference_model import assert_close
 
@@ -73,7 +73,7 @@ def test_gat_needs_an_attention_algorithm():
 
 
 def test_attention_masks_rows_without_edges():
-    from spgnn import attention
+    from spgnn.sparse import attention
 
     rows, cols = torch.tensor([0, 0, 2]), torch.tensor([1, 2, 2])
     v, s = torch.randn(3, 2, 4), torch.randn(3, 2)

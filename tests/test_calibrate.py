@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from spgnn.calibrate import fit_alpha_beta, parse_ops, parse_sizes
+from spgnn.comm.calibrate import fit_alpha_beta, parse_ops, parse_sizes
 from spgnn.errors import SpgnnError
 
 

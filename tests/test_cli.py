@@ -132,7 +132,7 @@ def test_rank_that_dies_does_not_hang_the_others(tmp_path):
     """Two ranks started by hand (the torchrun environment, no supervisor): kill one, the other exits
     with an error well within the collective timeout."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE="2",
-               MASTER_PORT=str(__import__("spgnn.launch", fromlist=["x"]).free_port()))
+               MASTER_PORT=str(__import__("spgnn.comm.launch", fromlist=["x"]).free_port()))
     args = SPGNN + ["--epochs", "100000", "--quiet", "--timeout", "30"]
     procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
              for r in range(2)]

@@ -4,8 +4,8 @@ the saved-tensor meter counts what autograd holds."""
 import numpy as np
 import torch
 
-from spgnn.comm import Comm
-from spgnn.launch import run_local
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
 from spgnn.memory import SavedTensorMeter
 
 

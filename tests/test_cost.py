@@ -3,10 +3,11 @@ evaluation, for every algorithm and grid, P = 1…4, symmetric and directed grap
 
 import pytest
 
-from spgnn import cost
-from spgnn.launch import run_local
-from spgnn.partition import Partition, make_parts
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn import cost, plan
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.partition.partition import Partition, make_parts
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 
 GRAPHS = {"sym": small_graph(n=50, f=7, seed=11), "dir": small_graph(n=50, f=7, seed=12, directed=True)}
@@ -36,7 +37,7 @@ def _measure(comm):
 def test_predicted_ledger_equals_measured(P):
     measured = run_local(_measure, P)
     for k, (gname, cfg) in enumerate(_configs(P)):
-        predicted = cost.predict(cfg, GRAPHS[gname], P)
+        predicted = plan.predict(cfg, GRAPHS[gname], P)
         for rank in range(P):
             want = {key: tuple(v[:4]) for key, v in predicted[rank].rows.items()}
             assert measured[rank][k] == want, f"{cfg.algo} c={cfg.replication} {cfg.model} {gname} rank {rank}"
@@ -44,7 +45,7 @@ def test_predicted_ledger_equals_measured(P):
 
 def test_expected_statistics_match_a_random_graph():
     """The statistics-only model (n, nnz) is close to the exact halo of a uniformly random graph."""
-    from spgnn.datasets import load_dataset
+    from spgnn.graph.datasets import load_dataset
 
     g = load_dataset("sbm:4000:1")          # one block: uniformly random edges
     P = 8
@@ -58,13 +59,13 @@ def test_auto_picks_the_lowest_predicted_time(tmp_path):
     """--algo auto compares every modelled algorithm and grid, and its choice follows the α-β figures:
     with all-to-all made expensive it leaves 1d-halo."""
     g = small_graph(n=64, f=4, avg_degree=40, seed=2)
-    cfg, table = cost.choose(TrainConfig(algo="auto", hidden=64, partition="random"), g, 4)
+    cfg, table = plan.choose(TrainConfig(algo="auto", hidden=64, partition="random"), g, 4)
     assert [{k: r[k] for k in ("algo", "replication", "grid")} for r in table] == cost.candidates(4)
     assert {"algo": "2d", "replication": 0, "grid": "2x2"} in cost.candidates(4)
     best = min(table, key=lambda r: r["seconds"])
     assert (cfg.algo, cfg.replication, cfg.grid) == (best["algo"], best["replication"], best["grid"])
     slow_a2a = dict(cost.DEFAULT_ALPHA_BETA, all_to_all=(1.0, 1e-3))
-    assert cost.choose(cfg, g, 4, slow_a2a)[0].algo != "1d-halo"
+    assert plan.choose(cfg, g, 4, slow_a2a)[0].algo != "1d-halo"
 
 
 def test_planning_reproduces_the_expected_crossover():

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spgnn.datasets import (
+from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import (
     BUNDLED_DIR,
     DATA_DIR_ENV,
     KNOWN_DATASETS,
@@ -26,7 +27,6 @@ from spgnn.datasets import (
     read_planetoid,
     save_npz,
 )
-from spgnn.errors import SpgnnError
 from tests.graphs import SHARED, needs_shared
 
 

@@ -19,15 +19,16 @@ import pytest
 import torch
 
 import spgnn.spmm as algorithms
-from spgnn import cost
-from spgnn.comm import Comm
+from spgnn.comm.comm import Comm
+from spgnn.comm.grid import ProcessGrid
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.graph import gcn_norm
-from spgnn.grid import ProcessGrid
-from spgnn.launch import run_local
-from spgnn.partition import Partition, make_parts
+from spgnn.graph.graph import gcn_norm
+from spgnn.partition.partition import Partition, make_parts
+from spgnn.plan import plan, predict
 from spgnn.spmm.summa import column_slice
-from spgnn.trainer import TrainConfig, Trainer, plan
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 from tests.reference_model import assert_close, reference_grads
 
@@ -55,7 +56,7 @@ def _spmm(comm, gname, algo, grid):
     """Z and dH of one SpMM on this rank's block, and what the ledger recorded."""
     a = gcn_norm(GRAPHS[gname].adj)
     cls = algorithms.get(algo)
-    shape = cls.grid_shape(comm.world_size, 0, tuple(map(int, grid.split("x"))))
+    shape = cls.grid_for(comm.world_size, grid=grid)
     part = Partition(make_parts("random", a, cls.num_parts(shape), seed=5), cls.num_parts(shape))
     op = cls.from_matrix(a, part, comm, ProcessGrid(comm, shape, cls.grid_names))
     rng = np.random.default_rng(0)
@@ -102,9 +103,9 @@ def _expected_bytes(a, parts, shape, rank):
             p = k * L + l
             if C > 1 and k % C != j:
                 nnz = mat[block, off[p]:off[p + 1]].nnz          # CSR, or COO when sparser than a row each
-                out[(phase, "broadcast", "cols")] += min(4 * (block.stop - block.start + 1) + 8 * nnz, 12 * nnz)
+                out[(phase, "broadcast", "row")] += min(4 * (block.stop - block.start + 1) + 8 * nnz, 12 * nnz)
             if R > 1 and k != i:
-                out[(phase, "broadcast", "rows")] += 4 * (off[p + 1] - off[p]) * fj
+                out[(phase, "broadcast", "column")] += 4 * (off[p + 1] - off[p]) * fj
         if L > 1:
             out[(phase, "reduce_scatter", "fiber")] += 4 * (L - 1) * (off[i * L + l + 1] - off[i * L + l]) * fj
     return {k: v for k, v in out.items() if v}
@@ -122,7 +123,7 @@ def test_grids_match_reference_and_cost_model(P):
             cfg = _config(gname, algo, grid, c, epochs=10, eval_every=0)
             curve_ref = [e["loss"] for e in Trainer(_config(gname, "1d", None, 0, epochs=10, eval_every=0),
                                                      Comm(), graph=g).run(log=None)["epochs"]]
-            predicted = cost.predict(cfg, g, P, epochs=10, evals=1, setup=False)
+            predicted = predict(cfg, g, P, epochs=10, evals=1, setup=False)
             logits, dx = np.zeros_like(logits_ref), np.zeros_like(dx_ref)
             for rank, (spmm, step, losses, ledger) in enumerate(res[k] for res in results):
                 ids, ycols, xcols, lg, gx, grads = step

@@ -8,9 +8,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from spgnn import kernels
 from spgnn.errors import SpgnnError
-from spgnn.kernels import CSR, dropout_mask, mix_key, spmm
+from spgnn.hashing import dropout_mask, mix_key
+from spgnn.sparse import kernels
+from spgnn.sparse.csr import CSR
+from spgnn.sparse.kernels import spmm
 
 BACKENDS = ["numba", "torch"] + (["torch-sparse"] if importlib.util.find_spec("torch_sparse") else [])
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}

@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from spgnn.optim import Adam
+from spgnn.train.optim import Adam
 
 # The ops are torch's single-tensor path in the same order, so on CPU the trajectories are bit-identical; the
 # tolerance only leaves room for a torch release that reorders its arithmetic by an ulp or two.

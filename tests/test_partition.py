@@ -11,9 +11,10 @@ import pytest
 import scipy.sparse as sp
 
 from spgnn import cli
-from spgnn.datasets import load_dataset
 from spgnn.errors import SpgnnError
-from spgnn.partition import (
+from spgnn.graph.datasets import load_dataset
+from spgnn.partition.metrics import edge_cut, partition_metrics
+from spgnn.partition.partition import (
     PARTITIONERS,
     Partition,
     available,
@@ -22,7 +23,6 @@ from spgnn.partition import (
     make_parts,
     save_partition,
 )
-from spgnn.partition_metrics import edge_cut, partition_metrics
 from tests.graphs import small_graph
 
 NEEDS = {"metis": "pymetis", "kahip": "kahip", "kaminpar": "kaminpar"}

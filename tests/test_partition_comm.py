@@ -9,13 +9,14 @@ import pytest
 import torch
 
 import spgnn.spmm as algorithms
-from spgnn.datasets import load_dataset
-from spgnn.graph import gcn_norm, mean_norm
-from spgnn.grid import ProcessGrid
-from spgnn.launch import run_local
-from spgnn.partition import make_partition
-from spgnn.partition_metrics import halo_rows
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.grid import ProcessGrid
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import gcn_norm, mean_norm
+from spgnn.partition.metrics import halo_rows
+from spgnn.partition.partition import make_partition
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 
 F, P = 6, 3

@@ -9,16 +9,18 @@ import sys
 import numpy as np
 import pytest
 
-from spgnn.comm import Comm
-from spgnn.datasets import read_edge_list
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.launch import run_local
-from spgnn.partition import make_partition
-from spgnn.partition_metrics import partition_metrics
-from spgnn.partition_ooc import partition_edge_folder
-from spgnn.partitioned import InMemoryParts, PartitionedDataset, cache_root, write_parts
-from spgnn.share import SPLITS
-from spgnn.trainer import TrainConfig, Trainer, fit_parts
+from spgnn.graph.datasets import read_edge_list
+from spgnn.partition.metrics import partition_metrics
+from spgnn.partition.ooc import partition_edge_folder
+from spgnn.partition.partition import make_partition
+from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, cache_root, write_parts
+from spgnn.partition.share import SPLITS
+from spgnn.plan import fit_parts
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 
 GRAPHS = {"sym": small_graph(n=57, seed=2), "dir": small_graph(n=57, seed=3, directed=True)}
@@ -194,7 +196,7 @@ def test_unit_diagonal_in_place_of_a_coo_round_trip():
     """Diagonal entries of a block row set to one, present ones overwritten, missing ones inserted, sorted."""
     import scipy.sparse as sp
 
-    from spgnn.share import with_unit_diagonal
+    from spgnn.partition.share import with_unit_diagonal
 
     rng = np.random.default_rng(0)
     for trial in range(12):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from spgnn.graph import NORMALIZATIONS
-from spgnn.layers import GCNConv, SAGEConv
+from spgnn.graph.graph import NORMALIZATIONS
+from spgnn.layers.conv import GCNConv, SAGEConv
 from spgnn.reference import SerialSpMM
 from tests.graphs import small_graph
 from tests.reference_model import assert_close

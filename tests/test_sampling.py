@@ -12,15 +12,15 @@ import scipy.sparse as sp
 import torch
 from scipy import stats
 
-from spgnn.comm import Comm
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.graph import edges_to_adj, gcn_norm, mean_norm
-from spgnn.kernels import mix_key
-from spgnn.launch import run_local
-from spgnn.minibatch import MinibatchTrainer, check_options, epoch_batches
-from spgnn.sampling import LayerSampler, NodeSampler, make_sampler, parse_sampler
-from spgnn.sampling_dist import FeatureFetcher, RowBlocks, make_distributed_sampler
-from spgnn.trainer import TrainConfig
+from spgnn.graph.graph import edges_to_adj, gcn_norm, mean_norm
+from spgnn.hashing import mix_key
+from spgnn.sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
+from spgnn.sampling.sampler import LayerSampler, NodeSampler, make_sampler, parse_sampler
+from spgnn.train.minibatch import MinibatchTrainer, check_options, epoch_batches
 from tests.graphs import small_graph
 
 GRAPHS = {"sym": small_graph(n=80, seed=1), "dir": small_graph(n=80, seed=2, directed=True)}
@@ -330,13 +330,13 @@ def test_split_graph_sampling_and_features(P):
 
 
 def test_block_product_and_its_gradient():
-    """BlockSpMM: Z = B·H and ∂H = Bᵀ·G equal the dense products (B rectangular, as a sampled block is)."""
-    from spgnn.minibatch import BlockSpMM
+    """LocalSpMM: Z = B·H and ∂H = Bᵀ·G equal the dense products (B rectangular, as a sampled block is)."""
+    from spgnn.spmm.local import LocalSpMM
 
     b = sp.random(7, 11, 0.3, format="csr", random_state=1, dtype=np.float32)
     h = torch.randn(11, 5, requires_grad=True)
     g = torch.randn(7, 5)
-    BlockSpMM(b, Comm(0, 1)).spmm(h).backward(g)
+    LocalSpMM(b, Comm(0, 1)).spmm(h).backward(g)
     dense = torch.as_tensor(b.toarray())
-    np.testing.assert_allclose(BlockSpMM(b, Comm(0, 1)).spmm(h).detach(), (dense @ h).detach(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(LocalSpMM(b, Comm(0, 1)).spmm(h).detach(), (dense @ h).detach(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(h.grad, dense.T @ g, rtol=1e-5, atol=1e-6)

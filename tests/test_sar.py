@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from spgnn.comm import Comm
-from spgnn.graph import Graph, add_self_loops, edges_to_adj
-from spgnn.grid import ProcessGrid
-from spgnn.launch import run_local
-from spgnn.partition import Partition
+from spgnn.comm.comm import Comm
+from spgnn.comm.grid import ProcessGrid
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.graph.graph import Graph, add_self_loops, edges_to_adj
+from spgnn.partition.partition import Partition
 from spgnn.spmm.sar import SAR
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 from tests.reference_model import assert_close, reference_grads
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import spgnn.spmm as algorithms
-from spgnn.graph import gcn_norm, mean_norm
-from spgnn.grid import ProcessGrid
-from spgnn.launch import run_local
-from spgnn.partition import Partition, make_parts
+from spgnn.comm.grid import ProcessGrid
+from spgnn.comm.launch import run_local
+from spgnn.graph.graph import gcn_norm, mean_norm
+from spgnn.partition.partition import Partition, make_parts
 from tests.graphs import small_graph
 
 F, W = 5, 4          # feature width, bytes a word
@@ -29,7 +29,7 @@ def _cases(P):
             for method in ("block", "random"):
                 for algo, c in ALGOS:
                     if P % max(c, 1) == 0:
-                        shape = algorithms.get(algo).grid_shape(P, c)
+                        shape = algorithms.get(algo).grid_for(P, replication=c)
                         yield gname, norm(g.adj), make_parts(method, g.adj, shape[0], seed=7), algo, shape
 
 

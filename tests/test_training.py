@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from spgnn.launch import run_local
-from spgnn.trainer import TrainConfig, Trainer
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 from tests.reference_model import assert_close, reference_grads
 

@@ -1,26 +1,13 @@
-"""Distributed SpMM algorithms, by the name ``--algo`` takes."""
+"""Distributed SpMM algorithms, by the name ``--algo`` takes: the interface (`DistSpMM`), the registry
+(`register`, entry-point group ``spgnn.algorithms``) and the built-in algorithms, which register themselves:
+``1d`` and ``1.5d`` (`oned`), ``1d-halo`` (`halo`), ``2d`` and ``3d`` (`summa`), ``sar`` (`sar`)."""
 
-from ..errors import SpgnnError
-from .base import DistSpMM
-from .oned import OneDHalo
-from .onefive import OneD, OneFiveD
-from .sar import SAR
-from .summa import SUMMA, SUMMA2D
+from . import halo, oned, sar, summa  # noqa: F401  (built-ins register themselves, in this order)
+from .base import Block, DistSpMM, RowLayout
+from .registry import ALGORITHMS, Option, attention_algorithms, declaring, get, options, register
+from .registry import load_entry_points as _load_entry_points
 
-ALGORITHMS = {cls.name: cls for cls in (OneD, OneDHalo, OneFiveD, SUMMA2D, SUMMA, SAR)}
+_load_entry_points()
 
-
-def get(name: str) -> type[DistSpMM]:
-    """The algorithm class registered as `name`."""
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise SpgnnError(f"unknown algorithm {name!r}: choose one of {', '.join(ALGORITHMS)}") from None
-
-
-def attention_algorithms() -> list[str]:
-    """The algorithms that implement `DistSpMM.attend` (and so run GAT)."""
-    return [name for name, cls in ALGORITHMS.items() if cls.attend is not DistSpMM.attend]
-
-
-__all__ = ["ALGORITHMS", "DistSpMM", "attention_algorithms", "get"]
+__all__ = ["ALGORITHMS", "Block", "DistSpMM", "Option", "RowLayout", "attention_algorithms", "declaring", "get",
+           "options", "register"]

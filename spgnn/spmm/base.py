@@ -11,16 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from .. import attention, autograd_comm
-from ..comm import Comm, Group
+from ..comm import autograd as autograd_comm
+from ..comm.comm import Comm, Group
+from ..comm.grid import ProcessGrid
+from ..comm.halo import Halo
 from ..errors import SpgnnError
-from ..grid import ProcessGrid
-from ..halo import Halo
-from ..partition import Partition
+from ..partition.partition import Partition
+from ..sparse import attention
+from . import registry
 
 
 @dataclass
@@ -47,43 +48,21 @@ class Block:
                    share.info.symmetric and norm != "mean", halo)
 
 
-def exchange_blocks(comm: Comm, group: Group, send: dict, recv_shape) -> dict:
-    """Sparse blocks between group members: `send[j]` (scipy sparse) goes to member j; returns {i: CSR block
-    from member i} for every member (i's own `send[i]` kept local; an empty block where i sent none), shaped
-    `recv_shape(i)`. Two all-to-alls: the nonzero counts (int64), then (row, column, value bits) as int32
-    triples, 12 bytes a nonzero, values unchanged. A group of one moves nothing."""
-    g, me = group.size, group.ranks.index(comm.rank)
-    coo = {j: sp.coo_matrix(m) for j, m in send.items()}
-    counts = np.array([coo[j].nnz if j in coo and j != me else 0 for j in range(g)], np.int64)
-    if g > 1:
-        recv = comm.all_to_all_v(torch.from_numpy(counts), [1] * g, [1] * g, group).numpy()
-        parts = [np.stack([coo[j].row, coo[j].col, coo[j].data.astype(np.float32).view(np.int32)], 1)
-                 for j in range(g) if counts[j]]
-        buf = np.concatenate(parts).astype(np.int32) if parts else np.zeros((0, 3), np.int32)
-        got = comm.all_to_all_v(torch.from_numpy(buf), counts, recv, group).numpy()
-    out, start = {}, 0
-    for i in range(g):
-        if i == me:
-            out[i] = sp.csr_matrix(coo[i] if i in coo else recv_shape(i), dtype=np.float32)
-            continue
-        t = got[start:start + recv[i]]
-        start += recv[i]
-        out[i] = sp.csr_matrix((t[:, 2].copy().view(np.float32), (t[:, 0], t[:, 1])), shape=recv_shape(i))
-    return out
-
-
-def exchange_cost(group: str, g: int, me: int, sent: np.ndarray, recv: np.ndarray) -> list:
-    """`exchange_blocks`'s calls given the nonzeros `sent[j]` to and `recv[j]` from each member j."""
-    if g == 1:
-        return []
-    others = np.arange(g) != me
-    return [("all_to_all", group, (g - 1) * 8, (g - 1) * 8, g - 1),
-            ("all_to_all", group, 12 * sent[others].sum(), 12 * recv[others].sum(), np.count_nonzero(sent[others]))]
-
-
 class RowLayout:
     """The layout hooks of a rank holding whole rows of H (every column): the defaults of every algorithm
-    but 2D/3D, which split the columns too (`spgnn.spmm.summa`)."""
+    but 2D/3D, which split the columns too (`spgnn.spmm.summa`). Needs `comm` and `device`."""
+
+    device = "cpu"
+
+    def scatter(self, x) -> torch.Tensor:
+        """This rank's block of an n×f dense input given as its part's rows x (n_p×f, numpy or tensor): the
+        columns it holds (`columns`), contiguous, on its device."""
+        x = torch.as_tensor(x)
+        return x[:, self.columns(x.shape[1])].contiguous().to(self.device)
+
+    def layer(self, i: int):
+        """Context in which the collectives are layer i's in the ledger (the phase unchanged)."""
+        return self.comm.at_layer(i)
 
     def columns(self, f: int) -> slice:
         """The columns of an n×f dense matrix that this rank holds."""
@@ -107,18 +86,41 @@ class DistSpMM(RowLayout):
     blocks, without autograd) and may override the layout hooks."""
 
     name = ""
+    summary = ""                # what it does, in a phrase (``spgnn train --help``)
+    options: tuple = ()         # its `Option`s: TrainConfig fields and ``spgnn train`` flags
     grid_names: tuple = ("part",)
     whole_rows = True           # each rank holds whole rows of H (False: split by columns too)
+    attention = False           # implements `attend` (runs GAT)
 
     @classmethod
-    def grid_shape(cls, P: int, replication: int = 0, grid: tuple | None = None) -> tuple:
-        """The grid shape this algorithm runs on for P processes. `replication` 0 and `grid` None mean
-        the algorithm's default. Raises SpgnnError for options it cannot honour."""
-        if replication not in (0, 1):
-            raise SpgnnError(f"--replication {replication} applies to --algo 1.5d only")
-        if grid is not None:
-            raise SpgnnError(f"--grid applies to --algo 2d and 3d, not {cls.name}")
+    def grid_shape(cls, P: int, **shape_options) -> tuple:
+        """The grid shape this algorithm runs on for P processes, given the values of its options that choose
+        the shape (`Option.shapes`; a default means the algorithm's default shape). Raises SpgnnError for
+        values it cannot honour."""
         return (P,)
+
+    @classmethod
+    def grid_for(cls, P: int, **values) -> tuple:
+        """`grid_shape` for P processes from option values of any algorithm (a config's): another algorithm's
+        option set to a value other than its default or an inert one is an error that names who takes it."""
+        mine = {o.name for o in cls.options}
+        for o in registry.options().values():
+            v = values.get(o.name, o.default)
+            if o.name not in mine and v != o.default and v not in o.inert:
+                raise SpgnnError(f"{o.flag} {v} applies to --algo {' and '.join(registry.declaring(o.name))}, "
+                                 f"not {cls.name}")
+        return cls.grid_shape(P, **{o.name: values.get(o.name, o.default) for o in cls.options if o.shapes})
+
+    @classmethod
+    def candidates(cls, P: int) -> list[dict]:
+        """The values of its shape options that ``--algo auto`` compares on P processes (each a dict)."""
+        return [{}]
+
+    @classmethod
+    def constructor_options(cls, values) -> dict:
+        """The constructor's keyword options (those not choosing the shape) from a config or a dict."""
+        get = values.get if isinstance(values, dict) else lambda k, d: getattr(values, k, d)
+        return {o.name: get(o.name, o.default) for o in cls.options if not o.shapes}
 
     @classmethod
     def num_parts(cls, shape: tuple) -> int:
@@ -160,8 +162,8 @@ class DistSpMM(RowLayout):
     def from_matrix(cls, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
         """The algorithm on a global n×n matrix `adj` given whole (already normalised, original ids): each rank
         slices its block row, then sets up by communication as from a share (for tests and small graphs)."""
-        from ..graph import is_symmetric
-        from ..share import block_row
+        from ..graph.graph import is_symmetric
+        from ..partition.share import block_row
 
         part = cls.part_of(grid.shape, grid.coord)
         a = block_row(adj, partition, part)
@@ -237,21 +239,14 @@ class DistSpMM(RowLayout):
     def attend(self, v: torch.Tensor, s_src: torch.Tensor, s_dst: torch.Tensor, slope: float,
                dropout: float = 0.0, key: int = 0) -> torch.Tensor:
         """out_i = Σ_{j→i} softmax_j(LeakyReLU(s_src[j] + s_dst[i]))·V_j over the in-edges of A's pattern
-        (`spgnn.attention`), for the local rows: v (n_i×H×F), s_src and s_dst (n_i×H) → n_i×H×F;
+        (`spgnn.sparse.attention`), for the local rows: v (n_i×H×F), s_src and s_dst (n_i×H) → n_i×H×F;
         differentiable in all three. `dropout`, `key`: attention dropout drawn by `attention.edge_mask`."""
-        from . import attention_algorithms
-
         raise SpgnnError(f"--algo {self.name} does not support attention (GAT): use "
-                         f"{' or '.join(attention_algorithms())}")
+                         f"{' or '.join(registry.attention_algorithms())}")
 
     def _edge_mask(self, rows, col_ids, heads: int, p: float, key: int, dtype):
         """Attention dropout mask of local-row edges rows ← col_ids (original node ids of the columns)."""
         return attention.edge_mask(self.node_ids[rows], col_ids, self.n, heads, p, key, dtype)
-
-    @classmethod
-    def options(cls, cfg) -> dict:
-        """Constructor keyword options this algorithm takes from a run's TrainConfig."""
-        return {}
 
     def _forward(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

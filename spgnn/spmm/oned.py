@@ -1,89 +1,131 @@
-"""Sparsity-aware 1D: rank i owns block row i of A (the in-edges of its nodes) and rows H_i of H.
+"""CAGNET's broadcast algorithms, 1D (`OneD`) and 1.5D (`OneFiveD`): P processes as a (P/c)×c grid; block row q
+of A and of H is replicated on the c members of team q (grid row q). 1D is the case c = 1.
 
-``1d-halo``: rank i receives from each j only the rows R_ij of H_j that A_ij touches
-(one all-to-all) and computes Z_i = [A_ii A_i,halo]·[H_i; H_halo]. The backward computes
-[A_ii A_i,halo]ᵀ·G_i locally and returns the halo rows' share to their owners, who add it in: the
-forward's exchange reversed. Per SpMM rank i receives Σ_{j≠i} |R_ij|·f words forward and sends them back
-in the backward. For a symmetric Â (GCN on an undirected graph) the backward is the forward applied to G
-instead (Âᵀ = Â): the same words, no transpose of the block kept.
+Replica k of team q computes the partial sum Σ_{j ∈ S_k} A_qj·H_j over its share S_k = {j : j mod c = k}
+of the P/c column blocks, H_j broadcast by team j's replica k along grid column k ("block" group, P/c
+members), one block live at a time; the team then all-reduces its partials ("replica" group, c members),
+so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of
+width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves a ring all-reduce of
+n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-import torch
 
-from .. import attention, autograd_comm, kernels
+from ..comm.comm import ring_words
+from ..comm.exchange import exchange_blocks, exchange_cost
+from ..errors import SpgnnError
+from ..sparse import kernels
+from ..sparse.csr import CSR, column_blocks, csr_bytes
 from .base import DistSpMM
+from .grids import divisors
+from .registry import Option, register
 
 
-def column_blocks(m, offsets, which=None) -> dict:
-    """{j: M[:, offsets[j]:offsets[j+1]] as a local CSR block} for each part j in `which` (default all)."""
-    which = range(len(offsets) - 1) if which is None else which
-    return {j: kernels.CSR.from_scipy(m[:, offsets[j]:offsets[j + 1]]) for j in which}
+@register
+class OneD(DistSpMM):
+    """CAGNET's 1D SpMM: P broadcast stages, one block of H live at a time. The schedule is written for a
+    (P/c)×c grid, of which 1D is c = 1 and `OneFiveD` the rest."""
 
+    name = "1d"
+    summary = "broadcasts whole blocks of H (CAGNET)"
+    grid_names = ("block", "replica")
 
-def csr_bytes(blocks) -> int:
-    """Bytes of local CSR blocks and of the transposes cached on them."""
-    return sum(b.nbytes + (b._cache["T"].nbytes if "T" in b._cache else 0) for b in blocks if b is not None)
-
-
-class OneDHalo(DistSpMM):
-    """Sparsity-aware 1D SpMM: one all-to-all of the H rows each block actually touches."""
-
-    name = "1d-halo"
-    uses_halo = True
+    @classmethod
+    def grid_shape(cls, P: int) -> tuple:
+        return (P, 1)
 
     def __init__(self, block, comm, grid, device="cpu"):
         super().__init__(block, comm, grid, device)
-        self.halo, a, n_i = block.halo, block.a, self.rows.stop - self.rows.start
-        self.a = kernels.CSR(a.indptr, self.halo.local_columns(a.indices), a.data, (n_i, n_i + self.halo.size))
-        self._col_ids, self.symmetric = None, block.symmetric
+        self.team, self.column = grid.group("replica"), grid.group("block")
+        teams, c = grid.shape
+        k, q, off = grid.coord[1], self.part, self.offsets
+        self.share = [j for j in range(teams) if j % c == k]
+        self.blocks = column_blocks(block.a, off, self.share)
+        # Block row q of Aᵀ: for a symmetric A (GCN on an undirected graph) A's own; else A_jqᵀ comes from
+        # team j's replica k for each j in the share, in one exchange along the grid column.
+        if block.symmetric:
+            self.blocks_t = self.blocks
+        else:
+            send = {j: block.a[:, off[j]:off[j + 1]].T for j in range(teams)} if q % c == k else {}
+            got = exchange_blocks(comm, self.column, send, lambda j: (self.sizes[q], self.sizes[j]))
+            self.blocks_t = {j: CSR.from_scipy(got[j]) for j in self.share}
+
+    rows_group_name = "block"
+    parts_group = "block"
 
     def graph_bytes(self):
-        return csr_bytes([self.a]) + self.halo.nbytes
+        return csr_bytes(self.blocks.values()) + (csr_bytes(self.blocks_t.values()) if self.blocks_t is not self.blocks
+                                                  else 0)
 
-    @property
-    def col_ids(self) -> np.ndarray:
-        """Original node ids of the local columns [own rows | halo rows], fetched once (phase setup)."""
-        if self._col_ids is None:
-            with self.comm.phase("setup"):
-                self._col_ids = np.concatenate([self.node_ids, self.halo.fetch(self.node_ids)])
-        return self._col_ids
+    @classmethod
+    def setup_cost(cls, stats, shape, rank):
+        """Directed A: team j's replica k sends A_jqᵀ to team q for every j in replica k's share."""
+        teams, c = shape
+        q, k = divmod(rank, c)
+        if stats.symmetric:
+            return []
+        N = stats.block_nnz
+        sent = N[q] if q % c == k else np.zeros(teams, np.int64)
+        recv = np.array([N[j, q] if j % c == k else 0 for j in range(teams)])
+        return exchange_cost("block", teams, q, sent, recv)
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
-        R = stats.halo                        # R[i, j] = |R_ij|: rows of part j that block row i needs
-        need, give = R[rank], R[:, rank]
-        forward = [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))]
-        return {"forward": forward, "backward": forward if stats.symmetric else
-                [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
+        teams, c = shape
+        q, k = divmod(rank, c)
+        rows = stats.sizes * f * 4                                 # bytes of each block of H
+        calls = [("broadcast", "block", rows[q] * (teams - 1), 0, teams - 1) if j == q else
+                 ("broadcast", "block", 0, rows[j], 0) for j in range(k, teams, c)]
+        if c > 1:
+            b = ring_words(int(stats.sizes[q]) * f, c, k) * 4
+            calls.append(("all_reduce", "replica", b, b, 2 * (c - 1)))
+        return {"forward": calls, "backward": calls}
 
-    def _with_halo(self, h):
-        """[H_i; H_halo]: the local rows and the remote rows A_i touches, in the order of a's columns."""
-        return torch.cat([h, self.halo.gather(h)])
-
-    def _fold_halo(self, gx):
-        """The reverse of `_with_halo`: halo rows' gradients returned to their owners and added in."""
-        n_i = self.rows.stop - self.rows.start
-        return self.halo.scatter_add(gx[n_i:], gx[:n_i])
+    def _stages(self, blocks, h):
+        z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))
+        for j in self.share:
+            buf = h if j == self.part else h.new_empty((int(self.sizes[j]), h.shape[1]))
+            self.comm.broadcast(buf, self.column.ranks[j], self.column)
+            if blocks[j].nnz:
+                kernels.spmm(blocks[j], buf, out=z, accumulate=True)
+        return self.comm.all_reduce(z, self.team) if self.team.size > 1 else z
 
     def _forward(self, h):
-        return kernels.spmm(self.a, self._with_halo(h))
+        return self._stages(self.blocks, h)
 
     def _backward(self, g):
-        if self.symmetric:                     # Âᵀ·G = Â·G: the forward on G, no transpose kept
-            return self._forward(g)
-        return self._fold_halo(kernels.spmm(self.a.T, g))
+        return self._stages(self.blocks_t, g)
 
-    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
-        """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows:
-        the halo rows and the edges×heads coefficients stay saved for the backward."""
-        n_i, heads, f = v.shape
-        rows = torch.as_tensor(np.repeat(np.arange(n_i), np.diff(self.a.indptr)))
-        cols = torch.as_tensor(self.a.indices, dtype=torch.int64)
-        x = autograd_comm.linear_map(torch.cat([v.reshape(n_i, -1), s_src], 1), self.comm, self._with_halo,
-                                     lambda g: self._fold_halo(g.clone()))
-        mask = self._edge_mask(rows.numpy(), self.col_ids[cols.numpy()], heads, dropout, key, v.dtype) \
-            if dropout > 0 else None
-        return attention.attend(rows, cols, x[:, :-heads].view(-1, heads, f), x[:, -heads:], s_dst, slope, mask)
+
+@register
+class OneFiveD(OneD):
+    """CAGNET's 1.5D SpMM with replication factor c (``--replication``, default the divisor of P nearest √P)."""
+
+    name = "1.5d"
+    summary = "replicates block rows c times to cut the broadcast volume by c"
+    options = (Option("replication", int, 0, "1.5d: replication factor c, dividing the number of processes (0: "
+                      "the divisor nearest its square root); --sampler --split-graph: each of the P/c row blocks of "
+                      "the graph is held by c processes (0: 1)", shapes=True, valid=lambda c: c >= 0,
+                      must="non-negative", inert=(1,)),)
+
+    @classmethod
+    def grid_shape(cls, P: int, replication: int = 0) -> tuple:
+        c = replication or _default_replication(P)
+        if P % c:
+            raise SpgnnError(f"--replication {c} must divide the number of processes {P}")
+        return (P // c, c)
+
+    @classmethod
+    def candidates(cls, P: int) -> list[dict]:
+        """Each c > 1 dividing P with c² ≤ P (beyond, a replica has less than one broadcast stage: CAGNET's
+        range)."""
+        return [{"replication": c} for c in divisors(P) if 2 <= c and c * c <= P]
+
+
+def _default_replication(P: int) -> int:
+    """The divisor of P nearest √P (CAGNET's best c), the smaller one on a tie."""
+    return min(divisors(P), key=lambda c: (abs(c - math.sqrt(P)), c))

@@ -27,8 +27,10 @@ from collections import deque
 import numpy as np
 import torch
 
-from .. import attention, kernels
-from .oned import OneDHalo, csr_bytes
+from ..sparse import attention, kernels
+from ..sparse.csr import CSR, csr_bytes, row_ids
+from .halo import OneDHalo
+from .registry import Option, register
 
 
 def _peers(me: int, r: int, P: int, reverse: bool) -> tuple[int, int]:
@@ -37,15 +39,20 @@ def _peers(me: int, r: int, P: int, reverse: bool) -> tuple[int, int]:
     return ((me - r) % P, (me + r) % P) if reverse else ((me + r) % P, (me - r) % P)
 
 
+@register
 class SAR(OneDHalo):
     """Sequential aggregation over the shards A_ij in a ring; rematerializing backward for attention."""
 
     name = "sar"
+    summary = ("aggregates shard by shard in a ring and keeps nothing remote for the backward (memory per rank "
+               "falls as 1/P)")
+    options = (Option("prefetch", int, 1, "sar: ring rounds fetched ahead of the one computed", valid=lambda k: k >= 0,
+                      must="non-negative"),)
 
-    def __init__(self, block, comm, grid, device="cpu", depth: int = 1):
+    def __init__(self, block, comm, grid, device="cpu", prefetch: int = 1):
         super().__init__(block, comm, grid, device)
         self.group = self.halo.group
-        self.depth, self.P = max(0, int(depth)), self.group.size
+        self.depth, self.P = max(0, int(prefetch)), self.group.size
         self.me = self.group.ranks.index(comm.rank)
         self.recv_rows, self.send_rows, self.send_idx = self.halo.recv_rows, self.halo.send_rows, self.halo.send_idx
         n_i = self.rows.stop - self.rows.start
@@ -53,17 +60,13 @@ class SAR(OneDHalo):
         self.lo, self.hi = halo[:-1].copy(), halo[1:].copy()
         self.lo[self.me], self.hi[self.me] = 0, n_i                      # shard i: the local columns
         a = self.a.to_scipy()
-        self.shards = [kernels.CSR.from_scipy(a[:, self.lo[j]:self.hi[j]], a.dtype) for j in range(self.P)]
+        self.shards = [CSR.from_scipy(a[:, self.lo[j]:self.hi[j]], a.dtype) for j in range(self.P)]
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
         self.a = None                                              # the shards replace 1d-halo's block
 
     def graph_bytes(self):
         return csr_bytes(self.shards) + self.halo.nbytes
-
-    @classmethod
-    def options(cls, cfg) -> dict:
-        return {"depth": cfg.prefetch}
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
@@ -128,7 +131,7 @@ class SAR(OneDHalo):
         """Shard j's edges (rows, cols) as int64 tensors and its attention dropout mask (or None)."""
         if j not in self._coo:
             a = self.shards[j]
-            self._coo[j] = (torch.as_tensor(np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))),
+            self._coo[j] = (torch.as_tensor(row_ids(a.indptr)),
                             torch.as_tensor(a.indices, dtype=torch.int64))
         rows, cols = self._coo[j]
         mask = self._edge_mask(rows.numpy(), self.col_ids[self.lo[j]:self.hi[j]][cols.numpy()], heads, dropout, key,

@@ -23,8 +23,8 @@ The dense operations work on column blocks: H·W multiplies by W's rows of block
 the n_p×f_out partial over the grid row (its backward all-gathers dY there); log-softmax all-gathers each
 block's row-wise log-sum-exp along the grid row; argmax all-gathers each block's (max, column). A row's
 loss and accuracy are counted by the rank holding its label's column, and parameter gradients are
-summed over all ranks. Grid dimensions are named by what varies along them: group "cols" is the grid
-row (i, ·, l), "rows" the grid column (·, j, l), "fiber" (i, j, ·).
+summed over all ranks. Grid dimensions are named by what varies along them: group "row" is the grid
+row (i, ·, l), "column" the grid column (·, j, l), "fiber" (i, j, ·).
 """
 
 from __future__ import annotations
@@ -36,10 +36,15 @@ import scipy.sparse as sp
 import torch
 import torch.nn.functional as F
 
-from .. import autograd_comm, kernels
+from ..comm import autograd as autograd_comm
+from ..comm.exchange import exchange_blocks, exchange_cost
+from ..comm.halo import owner
 from ..errors import SpgnnError
-from ..halo import owner
-from .base import DistSpMM, exchange_blocks, exchange_cost
+from ..sparse import kernels
+from ..sparse.csr import CSR, row_ids
+from .base import DistSpMM
+from .grids import divisors, format_grid, parse_grid
+from .registry import Option, register
 
 
 def column_sizes(f: int, C: int) -> list[int]:
@@ -53,15 +58,11 @@ def column_slice(f: int, C: int, j: int) -> slice:
     return slice(start, start + column_sizes(f, C)[j])
 
 
-def parse_grid(text: str) -> tuple[int, ...]:
-    """"4x2" → (4, 2); raises SpgnnError for anything but positive integers joined by x."""
+def _is_grid(text) -> bool:
     try:
-        shape = tuple(int(s) for s in text.lower().split("x"))
-    except ValueError:
-        shape = ()
-    if not shape or min(shape) < 1:
-        raise SpgnnError(f"--grid must be positive integers joined by x (as 4x2 or 2x2x2), got {text!r}")
-    return shape
+        return bool(parse_grid(text))
+    except SpgnnError:
+        return False
 
 
 def _wire_bytes(rows: int, nnz: int) -> int:
@@ -70,22 +71,22 @@ def _wire_bytes(rows: int, nnz: int) -> int:
     return 4 * min(rows + 1 + 2 * nnz, 3 * nnz)
 
 
-def _pack(a: kernels.CSR) -> torch.Tensor:
+def _pack(a: CSR) -> torch.Tensor:
     """A block as one int32 buffer: [indptr or row of each nonzero | column indices | values' float32 bits]."""
     if a.nnz >= 2**31:
         raise SpgnnError(f"a block of A has {a.nnz} nonzeros, beyond int32 indices: use more grid rows")
     m = a.shape[0]
-    rows = a.indptr if m + 1 + 2 * a.nnz <= 3 * a.nnz else np.repeat(np.arange(m), np.diff(a.indptr))
+    rows = a.indptr if m + 1 + 2 * a.nnz <= 3 * a.nnz else row_ids(a.indptr)
     return torch.from_numpy(np.concatenate([rows.astype(np.int32), a.indices.astype(np.int32),
                                             a.data.astype(np.float32).view(np.int32)]))
 
 
-def _unpack(buf: torch.Tensor, shape: tuple, nnz: int) -> kernels.CSR:
+def _unpack(buf: torch.Tensor, shape: tuple, nnz: int) -> CSR:
     """The inverse of `_pack` for a block of `shape` with `nnz` nonzeros."""
     b = buf.numpy()
     w = b.size - 2 * nnz
     rows = b[:w] if w == shape[0] + 1 else np.concatenate([[0], np.cumsum(np.bincount(b[:w], minlength=shape[0]))])
-    return kernels.CSR(rows, b[w:w + nnz], b[w + nnz:].view(np.float32), shape, check=False)
+    return CSR(rows, b[w:w + nnz], b[w + nnz:].view(np.float32), shape, check=False)
 
 
 def _broadcast(group: str, b: int, g: int, root: bool) -> tuple:
@@ -93,34 +94,34 @@ def _broadcast(group: str, b: int, g: int, root: bool) -> tuple:
 
 
 class SUMMA(DistSpMM):
-    """3D SpMM on an R×C×L grid (``--grid RxCxL``); `SUMMA2D` is its L = 1 case."""
+    """SUMMA on an R×C×L grid: the schedule of `SUMMA2D` (L = 1) and `SUMMA3D`, which differ in the grid they
+    take (``--grid RxC`` or ``RxCxL``), their default and the grids ``--algo auto`` tries."""
 
-    name = "3d"
-    grid_names = ("rows", "cols", "fiber")
+    options = (Option("grid", str, None, "2d: RxC, 3d: RxCxL, any shape whose product is the number of processes "
+                      "(default: the most square or cubic one)", shapes=True, valid=_is_grid,
+                      must="positive integers joined by x (as 4x2 or 2x2x2)"),)
+    grid_names = ("column", "row", "fiber")
     rows_group_name = "world"
     whole_rows = False
     dims = 3
 
     @classmethod
-    def grid_shape(cls, P, replication=0, grid=None):
-        if replication not in (0, 1):
-            raise SpgnnError(f"--replication {replication} applies to --algo 1.5d only (2d and 3d take --grid)")
+    def grid_shape(cls, P, grid=None):
         if grid is None:
             return cls.default_shape(P)
-        grid = tuple(int(g) for g in grid)
+        grid = parse_grid(grid)
         letters = "x".join("RCL"[:cls.dims])
         if len(grid) != cls.dims:
-            raise SpgnnError(f"--algo {cls.name} takes --grid {letters}, got {'x'.join(map(str, grid))}")
-        if min(grid) < 1 or math.prod(grid) != P:
-            raise SpgnnError(f"--grid {'x'.join(map(str, grid))} has {math.prod(grid)} processes but the job has "
+            raise SpgnnError(f"--algo {cls.name} takes --grid {letters}, got {format_grid(grid)}")
+        if math.prod(grid) != P:
+            raise SpgnnError(f"--grid {format_grid(grid)} has {math.prod(grid)} processes but the job has "
                              f"{P}: choose {letters} with product {P}")
         return grid + (1,) * (3 - cls.dims)
 
     @classmethod
     def default_shape(cls, P: int) -> tuple:
         """The most cube-like R×C×L with product P, a deeper fiber and then more rows on a tie."""
-        shapes = [(r, c, P // (r * c)) for r in range(1, P + 1) if P % r == 0
-                  for c in range(1, P // r + 1) if (P // r) % c == 0]
+        shapes = [(r, c, P // (r * c)) for r in divisors(P) for c in divisors(P // r)]
         return min(shapes, key=lambda s: (max(s) - min(s), -s[2], -s[0]))
 
     @classmethod
@@ -133,7 +134,7 @@ class SUMMA(DistSpMM):
 
     @classmethod
     def planes(cls):
-        return {"parts": ("rows", "fiber")}
+        return {"parts": ("column", "fiber")}
 
     parts_group = "parts"       # the ranks (·, j, ·): member i·L + l holds part (i, l)
 
@@ -141,7 +142,7 @@ class SUMMA(DistSpMM):
         super().__init__(block, comm, grid, device)
         R, C, L = grid.shape
         self.i, self.j, self.l = grid.coord
-        self.grid_row, self.grid_col, self.fiber = grid.group("cols"), grid.group("rows"), grid.group("fiber")
+        self.grid_row, self.grid_col, self.fiber = grid.group("row"), grid.group("column"), grid.group("fiber")
         offsets, n = self.offsets, self.n
         if n >= 2**31:
             raise SpgnnError(f"--algo {self.name} ships blocks of A with int32 ids: the graph has {n} nodes, more "
@@ -184,7 +185,7 @@ class SUMMA(DistSpMM):
         """(nnz of every block k of the row block, all-gathered along the grid row when C > 1; {k: (CSR, wire
         buffer)} for the blocks k ≡ j this rank holds). `rows`: the row block (columns by new id) or {k: block}."""
         R, C, _ = self.grid.shape
-        mine = {k: kernels.CSR.from_scipy(rows[k] if isinstance(rows, dict) else rows[:, self.inner[k]])
+        mine = {k: CSR.from_scipy(rows[k] if isinstance(rows, dict) else rows[:, self.inner[k]])
                 for k in self.mine}
         if C == 1:
             return None, {k: (a, None) for k, a in mine.items()}
@@ -197,7 +198,7 @@ class SUMMA(DistSpMM):
         return sum(a.nbytes + (buf.numel() * 4 if buf is not None else 0) for _, blocks in held
                    for a, buf in blocks.values())
 
-    def _block(self, blocks, k: int) -> kernels.CSR:
+    def _block(self, blocks, k: int) -> CSR:
         """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder."""
         nnz, mine = blocks
         C = self.grid.shape[1]
@@ -286,9 +287,9 @@ class SUMMA(DistSpMM):
                 p = k * L + l
                 if C > 1:
                     b = _wire_bytes(m, nnz[i * L:(i + 1) * L, p].sum())
-                    calls += [_broadcast("cols", b, C, k % C == j)] if b else []
+                    calls += [_broadcast("row", b, C, k % C == j)] if b else []
                 if R > 1 and sizes[p] * fj:
-                    calls.append(_broadcast("rows", 4 * sizes[p] * fj, R, k == i))
+                    calls.append(_broadcast("column", 4 * sizes[p] * fj, R, k == i))
             if L > 1 and m * fj:
                 part = sizes[i * L:(i + 1) * L]
                 calls.append(("reduce_scatter", "fiber", 4 * fj * (part.sum() - part[l]), 4 * fj * (L - 1) * part[l],
@@ -306,7 +307,7 @@ class SUMMA(DistSpMM):
         N, mine = stats.block_nnz, [k * L for k in range(R) if k % C == j]
         calls = exchange_cost("fiber", L, l, np.array([N[i * L + l, [m + x for m in mine]].sum() for x in range(L)]),
                               np.array([N[i * L + x, [m + l for m in mine]].sum() for x in range(L)]))
-        nnz_gather = [("all_gather", "cols", 8 * R * (C - 1), 8 * R * (C - 1), C - 1)] if C > 1 else []
+        nnz_gather = [("all_gather", "row", 8 * R * (C - 1), 8 * R * (C - 1), C - 1)] if C > 1 else []
         calls += nnz_gather
         if not stats.symmetric:
             def to_row_block(p, r):           # nonzeros of A[part p, row block r]
@@ -314,7 +315,7 @@ class SUMMA(DistSpMM):
 
             sent = np.array([to_row_block(i * L + l, r) if i % C == j else 0 for r in range(R)])
             recv = np.array([to_row_block(k * L + l, i) if k % C == j else 0 for k in range(R)])
-            calls += exchange_cost("rows", R, i, sent, recv) + nnz_gather
+            calls += exchange_cost("column", R, i, sent, recv) + nnz_gather
         return calls
 
     @classmethod
@@ -326,25 +327,46 @@ class SUMMA(DistSpMM):
             return {"forward": [], "backward": []}
         if op == "linear":
             fo = column_sizes(f_out, C)[j]
-            return {"forward": [("reduce_scatter", "cols", 4 * n * (f_out - fo), 4 * n * (C - 1) * fo, C - 1)],
-                    "backward": [("all_gather", "cols", 4 * n * fo * (C - 1), 4 * n * (f_out - fo),
+            return {"forward": [("reduce_scatter", "row", 4 * n * (f_out - fo), 4 * n * (C - 1) * fo, C - 1)],
+                    "backward": [("all_gather", "row", 4 * n * fo * (C - 1), 4 * n * (f_out - fo),
                                   C - 1 if fo else 0)]}
         b, msgs = 4 * n * (C - 1), C - 1
         if op == "log_softmax":
-            return {"forward": [("all_gather", "cols", b, b, msgs)],
-                    "backward": [("reduce_scatter", "cols", b, b, msgs)]}
+            return {"forward": [("all_gather", "row", b, b, msgs)],
+                    "backward": [("reduce_scatter", "row", b, b, msgs)]}
         if op == "argmax":
-            return {"forward": [("all_gather", "cols", 4 * b, 4 * b, msgs)], "backward": []}
+            return {"forward": [("all_gather", "row", 4 * b, 4 * b, msgs)], "backward": []}
         raise ValueError(f"unknown dense operation {op!r}")
 
 
+@register
 class SUMMA2D(SUMMA):
     """CAGNET's 2D SpMM on an R×C grid (``--grid RxC``, any R·C = P): `SUMMA` with L = 1."""
 
     name = "2d"
+    summary = "splits H by rows and feature columns and broadcasts blocks of A and H (SUMMA)"
     dims = 2
 
     @classmethod
     def default_shape(cls, P):
-        C = max(c for c in range(1, math.isqrt(P) + 1) if P % c == 0)
+        C = max(c for c in divisors(P) if c * c <= P)
         return (P // C, C, 1)
+
+    @classmethod
+    def candidates(cls, P):
+        """Every R×C with R ≥ C ≥ 2 (C = 1 is 1D)."""
+        return [{"grid": format_grid((P // c, c))} for c in divisors(P) if 2 <= c <= P // c]
+
+
+@register
+class SUMMA3D(SUMMA):
+    """CAGNET's 3D SpMM on an R×C×L grid (``--grid RxCxL``): L fibers of 2D SUMMA summed by reduce-scatter."""
+
+    name = "3d"
+    summary = "is 2d on L fibers of the grid, summed by reduce-scatter"
+
+    @classmethod
+    def candidates(cls, P):
+        """Every R×C×L with R ≥ C ≥ 2 and L ≥ 2 (C = 1 or L = 1 being 1D within fibers and 2D)."""
+        return [{"grid": format_grid((P // (c * layers), c, layers))} for layers in divisors(P) if layers >= 2
+                for c in divisors(P // layers) if 2 <= c <= P // (c * layers)]

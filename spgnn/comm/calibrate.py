@@ -1,0 +1,164 @@
+"""α-β calibration of the transport in force: t = α + β·x for one call of each collective, where x is the
+bytes the ledger records for that call, so that a cost model predicting ledger bytes predicts seconds.
+
+For each collective and each message size s (the bytes of the tensor every rank passes in), the timed
+call is, in a group of all P ranks (float32):
+
+    broadcast       a tensor of s bytes from rank 0
+    all_reduce      the sum of a tensor of s bytes
+    all_to_all      s bytes per rank, s/P to each member (``Comm.all_to_all_v``)
+    all_gather      a block of s bytes per rank, P·s gathered (``Comm.all_gather_v``)
+    reduce_scatter  a tensor of s bytes, member j gets chunk j (s/P) of the sum
+
+Each call is preceded by a small all-reduce (so the ranks start together) and timed by the ledger itself
+(``Comm`` measures every collective). Per repetition, x and t are the largest over ranks of the bytes
+the cost model charges (`spgnn.cost.charged_bytes`: received bytes for a broadcast, max(sent, received)
+otherwise) and of seconds; per size, t is the median over repetitions. α ≥ 0 and β ≥ 0
+are fitted by least squares on the relative error, Σ_s ((α + β·x_s − t_s)/t_s)², so the small sizes fix α
+and the large ones β.
+
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/1"):
+
+    {"schema": "spgnn.calibration/1",
+     "transport": "mpi" | "torch",          # the transport measured
+     "world_size": P,                       # group size the fits hold for
+     "device": "cpu" | "cuda[:N]",
+     "repeats": R,                          # timed calls per size (at least)
+     "model": "seconds = alpha_s + beta_s_per_byte * bytes",
+     "collectives": {
+       "<op>": {                            # broadcast | all_reduce | all_to_all | all_gather | reduce_scatter
+         "alpha_s": α,                      # seconds per call, the intercept
+         "beta_s_per_byte": β,              # seconds per ledger byte
+         "messages": m,                     # ledger messages per call (largest over ranks)
+         "alpha_per_message_s": α / m,      # the per-message latency (null when m = 0)
+         "bandwidth_bytes_per_s": 1 / β,    # null when β = 0
+         "rms_relative_error": e,           # of the fit over the sizes
+         "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}}}
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+
+import numpy as np
+import torch
+from scipy.optimize import nnls
+
+from ..cost import charged_bytes
+from ..errors import SpgnnError
+from .comm import Comm
+
+SCHEMA = "spgnn.calibration/1"
+OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
+DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'4K,1M,64M' → byte counts (K, M, G are powers of 2¹⁰)."""
+    sizes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", item.upper())
+        if not m or int(m[1]) == 0:
+            raise SpgnnError(f"bad message size {item!r} in {text!r}: give positive sizes like 4K,1M,64M")
+        sizes.append(int(m[1]) * _UNITS[m[2]])
+    return sizes
+
+
+def parse_ops(text: str) -> list[str]:
+    ops = [o.strip() for o in text.split(",") if o.strip()]
+    bad = [o for o in ops if o not in OPS]
+    if bad or not ops:
+        raise SpgnnError(f"unknown collective(s) {', '.join(bad) or text!r}: choose from {', '.join(OPS)}")
+    return ops
+
+
+def collective(comm: Comm, op: str, size_bytes: int, device: str = "cpu"):
+    """A function making one call of `op` on a message of about `size_bytes` per rank (float32, rounded
+    down to a multiple of 4·P bytes) over all ranks; its tensors are allocated here, once."""
+    P = comm.world_size
+    per = max(1, size_bytes // (4 * P))            # float32 words per member
+    t = torch.ones(per * P, device=device)
+    if op == "broadcast":
+        return lambda: comm.broadcast(t, 0)
+    if op == "all_reduce":
+        return lambda: comm.all_reduce(t)
+    if op == "all_to_all":
+        return lambda: comm.all_to_all_v(t, [per] * P, [per] * P)
+    if op == "all_gather":
+        return lambda: comm.all_gather_v(t, [t.shape[0]] * P)
+    if op == "reduce_scatter":
+        return lambda: comm.reduce_scatter(t)
+    raise SpgnnError(f"unknown collective {op!r}: choose from {', '.join(OPS)}")
+
+
+def measure(comm: Comm, op: str, size_bytes: int, repeats: int = 5, warmup: int = 1, budget_s: float | None = None,
+            device: str = "cpu") -> dict:
+    """Time `op` at `size_bytes`: `warmup` untimed calls, then `repeats` timed ones (fewer, but at least 3,
+    once `budget_s` has passed on rank 0). Returns {"size_bytes", "bytes", "messages", "seconds",
+    "samples_s"} with x, m and t as in the module docstring (the same on every rank)."""
+    call = collective(comm, op, size_bytes, device)
+    with comm.phase("calibrate-warmup"):
+        for _ in range(warmup):
+            call()
+    fields = ("seconds", "sent_bytes", "recv_bytes", "messages")
+    samples, start = [], time.perf_counter()
+    while len(samples) < repeats:
+        late = budget_s is not None and len(samples) >= 3 and time.perf_counter() - start > budget_s
+        with comm.phase("calibrate-sync"):                    # lines the ranks up; rank 0's clock decides
+            (stop,) = comm.all_sum([float(late and comm.rank == 0)])
+        if stop:
+            break
+        before = [comm.ledger.total(f, phase="calibrate", op=op) for f in fields]
+        with comm.phase("calibrate"):
+            call()
+        samples.append([comm.ledger.total(f, phase="calibrate", op=op) - b for f, b in zip(fields, before)])
+    per_rank = np.array(comm.all_gather_object(samples))          # ranks × repetitions × fields
+    worst = per_rank.max(axis=0)
+    seconds = worst[:, 0].tolist()
+    charged = max(charged_bytes(op, sent, recv) for rank in per_rank for _, sent, recv, _ in rank)
+    return {"size_bytes": int(size_bytes), "bytes": int(charged), "messages": int(worst[:, 3].max()),
+            "seconds": statistics.median(seconds), "samples_s": seconds}
+
+
+def fit_alpha_beta(x, t) -> tuple[float, float, float]:
+    """(α, β, rms relative error) of t ≈ α + β·x with α, β ≥ 0, minimising the relative error."""
+    x, t = np.asarray(x, np.float64), np.asarray(t, np.float64)
+    (alpha, beta), _ = nnls(np.stack([1 / t, x / t], axis=1), np.ones_like(t))
+    rel = (alpha + beta * x - t) / t
+    return float(alpha), float(beta), float(np.sqrt(np.mean(rel ** 2)))
+
+
+def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu", budget_s: float = 10.0) -> dict:
+    """α and β of each collective in `ops` over all ranks, from timings at `sizes` (bytes per rank);
+    the schema of the result is the module docstring's."""
+    if comm.world_size < 2:
+        raise SpgnnError("calibrate needs at least 2 processes (mpirun -np N, torchrun or --nprocs N)")
+    result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
+              "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
+              "collectives": {}}
+    for op in ops:
+        points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]
+        alpha, beta, err = fit_alpha_beta([p["bytes"] for p in points], [p["seconds"] for p in points])
+        m = points[0]["messages"]
+        result["collectives"][op] = {
+            "alpha_s": alpha, "beta_s_per_byte": beta, "messages": m,
+            "alpha_per_message_s": alpha / m if m else None,
+            "bandwidth_bytes_per_s": 1 / beta if beta > 0 else None,
+            "rms_relative_error": err, "points": points}
+    return result
+
+
+def format_table(result: dict) -> str:
+    """The fits as a Markdown table."""
+    lines = [f"transport {result['transport']}, P = {result['world_size']}: seconds = α + β·bytes (ledger bytes)",
+             "", "| collective | α (µs) | α per message (µs) | 1/β (GB/s) | rms rel. error | sizes |",
+             "|---|---|---|---|---|---|"]
+    for op, c in result["collectives"].items():
+        per_msg = f"{c['alpha_per_message_s'] * 1e6:.1f}" if c["alpha_per_message_s"] is not None else "-"
+        bw = f"{c['bandwidth_bytes_per_s'] / 1e9:.3f}" if c["bandwidth_bytes_per_s"] else "inf"
+        lines.append(f"| {op} | {c['alpha_s'] * 1e6:.1f} | {per_msg} | {bw} | {c['rms_relative_error']:.2f} | "
+                     f"{len(c['points'])} |")
+    return "\n".join(lines)

@@ -1,0 +1,290 @@
+"""The one communication layer: every collective goes through `Comm`, which moves the data with a
+pluggable transport and writes what it moved into a `Ledger`.
+
+Byte accounting is logical and exact (independent of how the transport routes data): for a tensor of
+b bytes in a group of g ranks, this rank records
+
+    broadcast       root: sent b·(g−1), 0 received;  others: received b
+    all_to_all_v    sent Σ_{j≠me} |send_j|, received Σ_{j≠me} |recv_j|
+    all_gather_v    sent |mine|·(g−1), received Σ_{j≠me} |block_j|
+    reduce_scatter  sent Σ_{j≠me} |chunk_j|, received (g−1)·|chunk_me|
+    all_reduce      reduce-scatter + all-gather of the chunks np.array_split gives: sent = received
+                    = (numel − c_me + (g−1)·c_me) · itemsize
+
+Messages count the point-to-point sends those formulas imply (non-empty ones for all_to_all_v).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+FIELDS = ("calls", "sent_bytes", "recv_bytes", "messages", "seconds")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A set of ranks that communicate together: `ranks` in group order, `pg` the torch process group."""
+
+    name: str
+    ranks: tuple
+    pg: object = None
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+@dataclass
+class Ledger:
+    """Totals per (phase, layer, op, group): calls, sent_bytes, recv_bytes, messages, seconds."""
+
+    rows: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0, 0.0]))
+
+    def record(self, key, sent, recv, messages, seconds):
+        row = self.rows[key]
+        row[0] += 1
+        row[1] += int(sent)
+        row[2] += int(recv)
+        row[3] += int(messages)
+        row[4] += seconds
+
+    def reset(self):
+        self.rows.clear()
+
+    def total(self, field_name: str = "sent_bytes", **match) -> float:
+        """Sum of one field over the rows whose phase/layer/op/group equal the given values."""
+        i = FIELDS.index(field_name)
+        return sum(row[i] for key, row in self.rows.items() if _matches(key, match))
+
+    def summary(self, table: bool = True, seconds: float | None = None) -> dict:
+        """Totals of bytes sent and received, messages and seconds (`seconds` if given: a model's), and the
+        `table` (unless `table` is False)."""
+        out = {k: self.total(k) for k in ("sent_bytes", "recv_bytes", "messages")}
+        out["seconds"] = self.total("seconds") if seconds is None else seconds
+        return out | ({"table": self.table()} if table else {})
+
+    def table(self) -> list[dict]:
+        """The ledger as a list of JSON-ready records."""
+        return [dict(zip(("phase", "layer", "op", "group"), key)) | dict(zip(FIELDS, row))
+                for key, row in sorted(self.rows.items(), key=lambda kv: tuple(map(str, kv[0])))]
+
+
+def _matches(key, match) -> bool:
+    names = ("phase", "layer", "op", "group")
+    return all(key[names.index(k)] == v for k, v in match.items())
+
+
+class TorchTransport:
+    """Moves tensors with torch.distributed (gloo on CPU, nccl on GPU)."""
+
+    name = "torch"
+
+    def broadcast(self, t, src, group):
+        dist.broadcast(t, src=src, group=group.pg)
+
+    def all_to_all_v(self, out, inp, out_splits, in_splits, group):
+        dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg)
+
+    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
+        """Start the exchange; returns a handle whose wait() blocks until `out` is filled."""
+        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg, async_op=True)
+
+    def all_reduce(self, t, group):
+        dist.all_reduce(t, group=group.pg)
+
+    def reduce_scatter(self, out, inp, group):
+        dist.reduce_scatter_single(out, inp, group=group.pg)
+
+    def all_gather_object(self, obj, group):
+        out = [None] * group.size
+        dist.all_gather_object(out, obj, group=group.pg)
+        return out
+
+
+class Comm:
+    """Collectives over `Group`s that record bytes, messages and seconds per phase in `ledger`."""
+
+    def __init__(self, rank: int = 0, world_size: int = 1, transport=None):
+        self.rank = rank
+        self.world_size = world_size
+        self.transport = transport or TorchTransport()
+        self.ledger = Ledger()
+        self.world = Group("world", tuple(range(world_size)), None)
+        self._phase, self._layer = "setup", None
+
+    # -- phases ---------------------------------------------------------------------------------------
+    @property
+    def layer(self):
+        return self._layer
+
+    @property
+    def phase_name(self) -> str:
+        return self._phase
+
+    @contextmanager
+    def phase(self, name: str, layer=None):
+        """Attribute the collectives inside the block to phase `name` (and `layer`, if given)."""
+        saved = self._phase, self._layer
+        self._phase, self._layer = name, layer
+        try:
+            yield
+        finally:
+            self._phase, self._layer = saved
+
+    def at_layer(self, layer):
+        """Attribute the collectives inside the block to `layer` of the current phase."""
+        return self.phase(self._phase, layer)
+
+    def _record(self, op, group, sent, recv, messages, t0, where=None):
+        key = (*(where or (self._phase, self._layer)), op, group.name)
+        self.ledger.record(key, sent, recv, messages, time.perf_counter() - t0)
+
+    # -- collectives ----------------------------------------------------------------------------------
+    def broadcast(self, t: torch.Tensor, src: int, group: Group | None = None) -> torch.Tensor:
+        """Broadcast `t` in place from global rank `src` to every rank of `group`."""
+        group = group or self.world
+        t0 = time.perf_counter()
+        if group.size > 1:
+            self.transport.broadcast(t, src, group)
+        b = t.numel() * t.element_size()
+        root = self.rank == src
+        self._record("broadcast", group, b * (group.size - 1) if root else 0, 0 if root else b,
+                     group.size - 1 if root else 0, t0)
+        return t
+
+    def all_to_all_v(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
+        """Rows send[Σ_{k<j} send_rows_k : …] go to group member j; returns the Σ recv_rows received rows,
+        ordered by source member. `send_rows`, `recv_rows`: row counts per member."""
+        group = group or self.world
+        t0 = time.perf_counter()
+        out = self._exchange(send, send_rows, recv_rows, group)
+        self._record_all_to_all(group, send, send_rows, recv_rows, t0)
+        return out
+
+    def all_to_all_v_async(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
+        """`all_to_all_v` started now and finished by the returned handle's ``wait()``, which returns the
+        received rows and records the same bytes (in the phase current at the start); the transport may
+        overlap the exchange with computation meanwhile (one without ``all_to_all_v_async`` does it at once)."""
+        group = group or self.world
+        t0, where = time.perf_counter(), (self._phase, self._layer)
+        start = getattr(self.transport, "all_to_all_v_async", None)
+        if group.size > 1 and start is not None:
+            send = send.contiguous()
+            out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
+            work = start(out, send, list(map(int, recv_rows)), list(map(int, send_rows)), group)
+        else:
+            out, work = self._exchange(send, send_rows, recv_rows, group), None
+        started = time.perf_counter() - t0
+
+        def wait() -> torch.Tensor:
+            t1 = time.perf_counter()
+            if work is not None:
+                work.wait()
+            self._record_all_to_all(group, send, send_rows, recv_rows, t1 - started, where)
+            return out
+
+        return _Pending(wait)
+
+    def _record_all_to_all(self, group, send, send_rows, recv_rows, t0, where=None):
+        me, rb = group.ranks.index(self.rank), _row_bytes(send)
+        others = [j for j in range(group.size) if j != me]
+        self._record("all_to_all", group, sum(int(send_rows[j]) for j in others) * rb,
+                     sum(int(recv_rows[j]) for j in others) * rb,
+                     sum(int(send_rows[j]) > 0 for j in others), t0, where)
+
+    def all_gather_v(self, mine: torch.Tensor, rows, group: Group | None = None) -> torch.Tensor:
+        """Concatenation over group members of their row blocks; `rows[j]` is member j's row count."""
+        group = group or self.world
+        t0 = time.perf_counter()
+        send = mine.unsqueeze(0).expand(group.size, *mine.shape).reshape(-1, *mine.shape[1:])
+        out = self._exchange(send, [mine.shape[0]] * group.size, rows, group)
+        me, rb = group.ranks.index(self.rank), _row_bytes(mine)
+        self._record("all_gather", group, mine.shape[0] * rb * (group.size - 1),
+                     sum(int(r) for j, r in enumerate(rows) if j != me) * rb,
+                     (group.size - 1) if mine.shape[0] else 0, t0)
+        return out
+
+    def _exchange(self, send, send_rows, recv_rows, group):
+        out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
+        if group.size > 1:
+            self.transport.all_to_all_v(out, send.contiguous(), list(map(int, recv_rows)),
+                                        list(map(int, send_rows)), group)
+        else:
+            out.copy_(send)
+        return out
+
+    def all_reduce(self, t: torch.Tensor, group: Group | None = None) -> torch.Tensor:
+        """Sum `t` in place over `group`."""
+        group = group or self.world
+        g = group.size
+        t0 = time.perf_counter()
+        if g > 1:
+            self.transport.all_reduce(t, group)
+        b = ring_words(t.numel(), g, group.ranks.index(self.rank)) * t.element_size()
+        self._record("all_reduce", group, b, b, 2 * (g - 1), t0)
+        return t
+
+    def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None, rows=None) -> torch.Tensor:
+        """Sum over `group` of `inp`, split along dim 0 into chunks of `rows[j]` rows (default: g equal
+        chunks); member j returns chunk j of the sum. Unequal chunks go by one all-to-all and a local sum."""
+        group = group or self.world
+        g, me = group.size, group.ranks.index(self.rank)
+        if rows is None:
+            if inp.shape[0] % g:
+                raise ValueError(f"reduce_scatter needs dim 0 ({inp.shape[0]}) divisible by the group size {g}")
+            rows = [inp.shape[0] // g] * g
+        rows = [int(r) for r in rows]
+        if sum(rows) != inp.shape[0]:
+            raise ValueError(f"reduce_scatter: chunks of {rows} rows do not cover dim 0 ({inp.shape[0]})")
+        t0 = time.perf_counter()
+        if g == 1:
+            out = inp.clone()
+        elif len(set(rows)) == 1:
+            out = inp.new_empty((rows[me], *inp.shape[1:]))
+            self.transport.reduce_scatter(out, inp.contiguous(), group)
+        else:
+            out = self._exchange(inp, rows, [rows[me]] * g, group).view(g, rows[me], *inp.shape[1:]).sum(0)
+        rb = _row_bytes(inp)
+        self._record("reduce_scatter", group, (sum(rows) - rows[me]) * rb, (g - 1) * rows[me] * rb, g - 1, t0)
+        return out
+
+    def all_gather_object(self, obj, group: Group | None = None) -> list:
+        """Python objects from every member (pickled; bytes are not counted: bookkeeping only)."""
+        group = group or self.world
+        if group.size == 1:
+            return [obj]
+        return self.transport.all_gather_object(obj, group)
+
+    def all_sum(self, values, group: Group | None = None) -> list:
+        """Sums of a few Python numbers over `group`, as float64 (one small all-reduce)."""
+        t = torch.tensor(list(values), dtype=torch.float64)
+        return self.all_reduce(t, group).tolist()
+
+
+class _Pending:
+    """An exchange in flight: ``wait()`` returns its result."""
+
+    __slots__ = ("wait",)
+
+    def __init__(self, wait):
+        self.wait = wait
+
+
+def _row_bytes(t: torch.Tensor) -> int:
+    return t.element_size() * int(np.prod(t.shape[1:], dtype=np.int64))
+
+
+def ring_words(numel: int, g: int, me: int) -> int:
+    """Words member `me` sends (and receives) in a ring all-reduce of `numel` words over g members: a
+    reduce-scatter and an all-gather of the chunks np.array_split makes, numel − c + (g−1)·c, c its chunk."""
+    if g == 1:
+        return 0
+    c = numel // g + (me < numel % g)
+    return numel - c + (g - 1) * c

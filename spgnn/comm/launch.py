@@ -1,0 +1,254 @@
+"""Where rank and world size come from, and torch.distributed set-up.
+
+Launchers understood: ``mpirun``/``mpiexec`` (Open MPI, MPICH, srun --mpi: rank from mpi4py, the rendezvous
+address chosen by rank 0 and broadcast over MPI), ``torchrun`` and `spawn` below (the ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` environment), and a plain single process.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from ..errors import SpgnnError
+from .comm import Comm, TorchTransport
+
+MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How this process was started: launcher `kind`, global `rank`/`world_size`, and the number of
+    processes on this node (`local_world_size`, used to share the cores)."""
+
+    kind: str
+    rank: int
+    world_size: int
+    local_world_size: int
+
+
+def detect() -> Launch:
+    """Read the launcher's environment (no communication)."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else env.get("SPGNN_LAUNCHER", "env")
+        world = int(env["WORLD_SIZE"])
+        return Launch(kind, int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)))
+    if any(v in env for v in MPI_RANK_VARS):
+        try:
+            from mpi4py import MPI
+        except ImportError as e:
+            raise SpgnnError("launched by an MPI launcher but mpi4py is not importable: "
+                             "pip install 'spgnn[mpi]' (or mpi4py)") from e
+        comm = MPI.COMM_WORLD
+        local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", comm.Get_size())))
+        return Launch("mpirun", comm.Get_rank(), comm.Get_size(), local)
+    return Launch("single", 0, 1, 1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _mpi_rendezvous() -> str:
+    """Rank 0 picks an address and a free port; MPI broadcasts them (no shared file)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    hosts = comm.allgather(socket.gethostname())
+    if comm.Get_rank() == 0:
+        if len(set(hosts)) == 1:
+            addr = "127.0.0.1"
+        else:
+            addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
+        url = f"tcp://{addr}:{free_port()}"
+    else:
+        url = None
+    return comm.bcast(url, root=0)
+
+
+def share_cores(local_world_size: int) -> int:
+    """Give each of the processes on this node an equal share of its cores (torch and numba threads)."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+    torch.set_num_threads(threads)
+    try:
+        import numba
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass
+    return threads
+
+
+TRANSPORTS = ("auto", "torch", "mpi")
+
+
+def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
+    """The transport `name` stands for in this launch: ``auto`` is mpi when mpirun started the job (then
+    `detect` has imported mpi4py) and the device is the CPU, else torch. SpgnnError where mpi cannot work."""
+    if name not in TRANSPORTS:
+        raise SpgnnError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
+    cpu = not device.startswith("cuda")
+    if name == "auto":
+        return "mpi" if launched.kind == "mpirun" and cpu else "torch"
+    if name == "mpi" and not cpu:
+        raise SpgnnError(f"--transport mpi moves CPU tensors only; with --device {device} use --transport torch "
+                         "(nccl)")
+    if name == "mpi" and launched.kind != "mpirun":
+        how = {"single": "a plain process or --nprocs", "spawn": "--nprocs", "env": "a RANK/WORLD_SIZE environment"}
+        raise SpgnnError(f"--transport mpi needs a job started by mpirun (mpirun -np N spgnn ...), not by "
+                         f"{how.get(launched.kind, launched.kind)}: use --transport torch or auto")
+    return name
+
+
+def make_transport(name: str):
+    """A transport object for a resolved name (``torch`` or ``mpi``)."""
+    if name == "mpi":
+        from .mpi import MPITransport
+
+        return MPITransport()
+    return TorchTransport()
+
+
+def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto") -> Comm:
+    """Set up torch.distributed for this process (gloo on CPU, nccl on CUDA) and return its `Comm`, whose
+    collectives go through `transport` (see `resolve_transport`; torch.distributed is set up either way).
+
+    Every torch collective fails after `timeout_s` seconds, so a rank that dies cannot leave the others
+    waiting forever (under mpirun, mpirun itself ends the job when a rank dies)."""
+    launch = detect()
+    share_cores(launch.local_world_size)
+    mover = make_transport(resolve_transport(transport, launch, device))
+    if launch.world_size == 1:
+        return Comm(0, 1, mover)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(launch.rank % torch.cuda.device_count())
+    backend = "nccl" if device.startswith("cuda") else "gloo"
+    url = _mpi_rendezvous() if launch.kind == "mpirun" else "env://"
+    dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+    return Comm(launch.rank, launch.world_size, mover)
+
+
+def shutdown() -> None:
+    """Leave torch.distributed once every rank is done (a rank tearing down while a peer is still in
+    its last collective makes the peer abort)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def leave() -> None:
+    """Leave torch.distributed at once, without waiting for peers (after an error every rank raised alike):
+    the process then exits cleanly instead of tearing down a live process group."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def abort(code: int) -> None:
+    """Under mpirun, end every rank of the job now (MPI_Abort); elsewhere do nothing. A rank leaving after an
+    error would otherwise wait in MPI_Finalize for peers that wait for it in a collective: a hang."""
+    MPI = sys.modules.get("mpi4py.MPI")
+    if MPI is not None and MPI.Is_initialized() and not MPI.Is_finalized() and detect().kind == "mpirun":
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.COMM_WORLD.Abort(code)
+
+
+def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
+    """Run ``python -m spgnn ARGV`` as `nprocs` local processes (the torchrun environment) and wait.
+
+    When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated;
+    so are all of them when this process is interrupted. Returns the first non-zero exit code."""
+    if nprocs < 1:
+        raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
+               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn")
+    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    procs, code, failed_at = [], 0, None
+    try:
+        for r in range(nprocs):
+            procs.append(subprocess.Popen([sys.executable, "-m", "spgnn", *argv],
+                                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
+        while any(p.poll() is None for p in procs):
+            if failed_at is None and (bad := [p.returncode for p in procs if p.returncode]):
+                code, failed_at = bad[0], time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > grace_s:
+                break
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                p.kill()
+    return code or next((p.returncode for p in procs if p.returncode), 0)
+
+
+def _exit_on_signal(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue):
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        comm = init(timeout_s=timeout_s)
+        result = fn(comm, *args)
+    except BaseException as e:  # report the failure at once (a shutdown could wait for peers), exit non-zero
+        import traceback
+
+        queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        sys.exit(1)
+    queue.put((rank, True, result))
+    shutdown()
+
+
+def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0) -> list:
+    """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined by gloo; return the results by
+    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, and
+    the whole call fails after `timeout_s` rather than hang."""
+    import multiprocessing as mp
+    import queue as queues
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q), daemon=True)
+             for r in range(nprocs)]
+    for p in procs:
+        p.start()
+    results, deadline = {}, time.monotonic() + timeout_s
+    try:
+        while len(results) < nprocs:
+            try:
+                rank, ok, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queues.Empty:
+                raise RuntimeError(f"run_local: no result from ranks "
+                                   f"{sorted(set(range(nprocs)) - set(results))} within {timeout_s} s") from None
+            if not ok:
+                raise RuntimeError(f"rank {rank} failed: {value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(nprocs)]

@@ -1,0 +1,100 @@
+"""An mpi4py transport for `spgnn.comm.Comm`: the same collectives as `TorchTransport`, moved by MPI.
+
+For mpirun jobs on CPU. Tensors are handed to MPI through the buffer protocol (``tensor.numpy()`` views of
+contiguous CPU tensors: no copy; a non-contiguous tensor goes through one contiguous copy). Counts and
+displacements are in elements of the tensor's dtype. A `Group` (global ranks, in group order) maps to an
+MPI communicator made on first use with ``COMM_WORLD.Create_group`` (collective over the group's members
+only) and cached by its ranks; the group of all ranks is ``COMM_WORLD`` itself. Member k of a group is
+rank k of its communicator, so splits and chunks are ordered as on the torch transport.
+
+torch.distributed stays initialised alongside (the process grid's DeviceMesh uses it); only the data moved
+by `Comm` goes through MPI. `Comm` does the byte accounting, so the ledger is the same on both transports.
+"""
+
+from __future__ import annotations
+
+import zlib
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from ..errors import SpgnnError
+
+
+class MPITransport:
+    """Moves CPU tensors with mpi4py collectives over the communicator of each `Group`."""
+
+    name = "mpi"
+
+    def __init__(self):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self._comms = {tuple(range(MPI.COMM_WORLD.Get_size())): MPI.COMM_WORLD}
+
+    def communicator(self, group):
+        """The MPI communicator whose rank k is ``group.ranks[k]`` (created on first use, then cached)."""
+        ranks = tuple(int(r) for r in group.ranks)
+        if ranks not in self._comms:
+            world = self.MPI.COMM_WORLD
+            tag = zlib.crc32(np.asarray(ranks, np.int64).tobytes()) % 32768   # tells concurrent creations apart
+            self._comms[ranks] = world.Create_group(world.Get_group().Incl(list(ranks)), tag)
+        return self._comms[ranks]
+
+    def broadcast(self, t, src, group):
+        """`t` (any shape) from global rank `src` to every member, in place."""
+        with _buffer(t) as buf:
+            self.communicator(group).Bcast(buf, root=group.ranks.index(src))
+
+    def all_to_all_v(self, out, inp, out_splits, in_splits, group):
+        """Rows inp[Σ_{k<j} in_splits_k : …] go to member j; `out` (Σ out_splits rows) receives by source."""
+        with _buffer(inp) as send, _buffer(out) as recv:
+            self.communicator(group).Alltoallv(_rows(send, in_splits, inp), _rows(recv, out_splits, out))
+
+    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
+        """`all_to_all_v` started now (MPI_Ialltoallv) on contiguous `out` and `inp`; the returned request's
+        ``wait()`` completes it."""
+        return self.communicator(group).Ialltoallv(_rows(_view(inp), in_splits, inp),
+                                                   _rows(_view(out), out_splits, out))
+
+    def all_reduce(self, t, group):
+        """Sum of `t` over the members, in place."""
+        with _buffer(t) as buf:
+            self.communicator(group).Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def reduce_scatter(self, out, inp, group):
+        """Member j gets chunk j (``out``-sized, along dim 0) of the sum over members of `inp`."""
+        with _buffer(inp) as send, _buffer(out) as recv:
+            self.communicator(group).Reduce_scatter_block(send, recv, op=self.MPI.SUM)
+
+    def all_gather_object(self, obj, group):
+        """Every member's picklable `obj`, in group order."""
+        return self.communicator(group).allgather(obj)
+
+
+def _rows(buf: np.ndarray, rows, like: torch.Tensor) -> list:
+    """MPI's vector buffer ``[buf, (counts, displacements)]`` in elements, for row counts `rows` of `like`."""
+    counts = np.asarray(rows, np.int64) * int(np.prod(like.shape[1:], dtype=np.int64))
+    return [buf, (counts.tolist(), (np.cumsum(counts) - counts).tolist())]
+
+
+def _view(t: torch.Tensor) -> np.ndarray:
+    """The memory of a contiguous CPU tensor as a flat numpy array (no copy)."""
+    if t.device.type != "cpu":
+        raise SpgnnError(f"the mpi transport moves CPU tensors only, got one on {t.device}: use --transport torch")
+    if not t.is_contiguous():
+        raise ValueError("the mpi transport needs a contiguous tensor here")
+    return t.detach().numpy().reshape(-1)
+
+
+@contextmanager
+def _buffer(t: torch.Tensor):
+    """`_view` of `t` for MPI to read or write; for a non-contiguous `t`, of a contiguous copy whose
+    contents are written back into `t` afterwards."""
+    if t.is_contiguous():
+        yield _view(t)
+        return
+    c = t.detach().contiguous()
+    yield _view(c)
+    t.detach().copy_(c)

@@ -1,0 +1,715 @@
+"""Datasets: named real graphs, synthetic generators and user files, each returned as a validated Graph.
+
+``load_dataset(spec)`` understands
+
+* a known name (``KNOWN_DATASETS``): ``cora`` (bundled, needs no files), ``citeseer``, ``amazon-computers``,
+  ``amazon-photo``, ``coauthor-cs``, ``squirrel`` or ``squirrel:K`` (fixed split K of 10);
+* ``rmat:SCALE[:EDGEFACTOR]`` and ``sbm:N:K[:PIN:POUT[:F]]`` (synthetic, seeded; see ``rmat`` and ``sbm``);
+* a path: a folder of Planetoid files ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}`` (or one of those
+  files), an ``.npz`` (CSR ``adj_*``/``attr_*`` arrays as in Shchur et al.'s benchmark, or ``edges`` [E, 2] +
+  ``node_features`` + ``node_labels`` + ``train_masks`` [S, N] as in Platonov et al.'s), a ``.zip`` holding
+  one such ``.npz``, or an edge-list folder (see ``read_edge_list``); ``PATH:K`` picks fixed split K.
+
+Every graph is symmetrised unless its format says it is directed, and self-loops are dropped (the layers
+add them back). Splits: the data's own where it has one, otherwise ``per_class_split`` (20 train and 30
+validation nodes per class, the rest test, as in Shchur et al. 2018), seeded by ``seed``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import io
+import itertools
+import json
+import os
+import pickle
+import warnings
+import zipfile
+from collections import defaultdict
+from collections.abc import Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SpgnnError
+from .graph import Graph, add_self_loops, edges_to_adj, mean_norm
+
+KNOWN_DATASETS = {
+    "cora": "Cora citations: 2,708 nodes, 1,433 features, 7 classes, Planetoid split (bundled)",
+    "citeseer": "CiteSeer citations: 3,327 nodes, 3,703 features, 6 classes, Planetoid split",
+    "amazon-computers": "Amazon Computers co-purchases: 13,752 nodes, 767 features, 10 classes, random split",
+    "amazon-photo": "Amazon Photo co-purchases: 7,650 nodes, 745 features, 8 classes, random split",
+    "coauthor-cs": "Coauthor CS co-authorships: 18,333 nodes, 6,805 features, 15 classes, random split",
+    "squirrel": "Wikipedia Squirrel (heterophilous): 5,201 nodes, 2,089 features, 5 classes, "
+                "10 fixed splits (squirrel:K picks split K, default 0)",
+}
+SYNTHETIC_SPECS = {
+    "rmat:SCALE[:EDGEFACTOR]": "Graph500 R-MAT graph, 2^SCALE nodes, EDGEFACTOR*2^SCALE edge draws "
+                               "(default EDGEFACTOR 16)",
+    "sbm:N:K[:PIN:POUT[:F]]": "stochastic block model, N nodes in K classes, edge probabilities PIN inside "
+                              "and POUT across classes (default: mean degree 8 + 2), F features (default 64)",
+}
+DATA_DIR_ENV = "SPGNN_DATA_DIR"
+DEFAULT_DATA_DIRS = ("./datasets", "../shared/datasets", "~/.cache/spgnn/datasets")
+BUNDLED_DIR = Path(__file__).resolve().parent / "data"
+
+# Where a named dataset's file may lie inside a data directory, first match wins.
+_LOCATIONS = {
+    "cora": ("planetoid/ind.cora.graph", "ind.cora.graph"),
+    "citeseer": ("planetoid/ind.citeseer.graph", "ind.citeseer.graph"),
+    "amazon-computers": ("amazon/amazon-computers.zip", "amazon-computers.zip",
+                         "amazon/amazon_electronics_computers.npz", "amazon_electronics_computers.npz"),
+    "amazon-photo": ("amazon/amazon-photo.zip", "amazon-photo.zip",
+                     "amazon/amazon_electronics_photo.npz", "amazon_electronics_photo.npz"),
+    "coauthor-cs": ("coauthor/coauthor-cs.zip", "coauthor-cs.zip", "coauthor/ms_academic_cs.npz",
+                    "ms_academic_cs.npz"),
+    "squirrel": ("heterophilous/squirrel.npz", "squirrel.npz"),
+}
+_PLANETOID_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_MAX_EDGES = 1 << 32          # synthetic graphs larger than this are refused (memory), not attempted
+
+
+# ----------------------------------------------------------------------------------------------------------
+# entry point and lookup
+
+def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph:
+    """The graph named by ``spec`` (see the module docstring); ``seed`` drives random splits and
+    generators; ``data_dir`` is where named datasets are looked for (see ``search_dirs``). ``cora`` comes
+    from the bundled copy unless ``data_dir`` or $SPGNN_DATA_DIR holds its raw Planetoid files."""
+    if not isinstance(spec, str) or not spec.strip():
+        raise SpgnnError(f"empty dataset spec; {_spec_help()}")
+    spec = spec.strip()
+    head, _, arg = spec.partition(":")
+    key = head.lower()
+    if key in KNOWN_DATASETS:
+        return _load_named(key, arg, data_dir, seed)
+    if key in ("rmat", "sbm") and not Path(spec).exists():
+        return _load_synthetic(key, arg, spec, seed)
+    path = Path(spec).expanduser()
+    if path.exists():
+        return load_path(path, seed=seed)
+    base, sep, tail = spec.rpartition(":")
+    if sep and tail.isdigit() and Path(base).expanduser().is_file():
+        return load_path(Path(base).expanduser(), seed=seed, split=int(tail))
+    if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
+        raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing .npz/.zip "
+                         f"file or a Planetoid or edge-list folder)")
+    raise SpgnnError(f"unknown dataset {spec!r}; {_spec_help()}")
+
+
+def _spec_help() -> str:
+    return (f"known names: {', '.join(KNOWN_DATASETS)}; synthetic: {', '.join(SYNTHETIC_SPECS)}; "
+            f"or a path to a Planetoid folder, an .npz/.zip file or an edge-list folder")
+
+
+def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The folders searched for named datasets: ``data_dir``, else $SPGNN_DATA_DIR (os.pathsep-separated),
+    else ``DEFAULT_DATA_DIRS`` (relative ones taken from the current directory)."""
+    if data_dir is not None and str(data_dir):
+        dirs = [str(data_dir)]
+    elif os.environ.get(DATA_DIR_ENV):
+        dirs = [d for d in os.environ[DATA_DIR_ENV].split(os.pathsep) if d]
+    else:
+        dirs = list(DEFAULT_DATA_DIRS)
+    return [Path(d).expanduser().resolve() for d in dirs]
+
+
+def find_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Path:
+    """Path of the file holding the named dataset, or SpgnnError saying where it was looked for."""
+    dirs = search_dirs(data_dir)
+    for d in dirs:
+        for rel in _LOCATIONS[name]:
+            if (d / rel).is_file():
+                return d / rel
+    raise SpgnnError(f"dataset {name!r} not found: looked for {' or '.join(_LOCATIONS[name])} in "
+                     f"{', '.join(str(d) + ('' if d.is_dir() else ' (missing)') for d in dirs)}; "
+                     f"point at the folder holding it with --data-dir DIR or {DATA_DIR_ENV}=DIR")
+
+
+def _load_named(name: str, arg: str, data_dir, seed: int) -> Graph:
+    split = None
+    if arg:
+        if name != "squirrel":
+            raise SpgnnError(f"dataset {name!r} takes no ':' argument (only squirrel:K picks a fixed split)")
+        if not arg.isdigit():
+            raise SpgnnError(f"bad split in 'squirrel:{arg}': K must be a split number 0..9")
+        split = int(arg)
+    explicit = (data_dir is not None and str(data_dir)) or os.environ.get(DATA_DIR_ENV)
+    if name == "cora" and not explicit:
+        return read_npz(BUNDLED_DIR / "cora.npz", name="cora", seed=seed)
+    try:
+        path = find_dataset(name, data_dir)
+    except SpgnnError:
+        if name == "cora":          # the bundled copy equals the raw files (tests check it)
+            return read_npz(BUNDLED_DIR / "cora.npz", name="cora", seed=seed)
+        raise
+    if path.name.startswith("ind."):
+        return read_planetoid(path.parent, name)
+    return read_npz(path, name=name, split=split, seed=seed)
+
+
+def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) -> Graph:
+    """Graph from a file or folder: Planetoid folder or file, .npz, .zip holding an .npz, edge-list folder."""
+    path = Path(path)
+    if path.is_dir():
+        if any((path / f).is_file() for f in ("edges.npy", "edges.txt", "edges.csv")):
+            return read_edge_list(path, seed=seed)
+        names = sorted({p for f in path.iterdir() if (p := _planetoid_prefix(f.name))})
+        if len(names) == 1:
+            return read_planetoid(path, names[0])
+        if names:
+            raise SpgnnError(f"{path} holds Planetoid files of several datasets ({', '.join(names)}): give "
+                             f"one of its files instead, e.g. {path / f'ind.{names[0]}.graph'}")
+        raise SpgnnError(f"{path}: found neither an edge list (edges.txt or edges.csv) nor Planetoid files "
+                         f"(ind.NAME.x, ...) in this folder; for a named dataset kept under it, give the "
+                         f"name and --data-dir {path}")
+    prefix = _planetoid_prefix(path.name)
+    if prefix:
+        return read_planetoid(path.parent, prefix)
+    if path.suffix.lower() in (".npz", ".zip") or zipfile.is_zipfile(path):
+        return read_npz(path, split=split, seed=seed)
+    raise SpgnnError(f"cannot read {path}: not an .npz/.zip archive nor a Planetoid file (ind.NAME.PART); "
+                     f"for an edge list give the folder holding edges.txt or edges.csv")
+
+
+@contextmanager
+def _reading(path):
+    """Turn any low-level failure while reading ``path`` into SpgnnError('cannot read <path>: <reason>')."""
+    try:
+        yield
+    except SpgnnError:
+        raise
+    except Exception as e:  # numpy, zipfile, zlib, pickle and OS errors all mean: this file is unusable
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        raise SpgnnError(f"cannot read {path}: {type(e).__name__}: {reason}".rstrip(": ")) from e
+
+
+# ----------------------------------------------------------------------------------------------------------
+# shared assembly
+
+def per_class_split(y, num_classes: int, seed: int, train_per_class: int = 20, val_per_class: int = 30):
+    """Boolean (train, val, test) masks: per class, ``train_per_class`` random nodes train, the next
+    ``val_per_class`` validation, the rest test. A class with fewer nodes fills train first, then val."""
+    y = np.asarray(y)
+    if y.ndim != 1 or (y.size and (y.min() < 0 or y.max() >= num_classes)):
+        raise SpgnnError(f"per_class_split: labels must be a vector with values in [0, {num_classes})")
+    if min(train_per_class, val_per_class) < 0:
+        raise SpgnnError("per_class_split: train_per_class and val_per_class must be >= 0")
+    n = y.size
+    perm = np.random.default_rng(seed).permutation(n)
+    order = perm[np.argsort(y[perm], kind="stable")]          # nodes grouped by class, random inside
+    counts = np.bincount(y, minlength=num_classes)
+    rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    train, val = np.zeros(n, bool), np.zeros(n, bool)
+    train[order[rank < train_per_class]] = True
+    val[order[(rank >= train_per_class) & (rank < train_per_class + val_per_class)]] = True
+    return train, val, ~(train | val)
+
+
+def _adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_matrix:
+    """Binary CSR A[dst, src] = 1 (symmetrised unless ``directed``), ids checked, self-loops dropped."""
+    a = edges_to_adj(src, dst, n, symmetric=not directed, name=name)
+    if a.diagonal().any():
+        a.setdiag(0)
+        a.eliminate_zeros()
+    return a
+
+
+def class_labels(y, name: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim != 1 or y.dtype.kind not in "biuf":
+        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids, got {y.dtype} array of "
+                         f"shape {y.shape}")
+    if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
+        raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
+    y = y.astype(np.int64)
+    if y.size and y.min() < 0:
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
+    return y
+
+
+def _graph(name: str, adj, x, y, masks, seed: int, num_classes: int | None = None) -> Graph:
+    """Graph from its parts; ``masks`` None means a seeded per-class random split."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
+    y = class_labels(y, name)
+    num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
+    if masks is None:
+        masks = per_class_split(y, num_classes, seed)
+    return Graph(adj, x, y, *masks, name=name, num_classes=num_classes)
+
+
+def _assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, seed: int = 0,
+              num_classes: int | None = None) -> Graph:
+    """Graph from an edge list src → dst over the rows of ``x``."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise SpgnnError(f"dataset {name!r}: features must be a 2-D array (nodes x features), "
+                         f"got shape {x.shape}")
+    return _graph(name, _adjacency(src, dst, x.shape[0], directed=directed, name=name), x, y, masks, seed,
+                  num_classes)
+
+
+def split_masks(found: dict, n_splits_where: str, split: int | None):
+    """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits); None if absent.
+    A missing val mask means none, a missing test mask means every node not in train or val."""
+    if all(m is None for m in found.values()):
+        if split is not None:
+            raise SpgnnError(f"{n_splits_where} has no fixed splits, so ':{split}' cannot pick one; drop it "
+                             f"(random per-class splits are chosen with --seed)")
+        return None
+    if found["train"] is None:
+        raise SpgnnError(f"{n_splits_where}: validation/test masks given without a training mask")
+    out = {}
+    for key, m in found.items():
+        if m is None:
+            continue
+        m = np.asarray(m)
+        if m.dtype != bool and not (m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
+            raise SpgnnError(f"{n_splits_where}: the {key} mask must be boolean (or 0/1), got {m.dtype}")
+        if m.ndim == 2:
+            k = 0 if split is None else split
+            if not 0 <= k < m.shape[0]:
+                raise SpgnnError(f"{n_splits_where} has {m.shape[0]} fixed splits (0..{m.shape[0] - 1}), "
+                                 f"asked for split {k}")
+            m = m[k]
+        elif split is not None and split != 0:
+            raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
+        out[key] = m.astype(bool)
+    train = out["train"]
+    val = out.get("val", np.zeros_like(train))
+    if "test" not in out and val.shape != train.shape:
+        raise SpgnnError(f"{n_splits_where}: train and validation masks differ in length ({train.size} vs "
+                         f"{val.size})")
+    return train, val, out.get("test", ~(train | val))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Planetoid
+
+def _planetoid_prefix(filename: str) -> str | None:
+    """``cora`` for ``ind.cora.x`` etc., None for any other file name."""
+    if filename.startswith("ind."):
+        for part in _PLANETOID_PARTS:
+            if filename.endswith("." + part) and len(filename) > len("ind.") + len(part) + 1:
+                return filename[len("ind."):-len(part) - 1]
+    return None
+
+
+_np_reconstruct = np.empty(0).__reduce__()[0]
+_PICKLE_ALLOWED = {
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
+    **{(m, "csr_matrix"): sp.csr_matrix for m in ("scipy.sparse", "scipy.sparse.csr", "scipy.sparse._csr")},
+    **{(m, "lil_matrix"): sp.lil_matrix for m in ("scipy.sparse", "scipy.sparse.lil", "scipy.sparse._lil")},
+    ("collections", "defaultdict"): defaultdict,
+    ("_codecs", "encode"): codecs.encode,      # how Python 3 writes bytes into protocol-2 pickles
+    **{(m, t.__name__): t for m in ("builtins", "__builtin__") for t in (list, dict, set, tuple, int, float)},
+}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler admitting only the numpy / scipy.sparse / collections classes Planetoid files use."""
+
+    def find_class(self, module, name):
+        if (module, name) not in _PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: Planetoid files hold "
+                                         f"only numpy/scipy arrays and dicts (the file may be malicious)")
+        return _PICKLE_ALLOWED[(module, name)]
+
+
+def _unpickle(path: Path):
+    with _reading(path), path.open("rb") as f, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _RestrictedUnpickler(f, encoding="latin1").load()
+
+
+def _matrix(obj, path: Path, dtype) -> sp.csr_matrix:
+    """A pickled 2-D ndarray or sparse matrix as checked CSR."""
+    with _reading(path):
+        if not (sp.issparse(obj) or (isinstance(obj, np.ndarray) and obj.ndim == 2)):
+            raise SpgnnError(f"cannot read {path}: expected a 2-D matrix, found {type(obj).__name__}")
+        m = sp.csr_matrix(obj, dtype=dtype)
+        m.check_format(full_check=True)
+        return m
+
+
+def _edges_from_dict(graph, path: Path):
+    """src, dst arrays of a pickled {node: [neighbours]} dict."""
+    with _reading(path):
+        if not isinstance(graph, Mapping):
+            raise SpgnnError(f"cannot read {path}: expected a dict of neighbour lists, found "
+                             f"{type(graph).__name__}")
+        lists = [list(v) for v in graph.values()]
+        src = np.repeat(np.fromiter(graph.keys(), np.int64, len(graph)), [len(v) for v in lists])
+        dst = np.fromiter(itertools.chain.from_iterable(lists), np.int64, src.size)
+        return src, dst
+
+
+def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
+    """Planetoid ``ind.<name>.*`` files as PyG's ``read_planetoid_data`` reads them: node ``test.index[j]``
+    takes row j of tx/ty, test ids missing from the index range (CiteSeer) get zero features and label 0;
+    train = ids 0..len(y)-1, val = the next 500, test = test.index."""
+    folder = Path(folder)
+    files = {part: folder / f"ind.{name}.{part}" for part in _PLANETOID_PARTS}
+    missing = [p.name for p in files.values() if not p.is_file()]
+    if missing:
+        raise SpgnnError(f"cannot read Planetoid dataset {name!r} in {folder}: missing {', '.join(missing)}")
+    obj = {part: _unpickle(p) for part, p in files.items() if part != "test.index"}
+    with _reading(files["test.index"]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        test_index = np.loadtxt(files["test.index"], dtype=np.int64, ndmin=1)
+    x, tx, allx = (_matrix(obj[p], files[p], np.float32) for p in ("x", "tx", "allx"))
+    y, ty, ally = (_matrix(obj[p], files[p], np.float32) for p in ("y", "ty", "ally"))
+    src, dst = _edges_from_dict(obj["graph"], files["graph"])
+
+    def need(ok, what):
+        if not ok:
+            raise SpgnnError(f"Planetoid dataset {name!r} in {folder} is inconsistent: {what}; the files are "
+                             f"corrupt or come from different datasets")
+    n_all, n_test = allx.shape[0], tx.shape[0]
+    need(ally.shape[0] == n_all, f"allx has {n_all} rows but ally has {ally.shape[0]}")
+    need(ty.shape[0] == n_test == test_index.size, f"tx, ty and test.index have {n_test}, {ty.shape[0]} and "
+                                                   f"{test_index.size} rows")
+    need(x.shape[1] == tx.shape[1] == allx.shape[1], "x, tx and allx differ in feature count")
+    need(y.shape[1] == ty.shape[1] == ally.shape[1], "y, ty and ally differ in class count")
+    need(test_index.size > 0 and test_index.min() >= n_all and np.unique(test_index).size == test_index.size,
+         f"test.index must list distinct ids >= {n_all} (the number of allx rows)")
+    n = int(test_index.max()) + 1
+    need(y.shape[0] + 500 <= n, f"{n} nodes leave no room for {y.shape[0]} train + 500 validation nodes")
+    # row r of [allx; tx; 0] that holds node v's features (and labels)
+    row = np.full(n, n_all + n_test, np.int64)
+    row[:n_all] = np.arange(n_all)
+    row[test_index] = n_all + np.arange(n_test)
+    zero = sp.csr_matrix((1, allx.shape[1]), dtype=np.float32)
+    feats = sp.vstack([allx, tx, zero], format="csr")[row].toarray()
+    onehot = sp.vstack([ally, ty, sp.csr_matrix((1, ally.shape[1]), dtype=np.float32)], format="csr")[row]
+    labels = np.asarray(onehot.argmax(axis=1)).ravel()
+    train, val, test = (np.zeros(n, bool) for _ in range(3))
+    train[:y.shape[0]] = True
+    val[y.shape[0]:y.shape[0] + 500] = True
+    test[test_index] = True
+    return _assemble(name, src, dst, feats, labels, masks=(train, val, test), num_classes=ally.shape[1])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# .npz / .zip
+
+def _open_npz(path: Path):
+    """The NpzFile of ``path``, or of the single .npz member of a zip archive ``path``."""
+    with _reading(path):
+        raw = path.read_bytes()
+        names = zipfile.ZipFile(io.BytesIO(raw)).namelist()
+        if not any(n.endswith(".npy") for n in names):
+            inner = [n for n in names if n.endswith(".npz")]
+            if len(inner) != 1:
+                raise SpgnnError(f"cannot read {path}: expected an .npz or a zip holding one .npz, found "
+                                 f"members {names[:5]}")
+            raw = zipfile.ZipFile(io.BytesIO(raw)).read(inner[0])
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+
+
+def _csr(npz, prefix: str, path: Path) -> sp.csr_matrix:
+    """CSR matrix from arrays ``<prefix>_indices/_indptr/_shape`` and optional ``_data`` (default ones)."""
+    indices = np.asarray(npz[prefix + "_indices"], np.int64)
+    indptr = np.asarray(npz[prefix + "_indptr"], np.int64)
+    shape = tuple(int(s) for s in np.asarray(npz[prefix + "_shape"]).ravel())
+    data = npz[prefix + "_data"] if prefix + "_data" in npz.files else np.ones(indices.size, np.float32)
+    problem = None
+    if len(shape) != 2 or min(shape) < 0:
+        problem = f"{prefix}_shape must hold two sizes, got {shape}"
+    elif indptr.ndim != 1 or indptr.size != shape[0] + 1 or indptr[0] != 0 or (np.diff(indptr) < 0).any():
+        problem = f"{prefix}_indptr must rise from 0 with {shape[0] + 1} entries"
+    elif indices.ndim != 1 or np.shape(data) != indices.shape or indptr[-1] != indices.size:
+        problem = f"{prefix}_indices/_data must both have {indptr[-1]} entries"
+    elif indices.size and (indices.min() < 0 or indices.max() >= shape[1]):
+        problem = f"{prefix}_indices must lie in [0, {shape[1]}), found {indices.min()}..{indices.max()}"
+    if problem:
+        raise SpgnnError(f"cannot read {path}: {problem}")
+    return sp.csr_matrix((np.asarray(data, np.float32), indices, indptr), shape=shape)
+
+
+def _first(keys, *candidates):
+    return next((k for k in candidates if k in keys), None)
+
+
+def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None = None,
+             seed: int = 0) -> Graph:
+    """Graph from an ``.npz`` (or a ``.zip`` holding one). Layouts, by array name:
+
+    * edges: CSR ``adj_indices, adj_indptr, adj_shape`` [, ``adj_data``] (row → column is src → dst), or
+      ``edges`` [E, 2] of src, dst pairs, or ``edge_index`` [2, E];
+    * features: CSR ``attr_*``, or dense ``attr_matrix`` / ``features`` / ``node_features`` / ``x`` [N, F];
+    * labels: ``labels`` / ``node_labels`` / ``y`` [N];
+    * optional masks ``train_mask(s)``, ``val_mask(s)``, ``test_mask(s)``: [N] or [S, N] for S fixed splits;
+    * optional scalars ``directed`` (bool, default False) and ``num_classes``.
+    """
+    path = Path(path)
+    name = name or path.stem
+    npz = _open_npz(path)
+    keys = set(npz.files)
+    with _reading(path), npz:      # bad contents (a corrupt member, a string shape) raise SpgnnError too
+        if {"adj_indices", "adj_indptr", "adj_shape"} <= keys:
+            adj = _csr(npz, "adj", path).tocoo()
+            keep = adj.data != 0
+            src, dst, n = adj.row[keep], adj.col[keep], adj.shape[0]
+            if adj.shape[0] != adj.shape[1]:
+                raise SpgnnError(f"cannot read {path}: adjacency must be square, got shape {adj.shape}")
+        elif "edges" in keys or "edge_index" in keys:
+            e = np.asarray(npz["edges"]) if "edges" in keys else np.asarray(npz["edge_index"]).T
+            if e.ndim != 2 or e.shape[1] != 2 or e.dtype.kind not in "iu":
+                raise SpgnnError(f"cannot read {path}: edges must be an integer array [E, 2] "
+                                 f"(edge_index: [2, E]), got {e.dtype} {e.shape}")
+            src, dst, n = e[:, 0], e[:, 1], None
+        else:
+            raise SpgnnError(f"cannot read {path}: no graph found: expected adj_indices/adj_indptr/adj_shape "
+                             f"or edges [E, 2]; it holds {', '.join(sorted(keys))}")
+        if {"attr_indices", "attr_indptr", "attr_shape"} <= keys:
+            x = _csr(npz, "attr", path).toarray()
+        elif (k := _first(keys, "attr_matrix", "features", "node_features", "x")):
+            x = np.asarray(npz[k])
+        else:
+            raise SpgnnError(f"cannot read {path}: no node features found (attr_* CSR arrays, attr_matrix, "
+                             f"features or node_features)")
+        k = _first(keys, "labels", "node_labels", "y")
+        if k is None:
+            raise SpgnnError(f"cannot read {path}: no node labels found (labels or node_labels)")
+        y = npz[k]
+        found = {s: (npz[k] if (k := _first(keys, f"{s}_mask", f"{s}_masks")) else None)
+                 for s in ("train", "val", "test")}
+        directed = bool(npz["directed"]) if "directed" in keys else False
+        num_classes = int(npz["num_classes"]) if "num_classes" in keys else None
+    masks = split_masks(found, str(path), split)
+    if n is not None and x.ndim == 2 and x.shape[0] != n:
+        raise SpgnnError(f"dataset {name!r}: features have {x.shape[0]} rows but the adjacency has {n} nodes")
+    return _assemble(name, src, dst, x, y, directed=directed, masks=masks, seed=seed, num_classes=num_classes)
+
+
+def save_npz(graph: Graph, out_path: str | os.PathLike) -> Path:
+    """Write ``graph`` compactly in ``read_npz``'s CSR layout (features as CSR float32, bit-exact)."""
+    def small(a):
+        a = np.asarray(a)
+        return a.astype(np.min_scalar_type(int(a.max()) if a.size else 0))
+    at = sp.csr_matrix(graph.adj.T)            # rows = sources, as Shchur et al.'s files
+    at.sort_indices()
+    attr = sp.csr_matrix(graph.x)
+    attr.sort_indices()
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    arrays = dict(adj_indices=small(at.indices), adj_indptr=small(at.indptr), adj_shape=np.array(at.shape),
+                  attr_data=attr.data.astype(np.float32), attr_indices=small(attr.indices),
+                  attr_indptr=small(attr.indptr), attr_shape=np.array(attr.shape), labels=small(graph.y),
+                  num_classes=np.array(graph.num_classes), train_mask=graph.train_mask,
+                  val_mask=graph.val_mask, test_mask=graph.test_mask)
+    if not graph.is_symmetric:
+        arrays["directed"] = np.array(True)
+    with out.open("wb") as f:
+        np.savez_compressed(f, **arrays)
+    return out
+
+
+def convert_planetoid(raw_dir: str | os.PathLike, name: str, out_path: str | os.PathLike) -> Path:
+    """Convert Planetoid raw files ``<raw_dir>/ind.<name>.*`` to a compact .npz (how spgnn/data/cora.npz is
+    made: ``convert_planetoid('../shared/datasets/planetoid', 'cora', 'spgnn/data/cora.npz')``)."""
+    return save_npz(read_planetoid(raw_dir, name), out_path)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# edge-list folders
+
+def _read_npy(path: Path) -> np.ndarray:
+    with _reading(path):
+        return np.load(path, allow_pickle=False)
+
+
+def edge_delimiter(path: Path) -> str | None:
+    """The column separator of an edge-list text file: a comma if its first data line has one, else whitespace."""
+    with path.open() as f:
+        first = next((s for s in (ln.split("#")[0].strip() for ln in f) if s), "")
+    return "," if "," in first else None
+
+
+def _read_edges_text(path: Path) -> np.ndarray:
+    """[E, 2] int64 from two integer columns separated by whitespace or commas, '#' starting comments."""
+    with _reading(path):
+        delimiter = edge_delimiter(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
+            e = np.loadtxt(path, np.int64, comments="#", delimiter=delimiter, ndmin=2)
+    if e.size == 0:
+        return np.zeros((0, 2), np.int64)
+    if e.shape[1] != 2:
+        raise SpgnnError(f"cannot read {path}: expected two columns (src dst) per line, found {e.shape[1]}")
+    return e
+
+
+def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
+    """Graph from a folder holding ``edges.npy`` ([E, 2]), ``edges.txt`` or ``edges.csv`` (lines ``src dst`` or
+    ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional boolean
+    ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N] (without them: per-class random split; without
+    val: none; without test: all the rest) and optional ``meta.json`` {"directed": bool, "name": str}."""
+    folder = Path(folder)
+    edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
+    if edge_file is None:
+        raise SpgnnError(f"{folder}: no edges.npy, edges.txt or edges.csv in this folder")
+    meta = {}
+    if (folder / "meta.json").is_file():
+        with _reading(folder / "meta.json"):
+            meta = json.loads((folder / "meta.json").read_text())
+        if not isinstance(meta, dict) or set(meta) - {"directed", "name"} \
+                or not isinstance(meta.get("directed", False), bool):
+            raise SpgnnError(f"cannot read {folder / 'meta.json'}: expected an object with optional keys "
+                             f'"directed" (true/false) and "name", got {str(meta)[:100]}')
+    for f in ("features.npy", "labels.npy"):
+        if not (folder / f).is_file():
+            raise SpgnnError(f"{folder}: missing {f} (an edge-list folder needs features.npy [N, F] and "
+                             f"labels.npy [N])")
+    e = _read_npy(edge_file).astype(np.int64).reshape(-1, 2) if edge_file.suffix == ".npy" else \
+        _read_edges_text(edge_file)
+    x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
+    found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
+             for s in ("train", "val", "test")}
+    return _assemble(str(meta.get("name") or folder.name), e[:, 0], e[:, 1], x, y,
+                     directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# synthetic graphs
+
+def _parse_numbers(spec: str, fields: list[str], kinds: list[tuple[str, type, float, float]]):
+    """Numbers of a synthetic spec; empty or absent trailing fields are None."""
+    syntax = next(s for s in SYNTHETIC_SPECS if s.startswith(spec.split(":")[0].lower()))
+    if len(fields) > len(kinds):
+        raise SpgnnError(f"bad synthetic spec {spec!r}: too many fields; syntax {syntax}")
+    out = []
+    for i, (what, kind, lo, hi) in enumerate(kinds):
+        text = fields[i].strip() if i < len(fields) else ""
+        if not text:
+            out.append(None)
+            continue
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or not (lo <= v <= hi):
+            what = f"{what} must be {'an integer' if kind is int else 'a number'} in [{lo:g}, {hi:g}]"
+            raise SpgnnError(f"bad synthetic spec {spec!r}: {what}, got {text!r}; syntax {syntax}")
+        out.append(v)
+    return out
+
+
+def _load_synthetic(kind: str, arg: str, spec: str, seed: int) -> Graph:
+    fields = arg.split(":")
+    if kind == "rmat":
+        scale, ef = _parse_numbers(spec, fields, [("SCALE", int, 1, 26), ("EDGEFACTOR", int, 1, 1024)])
+        if scale is None:
+            raise SpgnnError(f"bad synthetic spec {spec!r}: SCALE is required; "
+                             f"syntax rmat:SCALE[:EDGEFACTOR]")
+        return rmat(scale, 16 if ef is None else ef, seed=seed)
+    n, k, p_in, p_out, f = _parse_numbers(spec, fields, [("N", int, 2, 1 << 26), ("K", int, 1, 1 << 20),
+                                                         ("PIN", float, 0, 1), ("POUT", float, 0, 1),
+                                                         ("F", int, 1, 65536)])
+    if n is None or k is None:
+        raise SpgnnError(f"bad synthetic spec {spec!r}: N and K are required; syntax sbm:N:K[:PIN:POUT[:F]]")
+    return sbm(n, k, p_in, p_out, num_features=64 if f is None else f, seed=seed)
+
+
+def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 128,
+         num_classes: int = 8) -> Graph:
+    """Graph500 R-MAT graph: n = 2^scale nodes, edge_factor·n draws with quadrant probabilities
+    a, b, c, d = 0.57, 0.19, 0.19, 0.05, node ids randomly permuted, symmetrised, self-loops and duplicates
+    removed. Features: ``num_features`` N(0, 1) float32 columns. Labels: argmax over ``num_classes`` of a
+    random projection XW averaged over each node's closed neighbourhood (one mean-aggregation layer can
+    fit it exactly; features alone only partly). Split: per-class random."""
+    if not (1 <= scale <= 40 and edge_factor >= 1 and edge_factor << scale <= _MAX_EDGES):
+        raise SpgnnError(f"rmat: need SCALE >= 1 and EDGEFACTOR >= 1 with EDGEFACTOR*2^SCALE <= "
+                         f"{_MAX_EDGES}, got SCALE={scale}, EDGEFACTOR={edge_factor}")
+    rng = np.random.default_rng(seed)
+    n, m = 1 << scale, edge_factor << scale
+    a, ab, abc = np.float32(0.57), np.float32(0.76), np.float32(0.95)
+    src, dst = np.zeros(m, np.int64), np.zeros(m, np.int64)
+    for level in range(scale):
+        r = rng.random(m, dtype=np.float32)
+        src |= (r >= ab).astype(np.int64) << level                       # quadrants c, d: lower half
+        dst |= (((r >= a) & (r < ab)) | (r >= abc)).astype(np.int64) << level   # quadrants b, d: right half
+    perm = rng.permutation(n)
+    name = f"rmat:{scale}:{edge_factor}"
+    adj = _adjacency(perm[src], perm[dst], n, directed=False, name=name)
+    x = rng.standard_normal((n, num_features), dtype=np.float32)
+    h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
+    y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
+    return _graph(name, adj, x, y, None, seed, num_classes)
+
+
+def _bernoulli_positions(rng, total: int, p: float) -> np.ndarray:
+    """Sorted positions in [0, total) each kept independently with probability p, in O(kept) time
+    (geometric gaps between successes)."""
+    if total <= 0 or p <= 0:
+        return np.zeros(0, np.int64)
+    if p >= 1:
+        return np.arange(total, dtype=np.int64)
+    chunks, last = [], -1
+    mu = total * p
+    size = int(mu + 6 * np.sqrt(mu) + 16)
+    while True:
+        pos = last + np.cumsum(rng.geometric(p, size=size))
+        if pos[-1] >= total:
+            chunks.append(pos[pos < total])
+            return np.concatenate(chunks)
+        chunks.append(pos)
+        last = int(pos[-1])
+        size = int((total - last) * p + 6 * np.sqrt((total - last) * p) + 16)
+
+
+def _unrank_pairs(t: np.ndarray):
+    """Pair (i, j), j < i, of index t in the order (1,0), (2,0), (2,1), (3,0), ...: t = i(i-1)/2 + j."""
+    i = np.floor((1 + np.sqrt(1 + 8 * t.astype(np.float64))) / 2).astype(np.int64)
+    i -= (i * (i - 1) // 2 > t)
+    i += ((i + 1) * i // 2 <= t)
+    return i, t - i * (i - 1) // 2
+
+
+def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, num_features: int = 64,
+        seed: int = 0) -> Graph:
+    """Stochastic block model: n nodes in k near-equal classes (random ids), each pair joined with probability
+    p_in inside a class and p_out across (defaults: mean degree 8 inside + 2 across), undirected, sampled
+    in O(edges). Features: class mean (N(0, 0.25²) per dimension, one per class) + N(0, 1) noise,
+    ``num_features`` columns. Split: per-class random.
+
+    Spec ``sbm:N:K[:PIN:POUT[:F]]``; an empty field takes its default, e.g. ``sbm:10000:5:::32``."""
+    if not (2 <= n and 1 <= k <= n and num_features >= 1):
+        raise SpgnnError(f"sbm: need N >= 2, 1 <= K <= N and F >= 1, got N={n}, K={k}, F={num_features}")
+    sizes = np.full(k, n // k, np.int64)
+    sizes[:n % k] += 1
+    s = n / k
+    p_in = min(1.0, 8 / max(s - 1, 1)) if p_in is None else float(p_in)
+    p_out = (min(1.0, 2 / (n - s)) if k > 1 else 0.0) if p_out is None else float(p_out)
+    if not (0 <= p_in <= 1 and 0 <= p_out <= 1):
+        raise SpgnnError(f"sbm: PIN and POUT are probabilities in [0, 1], got {p_in}, {p_out}")
+    expected = n * (p_in * (s - 1) + p_out * (n - s)) / 2
+    if expected > _MAX_EDGES / 2:
+        raise SpgnnError(f"sbm: about {expected:.3g} edges expected, too many to hold; lower PIN/POUT")
+    rng = np.random.default_rng(seed)
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    src, dst = [], []
+    for r in range(k):
+        o, size, rest = int(offsets[r]), int(sizes[r]), int(offsets[r + 1])
+        i, j = _unrank_pairs(_bernoulli_positions(rng, size * (size - 1) // 2, p_in))
+        src += [o + i]
+        dst += [o + j]
+        t = _bernoulli_positions(rng, size * (n - rest), p_out)         # block r × all later blocks
+        src += [o + t // max(n - rest, 1)]
+        dst += [rest + t % max(n - rest, 1)]
+    perm = rng.permutation(n)
+    name = f"sbm:{n}:{k}:{p_in:g}:{p_out:g}:{num_features}"
+    adj = _adjacency(perm[np.concatenate(src)], perm[np.concatenate(dst)], n, directed=False, name=name)
+    y = np.empty(n, np.int64)
+    y[perm] = np.repeat(np.arange(k), sizes)
+    means = rng.normal(0.0, 0.25, (k, num_features)).astype(np.float32)
+    x = means[y] + rng.standard_normal((n, num_features), dtype=np.float32)
+    return _graph(name, adj, x, y, None, seed, k)

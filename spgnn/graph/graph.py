@@ -1,0 +1,154 @@
+"""A node-classification graph and the adjacency normalisations the layers use.
+
+Convention: ``adj`` is the n×n CSR matrix A with A[i, j] ≠ 0 for every edge j → i, so that Z = A·H
+aggregates over in-neighbours (PyTorch Geometric's ``edge_index = [src, dst]`` is ``A[dst, src]``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SpgnnError
+
+
+@dataclass
+class Graph:
+    """A graph with features ``x`` (n×f float32), labels ``y`` (n, int64) and boolean split masks."""
+
+    adj: sp.csr_matrix
+    x: np.ndarray
+    y: np.ndarray
+    train_mask: np.ndarray
+    val_mask: np.ndarray
+    test_mask: np.ndarray
+    name: str = "graph"
+    num_classes: int = field(default=0)
+
+    def __post_init__(self):
+        self.adj = sp.csr_matrix(self.adj)
+        self.adj.sum_duplicates()
+        self.adj.sort_indices()
+        self.x = np.ascontiguousarray(self.x, dtype=np.float32)
+        self.y = np.asarray(self.y, dtype=np.int64)
+        for m in ("train_mask", "val_mask", "test_mask"):
+            setattr(self, m, np.asarray(getattr(self, m), dtype=bool))
+        if not self.num_classes:
+            self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+        self.validate()
+
+    @property
+    def n(self) -> int:
+        return self.adj.shape[0]
+
+    @property
+    def nnz(self) -> int:
+        return self.adj.nnz
+
+    @property
+    def num_features(self) -> int:
+        return self.x.shape[1]
+
+    @property
+    def is_symmetric(self) -> bool:
+        return is_symmetric(self.adj)
+
+    def validate(self) -> None:
+        """Raise SpgnnError when the parts of the graph disagree or hold values no model can use."""
+        n = self.adj.shape[0]
+        where = f"dataset {self.name!r}"
+        if self.adj.ndim != 2 or self.adj.shape[1] != n:
+            raise SpgnnError(f"{where}: adjacency must be square, got shape {self.adj.shape}")
+        if n == 0:
+            raise SpgnnError(f"{where}: the graph has no nodes")
+        if self.x.ndim != 2 or self.x.shape[0] != n:
+            raise SpgnnError(f"{where}: features have {self.x.shape[0] if self.x.ndim else 0} rows but the "
+                             f"graph has {n} nodes")
+        if self.y.shape != (n,):
+            raise SpgnnError(f"{where}: labels have shape {self.y.shape} but the graph has {n} nodes")
+        for m in ("train_mask", "val_mask", "test_mask"):
+            if getattr(self, m).shape != (n,):
+                raise SpgnnError(f"{where}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
+        if not np.isfinite(self.x).all():
+            bad = int(np.flatnonzero(~np.isfinite(self.x).all(axis=1))[0])
+            raise SpgnnError(f"{where}: features contain NaN or infinite values (first at node {bad}); "
+                             f"clean or impute them first")
+        if self.y.size and (self.y.min() < 0 or self.y.max() >= self.num_classes):
+            raise SpgnnError(f"{where}: labels must lie in [0, {self.num_classes}), "
+                             f"found {self.y.min()}..{self.y.max()}")
+        if not self.train_mask.any():
+            raise SpgnnError(f"{where}: the training mask selects no node")
+
+
+def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "graph") -> sp.csr_matrix:
+    """Binary CSR A (n×n) with A[dst, src] = 1 for each edge; duplicates merged; checks ids lie in [0, n)."""
+    src = np.asarray(src, dtype=np.int64).ravel()
+    dst = np.asarray(dst, dtype=np.int64).ravel()
+    if src.shape != dst.shape:
+        raise SpgnnError(f"dataset {name!r}: edge list has {src.size} sources but {dst.size} targets")
+    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
+        raise SpgnnError(f"dataset {name!r}: edge endpoint ids must lie in [0, {n}) (n = number of nodes), "
+                         f"found {min(src.min(), dst.min())}..{max(src.max(), dst.max())}")
+    if symmetric:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    a = sp.csr_matrix((np.ones(src.size, np.float32), (dst, src)), shape=(n, n))
+    a.sum_duplicates()
+    a.data[:] = 1.0
+    return a
+
+
+def is_symmetric(adj: sp.spmatrix) -> bool:
+    diff = (adj != adj.T)
+    return diff.nnz == 0
+
+
+def symmetrize(adj: sp.spmatrix) -> sp.csr_matrix:
+    """A ∪ Aᵀ as a binary matrix."""
+    a = sp.csr_matrix(adj + adj.T)
+    a.data[:] = 1.0
+    return a
+
+
+def add_self_loops(adj: sp.spmatrix) -> sp.csr_matrix:
+    """A with its diagonal replaced by ones (PyG's ``add_remaining_self_loops`` on a binary graph)."""
+    a = sp.csr_matrix(adj, dtype=np.float32, copy=True)
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a = a + sp.identity(a.shape[0], dtype=np.float32, format="csr")
+    return sp.csr_matrix(a)
+
+
+def gcn_norm(adj: sp.spmatrix) -> sp.csr_matrix:
+    """Â = D^-½ (A + I) D^-½ with d_i the in-degree of i in A + I (as PyG's GCNConv, also for directed A)."""
+    a = add_self_loops(adj)
+    dinv = gcn_dinv(np.asarray(a.sum(axis=1)).ravel())
+    return sp.csr_matrix(sp.diags(dinv) @ a @ sp.diags(dinv), dtype=np.float32)
+
+
+def gcn_dinv(deg: np.ndarray) -> np.ndarray:
+    """d^-½ (0 where d = 0), float32: GCN's scaling of rows and columns."""
+    deg = np.asarray(deg, dtype=np.float32)
+    return np.where(deg > 0, deg ** -0.5, 0.0).astype(np.float32)
+
+
+def mean_dinv(deg: np.ndarray) -> np.ndarray:
+    """1/d (0 where d = 0), float32: the mean aggregation's row scaling."""
+    deg = np.asarray(deg, dtype=np.float32)
+    return np.where(deg > 0, 1.0 / np.maximum(deg, 1e-30), 0.0).astype(np.float32)
+
+
+def mean_norm(adj: sp.spmatrix) -> sp.csr_matrix:
+    """D^-1 A: row i averages over the in-neighbours of i (rows without in-edges stay zero)."""
+    a = sp.csr_matrix(adj, dtype=np.float32)
+    return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
+
+
+NORMALIZATIONS = {"gcn": gcn_norm, "mean": mean_norm, "self-loops": add_self_loops}
+
+
+def row_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Each feature row divided by its sum (rows summing to zero are left as they are); `out=x` in place."""
+    s = x.sum(axis=1, keepdims=True)
+    return np.divide(x, np.where(s == 0, 1, s), out=out)

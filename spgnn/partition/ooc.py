@@ -1,0 +1,254 @@
+"""Out-of-core partitioning: an edge-list folder to a partitioned dataset without holding the graph.
+
+The folder holds ``edges.npy`` ([E, 2] integers) or ``edges.txt``/``edges.csv`` (``src dst`` lines, ``#``
+comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional ``{train,val,test}_mask.npy`` and
+``meta.json`` ({"directed": bool, "name": str}), as `spgnn.datasets.read_edge_list` reads it; the graph is
+the same (symmetrised unless directed, duplicates merged, self-loops dropped). Edges are read `chunk` at a
+time and spilled into one bucket file per part (and, for the streaming partitioners, per block of the
+stream order); features are read a stretch of rows at a time through a memory map whose pages are released
+after each stretch. What stays in memory is O(n) vectors (parts, the renumbering, labels, masks), one chunk,
+one bucket and the part being written.
+
+- block, random: parts from n and the seed alone;
+- ldg, fennel: the vertices stream in the seeded order of `spgnn.partition.streaming`; the bucket of a
+  stream block holds the undirected pattern's rows of its vertices, so each vertex sees exactly the
+  neighbours the in-memory partitioner gives it, and the parts are the same.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import mmap
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SpgnnError
+from ..graph.datasets import class_labels, edge_delimiter, per_class_split, split_masks
+from . import streaming
+from .partition import block, fill_empty
+from .partitioned import write
+from .share import SPLITS, GraphInfo, Share, gcn_degree
+
+METHODS = ("block", "random", "ldg", "fennel")
+
+
+class EdgeFolder:
+    """An edge-list folder read lazily: n, the edge chunks, features by rows, labels and masks."""
+
+    def __init__(self, folder, chunk: int):
+        self.folder, self.chunk = Path(folder), int(chunk)
+        if self.chunk < 1:
+            raise SpgnnError(f"--chunk must be at least 1, got {chunk}")
+        f = self.folder
+        self.edge_file = next((f / e for e in ("edges.npy", "edges.txt", "edges.csv") if (f / e).is_file()), None)
+        if self.edge_file is None:
+            raise SpgnnError(f"{f}: no edges.npy, edges.txt or edges.csv in this folder")
+        meta = json.loads((f / "meta.json").read_text()) if (f / "meta.json").is_file() else {}
+        self.directed, self.name = bool(meta.get("directed", False)), str(meta.get("name") or f.name)
+        self.x = self._npy("features.npy", mmap=True)
+        if self.x.ndim != 2:
+            raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")
+        self.n = self.x.shape[0]
+        self.y = class_labels(self._npy("labels.npy"), self.name)
+        if self.y.shape != (self.n,):
+            raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
+        self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+
+    def _npy(self, name, mmap=False):
+        try:
+            return np.load(self.folder / name, mmap_mode="r" if mmap else None, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise SpgnnError(f"cannot read {self.folder / name}: {e}") from None
+
+    def masks(self, seed: int) -> dict:
+        """The split masks as `spgnn.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
+        found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
+                 for s in SPLITS}
+        masks = split_masks(found, str(self.folder), None) or per_class_split(self.y, self.num_classes, seed)
+        return dict(zip(SPLITS, masks))
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        """Feature rows `ids` (sorted), read a stretch of the file's rows at a time (about `chunk`/16 rows: as
+        many bytes as a chunk of edges at 128 features), each stretch's pages released after it."""
+        out = np.empty((len(ids), self.x.shape[1]), np.float32)
+        stretch = max(1, self.chunk // 16)
+        bounds = np.searchsorted(ids, np.arange(0, self.n + stretch, stretch))
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b > a:
+                out[a:b] = self.x[ids[a:b]]
+                release(self.x)
+        return out
+
+    def edges(self):
+        """Yield [e, 2] int64 chunks (src, dst), ids checked."""
+        if self.edge_file.suffix == ".npy":
+            e = self._npy(self.edge_file.name, mmap=True)
+
+            def read(i):
+                c = np.array(e[i:i + self.chunk], np.int64)
+                release(e)
+                return c
+
+            chunks = (read(i) for i in range(0, len(e), self.chunk))
+        else:
+            chunks = self._text_chunks()
+        for c in chunks:
+            if c.size and (c.min() < 0 or c.max() >= self.n):
+                raise SpgnnError(f"{self.edge_file}: edge endpoint ids must lie in [0, {self.n}), found "
+                                 f"{c.min()}..{c.max()}")
+            yield c
+
+    def _text_chunks(self):
+        delimiter = edge_delimiter(self.edge_file)
+        with self.edge_file.open() as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # "input contained no data" at the end
+            while True:
+                c = np.loadtxt(f, np.int64, comments="#", delimiter=delimiter, max_rows=self.chunk, ndmin=2)
+                if c.size == 0:
+                    return
+                if c.shape[1] != 2:
+                    raise SpgnnError(f"{self.edge_file}: expected two columns (src dst) per line")
+                yield c
+
+    def entries(self):
+        """Yield (rows, cols) chunks of A's nonzeros A[dst, src] (and A[src, dst] unless directed), self-loops
+        dropped; duplicates are merged later."""
+        for c in self.edges():
+            src, dst = c[:, 0], c[:, 1]
+            keep = src != dst
+            src, dst = src[keep], dst[keep]
+            yield (dst, src) if self.directed else (np.concatenate([dst, src]), np.concatenate([src, dst]))
+
+
+def trim() -> None:
+    """Hand the C heap's free memory back to the OS (glibc's malloc_trim): the chunks and buckets are tens
+    of MB each, and glibc keeps freed ones of that size in the heap, which would grow the process by
+    several chunks' worth."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def release(a: np.ndarray) -> None:
+    """Drop the resident pages of a read-only memory map (clean file pages: read again when touched), so that
+    reading a file through it never holds more than the stretch just read."""
+    mm = getattr(a, "_mmap", None)
+    if mm is not None and hasattr(mm, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
+class Buckets:
+    """Append-only files of entries (row, col) packed as row·2³² + col (int64), one file per bucket, in a
+    temporary folder."""
+
+    def __init__(self, count: int, where: Path, n: int):
+        self.n = n
+        self.files = [open(where / f"bucket-{b}.bin", "wb") for b in range(count)]
+        self.paths = [Path(f.name) for f in self.files]
+
+    def add(self, bucket: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
+        """Append each entry (rows[k], cols[k]) to the file of bucket[k]."""
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
+        key = (rows[order] << 32) | cols[order]
+        for b in np.flatnonzero(np.diff(bounds)):
+            key[bounds[b]:bounds[b + 1]].tofile(self.files[b])
+
+    def read(self, b: int, rows_of: np.ndarray) -> sp.csr_matrix:
+        """Bucket b as an m×n CSR pattern (duplicates merged, columns sorted) whose row i is vertex rows_of[i]
+        (`rows_of` sorted, m of them); built from the sorted keys: a few bytes a nonzero beyond the result."""
+        self.files[b].flush()
+        key = np.fromfile(self.paths[b], np.int64)
+        key.sort()
+        key = key[np.concatenate([[True], key[1:] != key[:-1]])] if key.size else key
+        m = len(rows_of)
+        rows = np.searchsorted(rows_of, key >> 32)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=m))])
+        del rows
+        cols = (key & 0xFFFFFFFF).astype(np.int32)
+        return sp.csr_matrix((np.ones(key.size, np.float32), cols, indptr), shape=(m, self.n))
+
+    def close(self):
+        for f in self.files:
+            f.close()
+
+
+def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: dict) -> np.ndarray:
+    """The part of every vertex, by `method`."""
+    n = src.n
+    if method == "block":
+        return block(np.empty((n, 0)), P)
+    if method == "random":
+        return np.random.default_rng(seed).permutation(block(np.empty((n, 0)), P))
+    order = np.random.default_rng(seed).permutation(n)
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    per_block = max(1, src.chunk // 8)
+    blocks = -(-n // per_block)
+    buckets = Buckets(blocks, tmp, n)
+    for rows, cols in src.entries():           # the undirected pattern: each entry both ways
+        r, c = np.concatenate([rows, cols]), np.concatenate([cols, rows])
+        buckets.add(position[r] // per_block, r, c)
+        trim()
+    blocks_of = [np.sort(order[b * per_block:(b + 1) * per_block]) for b in range(blocks)]
+    undirected_nnz = sum(buckets.read(b, blocks_of[b]).nnz for b in range(blocks))
+    kind, capacity, alpha, gamma = streaming.settings(method, n, P, undirected_nnz, **params)
+    parts, sizes = np.full(n, -1, np.int64), np.zeros(P, np.int64)
+    for b in range(blocks):
+        verts = order[b * per_block:(b + 1) * per_block]
+        a = buckets.read(b, blocks_of[b])
+        streaming.stream(a.indptr.astype(np.int64), a.indices.astype(np.int64), verts,
+                         np.searchsorted(blocks_of[b], verts), parts, sizes, capacity, kind, alpha, gamma)
+        trim()
+    buckets.close()
+    return fill_empty(parts, P)
+
+
+def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, chunk: int = 1 << 22,
+                          **params) -> Path:
+    """Partition the edge-list `folder` into P parts by `method` (block, random, ldg, fennel) and write the
+    partitioned dataset `output`, reading `chunk` edges at a time."""
+    if method not in METHODS:
+        raise SpgnnError(f"--out-of-core partitions with {', '.join(METHODS)}, not {method!r}")
+    src = EdgeFolder(folder, chunk)
+    if src.n >= 2**31:
+        raise SpgnnError(f"{folder}: {src.n} nodes; out-of-core partitioning handles fewer than 2^31")
+    if not 1 <= P <= src.n:
+        raise SpgnnError(f"--nparts must lie in [1, {src.n}] (the nodes of {src.name}), got {P}")
+    Path(output).resolve().parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="spgnn-ooc-", dir=Path(output).resolve().parent) as tmp:
+        parts = _parts(src, P, method, seed, Path(tmp), params)
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=P))])
+        perm = np.argsort(parts, kind="stable")
+        inv = np.empty(src.n, np.int64)
+        inv[perm] = np.arange(src.n)
+        buckets, digest = Buckets(P, Path(tmp), src.n), hashlib.sha256(str(src.n).encode())
+        for rows, cols in src.entries():
+            r = inv[rows]
+            buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
+            digest.update(np.stack([rows, cols]).tobytes())
+            trim()
+        masks = src.masks(seed)
+        info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
+                         {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest())
+
+        def shares():
+            for p in range(P):
+                trim()
+                first, m = int(offsets[p]), int(offsets[p + 1] - offsets[p])
+                a = buckets.read(p, np.arange(first, first + m))
+                ids = perm[first:first + m]
+                yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data,
+                            gcn_degree(a, first), src.rows(ids), src.y[ids],
+                            {s: masks[s][ids] for s in SPLITS}, ids.astype(np.int64))
+
+        path = write(output, info, shares(), {"method": method, "params": params, "seed": seed})
+        buckets.close()
+    return path

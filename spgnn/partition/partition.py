@@ -1,0 +1,291 @@
+"""Vertex partitions: a part vector ``parts`` (n,) with ids in [0, P), where it comes from, and the
+renumbering it induces.
+
+A partitioner is a function ``fn(adj, P, seed, **params) -> parts`` registered with ``@register("name")``
+(built-ins: here and in ``streaming`` and ``external``) or published by another package
+under the entry-point group ``spgnn.partitioners`` (loaded on first lookup of its name). Internal ids are
+renumbered by part so that part p owns the contiguous rows offsets[p]:offsets[p+1]; ``perm[new] = old``
+and ``inv[old] = new``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import platform
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import metadata
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SpgnnError
+from ..memory import rss_growth
+
+PARTITIONERS = {}
+ENTRY_POINT_GROUP = "spgnn.partitioners"
+FILE_FORMAT = "spgnn-partition/1"
+_LIBRARIES = ("spgnn", "numpy", "scipy", "numba", "pymetis", "kahip", "kaminpar")
+
+
+def register(name: str):
+    """Decorator: register ``fn(adj, P, seed, **params) -> parts`` as partitioner `name`."""
+
+    def wrap(fn):
+        PARTITIONERS[name] = fn
+        return fn
+
+    return wrap
+
+
+def _entry_points() -> dict:
+    return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def get_partitioner(name: str):
+    """The partitioner registered as `name`, loading an entry point of that name on first use; None if
+    there is none."""
+    if name not in PARTITIONERS and (ep := _entry_points().get(name)) is not None:
+        try:
+            obj = ep.load()
+        except Exception as e:  # a broken plugin: say which one
+            raise SpgnnError(f"partitioner {name!r} (entry point {ep.value}) failed to load: "
+                             f"{type(e).__name__}: {e}") from e
+        if name not in PARTITIONERS:        # a plain function, not a module that registered itself
+            if not callable(obj):
+                raise SpgnnError(f"entry point {name} = {ep.value} is not a function (adj, P, seed) -> parts")
+            PARTITIONERS[name] = obj
+    return PARTITIONERS.get(name)
+
+
+def available() -> list[str]:
+    """Names of the registered partitioners and of those other packages publish (not loaded)."""
+    return list(PARTITIONERS) + sorted(set(_entry_points()) - set(PARTITIONERS))
+
+
+def partitioner_params(fn, **overrides) -> dict:
+    """The keyword parameters of partitioner `fn` (its defaults updated by `overrides`), as saved."""
+    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()
+                if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+    unknown = set(overrides) - set(defaults)
+    if unknown:
+        raise SpgnnError(f"unknown partitioner parameter(s) {', '.join(sorted(unknown))}: this partitioner "
+                         f"takes {', '.join(defaults) or 'none'}")
+    return defaults | overrides
+
+
+# ----------------------------------------------------------------------------------------------------------
+# built-in simple partitioners and helpers for the others
+
+
+@register("block")
+def block(adj, P: int, seed: int = 0) -> np.ndarray:
+    """Contiguous id ranges of sizes differing by at most one."""
+    n = adj.shape[0]
+    return np.repeat(np.arange(P), [len(c) for c in np.array_split(np.arange(n), P)])
+
+
+@register("random")
+def random(adj, P: int, seed: int = 0) -> np.ndarray:
+    """A seeded random assignment with part sizes differing by at most one."""
+    parts = block(adj, P)
+    return np.random.default_rng(seed).permutation(parts)
+
+
+def undirected(adj) -> sp.csr_matrix:
+    """The pattern of A + Aᵀ without its diagonal (0/1 entries, sorted indices): the graph that graph
+    partitioners see, since a row is needed across parts whichever direction its edge points."""
+    a = sp.csr_matrix(adj, copy=True)
+    a.data = np.ones_like(a.data, dtype=np.int8)
+    s = (a + a.T).tocoo()
+    off = s.row != s.col
+    s = sp.csr_matrix((np.ones(int(off.sum()), np.int8), (s.row[off], s.col[off])), shape=a.shape)
+    s.sort_indices()
+    return s
+
+
+def fill_empty(parts: np.ndarray, P: int) -> np.ndarray:
+    """`parts` with each empty part given one vertex from the then largest part (its last vertex), so
+    that a heuristic never leaves a process without rows when n ≥ P."""
+    parts = np.asarray(parts, dtype=np.int64).copy()
+    counts = np.bincount(parts, minlength=P)
+    for p in np.flatnonzero(counts == 0):
+        if parts.size <= p:
+            break
+        big = int(np.argmax(counts))
+        v = np.flatnonzero(parts == big)[-1]
+        parts[v], counts[big], counts[p] = p, counts[big] - 1, 1
+    return parts
+
+
+# ----------------------------------------------------------------------------------------------------------
+# checking, files
+
+
+def check_parts(parts, n: int, P: int) -> np.ndarray:
+    """`parts` as int64 after checking length n, ids in [0, P) and that no part is empty."""
+    parts = np.asarray(parts)
+    if parts.ndim != 1 or parts.shape[0] != n:
+        raise SpgnnError(f"partition vector has length {parts.size} but the graph has {n} nodes")
+    if parts.size and not np.issubdtype(parts.dtype, np.integer):
+        raise SpgnnError(f"partition vector must hold integer part ids, got dtype {parts.dtype}")
+    parts = parts.astype(np.int64)
+    if n and (parts.min() < 0 or parts.max() >= P):
+        raise SpgnnError(f"partition vector holds part ids {parts.min()}..{parts.max()}, "
+                         f"but P = {P} parts need ids in [0, {P})")
+    counts = np.bincount(parts, minlength=P)
+    if (counts == 0).any():
+        raise SpgnnError(f"part {int(np.flatnonzero(counts == 0)[0])} of {P} is empty: every process "
+                         f"needs at least one node (use fewer processes or another partition)")
+    return parts
+
+
+def graph_hash(adj) -> str:
+    """SHA-256 of the sparsity pattern: shape, indptr and indices of the canonical CSR (values ignored)."""
+    a = sp.csr_matrix(adj)
+    if not a.has_canonical_format:
+        a = a.copy()
+        a.sum_duplicates()
+    h = hashlib.sha256()
+    for arr in (np.asarray(a.shape), a.indptr, a.indices):
+        h.update(np.ascontiguousarray(arr, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def versions() -> dict:
+    """Versions of Python and of the installed libraries a partition can depend on."""
+    out = {"python": platform.python_version()}
+    for lib in _LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def save_partition(path, parts, method: str, params: dict, seed: int, graph) -> Path:
+    """Write `parts` to an .npz with its provenance: method, params, seed, library versions, and the
+    size and pattern hash of `graph` (a Graph or its adjacency), so it is never applied to another graph."""
+    adj = getattr(graph, "adj", graph)
+    parts = np.asarray(parts)
+    meta = {"format": FILE_FORMAT, "method": str(method), "params": params, "seed": int(seed),
+            "nparts": int(parts.max()) + 1 if parts.size else 0, "graph": getattr(graph, "name", "graph"),
+            "n": int(adj.shape[0]), "nnz": int(adj.nnz), "graph_hash": graph_hash(adj), "versions": versions()}
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as f:     # a file object: numpy would otherwise append .npz to other suffixes
+        np.savez_compressed(f, parts=parts.astype(np.int32), meta=np.array(json.dumps(meta, default=str)))
+    return path
+
+
+def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
+    """(parts, meta) from a file `save_partition` wrote (checked against graph `adj` and `P` when given), a
+    .npy array, or a text file with one part id a line (meta empty for the last two); told apart by content."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            magic = f.read(6)
+        if magic.startswith(b"PK"):                    # a zip archive: .npz
+            with np.load(path, allow_pickle=False) as z:
+                parts, meta = z["parts"], json.loads(str(z["meta"]))
+        elif magic == b"\x93NUMPY":
+            parts, meta = np.load(path, allow_pickle=False), {}
+        else:
+            parts, meta = np.loadtxt(path, dtype=np.int64, ndmin=1), {}
+    except (OSError, ValueError, KeyError) as e:
+        raise SpgnnError(f"cannot read partition file {path}: {e}") from None
+    if meta and adj is not None and meta.get("graph_hash") != graph_hash(adj):
+        raise SpgnnError(f"partition file {path} was made for another graph ({meta.get('graph')}: "
+                         f"n={meta.get('n')}, nnz={meta.get('nnz')}) than this one (n={adj.shape[0]}, "
+                         f"nnz={adj.nnz}; the edge structures differ): recompute it with spgnn partition")
+    if meta and P is not None and meta.get("nparts") != P:
+        raise SpgnnError(f"partition file {path} holds a {meta.get('nparts')}-way partition but {P} parts "
+                         f"(processes) were asked for")
+    return parts, meta
+
+
+# ----------------------------------------------------------------------------------------------------------
+# making partitions
+
+
+def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
+    """Part vector from a partitioner name, a file path, or an array; always checked."""
+    return _make(method, adj, P, seed, params)[0]
+
+
+def make_partition(method, adj, P: int, seed: int = 0, **params) -> Partition:
+    """The checked Partition, with `info`: method, params, seed (or the file's), the seconds the
+    partitioner took and its peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
+    with rss_growth() as mem:
+        t0 = time.perf_counter()
+        parts, info = _make(method, adj, P, seed, params)
+        seconds = time.perf_counter() - t0
+    return Partition(parts, P, info | {"seconds": seconds, "peak_rss_growth_bytes": mem.get("bytes")})
+
+
+def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dict]:
+    n = adj.shape[0]
+    if P < 1:
+        raise SpgnnError(f"the number of parts must be at least 1, got {P}")
+    if P > n:
+        raise SpgnnError(f"{P} processes but the graph has only {n} nodes: use at most {n} processes")
+    fn = get_partitioner(method) if isinstance(method, str) else None
+    if fn is not None:
+        params = partitioner_params(fn, **params)
+        parts, info = fn(adj, P, seed, **params), {"method": method, "params": params, "seed": seed}
+    elif isinstance(method, (str, Path)):
+        if not Path(method).exists():
+            raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
+                             f"or the path of a saved .npz, .npy or text part vector")
+        parts, meta = load_parts(method, adj, P)
+        info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}
+    else:
+        parts, info = method, {"method": "array"}
+    return check_parts(parts, n, P), info
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A checked part vector with its renumbering: part p owns new ids offsets[p]:offsets[p+1]; `info`
+    says how it was made (see ``make_partition``)."""
+
+    parts: np.ndarray
+    P: int
+    info: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @cached_property
+    def perm(self) -> np.ndarray:
+        """perm[new] = old id (stable: old order kept inside each part)."""
+        return np.argsort(self.parts, kind="stable")
+
+    @cached_property
+    def inv(self) -> np.ndarray:
+        inv = np.empty_like(self.perm)
+        inv[self.perm] = np.arange(self.perm.size)
+        return inv
+
+    @cached_property
+    def offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(np.bincount(self.parts, minlength=self.P))])
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def renumber(self, adj):
+        """A with rows and columns in the new order: A'[new_i, new_j] = A[perm[new_i], perm[new_j]]."""
+        p = self.perm
+        return adj[p][:, p].tocsr()
+
+    def to_original(self, rows) -> np.ndarray:
+        """Per-node rows given in the new order (one array, or the list of per-part blocks in part order)
+        back in original ids: out[perm[new]] = rows[new]."""
+        rows = np.concatenate(rows) if isinstance(rows, (list, tuple)) else np.asarray(rows)
+        if rows.shape[0] != self.perm.size:
+            raise SpgnnError(f"{rows.shape[0]} rows given but the partition covers {self.perm.size} nodes")
+        out = np.empty_like(rows)
+        out[self.perm] = rows
+        return out

@@ -1,0 +1,259 @@
+"""Partitioned datasets: a graph split into B parts, one folder a part, so that a rank reads only its share.
+
+Layout (plain .npy files, memory-mappable; reading one part touches no other part's files):
+
+    DIR/meta.json           format, graph (name, n, nnz, features, classes, symmetric, hash, split counts),
+                            partition (B, method, parameters, seed, rows per part, metrics), library versions
+    DIR/block_stats.npz     halo[i, j] = |R_ij|, block_nnz[i, j], diagonal[p] (self-loops) of the raw A: the
+                            cost model's block statistics, B×B
+    DIR/part-00000/         part.json (part, graph hash), indptr.npy, indices.npy, data.npy (the block row
+                            of A: n_p×n CSR, columns in the partitioned ids, int32 below 2^31 nodes),
+                            degree.npy (GCN's d of its rows), x.npy, y.npy, train_mask.npy, val_mask.npy,
+                            test_mask.npy, node_ids.npy (original ids)
+
+`InMemoryParts` offers the same interface over a `Graph` held in memory; `write` writes either (or any
+stream of shares, as the out-of-core partitioner makes) to disk. `cached` partitions a named dataset once
+into a cache folder keyed by graph hash, method, parameters, seed and B.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from ..comm.halo import owner
+from ..cost import BlockStats
+from ..errors import SpgnnError
+from ..sparse.csr import row_ids
+from .partition import versions
+from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype
+
+FORMAT = "spgnn-partitioned/1"
+CACHE_ENV = "SPGNN_CACHE_DIR"
+ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float32, "degree": np.float32,
+          "x": np.float32, "y": np.int64, "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
+
+
+class Tally:
+    """Block statistics summed from shares one at a time: `halo` and `block_nnz` (B×B), the self-loops
+    (`diagonal`) and training nodes (`train`) of each part."""
+
+    def __init__(self, B: int):
+        self.halo, self.block_nnz = np.zeros((B, B), np.int64), np.zeros((B, B), np.int64)
+        self.diagonal, self.train = np.zeros(B, np.int64), np.zeros(B, np.int64)
+
+    def add(self, share: Share) -> None:
+        """Row p of the statistics from part p's raw block row."""
+        off, B, p = share.info.offsets, len(share.info.offsets) - 1, share.part
+        self.halo[p] = np.bincount(owner(np.unique(share.indices), off), minlength=B)
+        self.halo[p, p] = 0
+        self.block_nnz[p] = np.bincount(owner(share.indices, off), minlength=B)
+        rows = row_ids(share.indptr) + off[p]
+        self.diagonal[p], self.train[p] = np.count_nonzero(share.indices == rows), share.masks["train"].sum()
+
+    def stats(self, sizes, symmetric: bool, norm: str) -> BlockStats:
+        return BlockStats.of_raw(sizes, self.halo, self.block_nnz, self.diagonal, symmetric, norm)
+
+    def metrics(self, sizes) -> dict:
+        from .metrics import block_metrics
+
+        return block_metrics(sizes, self.halo, self.block_nnz, self.diagonal, self.train)
+
+
+class InMemoryParts:
+    """A `Graph` in memory under a `Partition`, offering the interface of `PartitionedDataset`."""
+
+    def __init__(self, graph, partition, info: dict | None = None):
+        self.graph, self.partition, self.nparts = graph, partition, partition.P
+        self.info = graph_info(graph, partition)
+        self.partition_info = {"method": "array", "params": {}, "seed": 0} | (info or partition.info)
+        self._tally = None
+
+    def share(self, part: int) -> Share:
+        return Share.of(self.graph, self.partition, part, self.info)
+
+    def tally(self) -> Tally:
+        if self._tally is None:
+            self._tally = Tally(self.nparts)
+            for p in range(self.nparts):
+                self._tally.add(self.share(p))
+        return self._tally
+
+    def stats(self, norm: str) -> BlockStats:
+        """Block statistics of A normalised by `norm` ("gcn", "mean", "self-loops")."""
+        return self.tally().stats(np.diff(self.info.offsets), self.info.symmetric, norm)
+
+    def metrics(self) -> dict:
+        return self.tally().metrics(np.diff(self.info.offsets))
+
+
+class PartitionedDataset:
+    """A partitioned dataset folder (see the module docstring); `share(p)` reads part p's files only."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        meta_file = self.path / "meta.json"
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError) as e:
+            raise SpgnnError(f"cannot read {meta_file}: {e}; re-create the folder with spgnn partition --output") \
+                from None
+        if meta.get("format") != FORMAT:
+            raise SpgnnError(f"{meta_file} is of format {meta.get('format')!r}, this spgnn reads {FORMAT!r}: "
+                             f"re-create the folder with this version's spgnn partition --output")
+        self.meta = meta
+        g, p = meta["graph"], meta["partition"]
+        self.nparts = int(p["nparts"])
+        self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]), int(g["num_classes"]),
+                              bool(g["symmetric"]), dict(g["counts"]), np.asarray(p["offsets"], np.int64),
+                              g["graph_hash"])
+        self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {"folder": str(self.path)}
+
+    def _file(self, part: int, name: str) -> Path:
+        return self.path / f"part-{part:05d}" / name
+
+    def share(self, part: int) -> Share:
+        """Part `part` from its folder, checked against meta.json."""
+        folder = self.path / f"part-{part:05d}"
+        if not folder.is_dir():
+            raise SpgnnError(f"{folder} is missing: the partitioned dataset is incomplete; re-create it with "
+                             "spgnn partition --output")
+        try:
+            tag = json.loads((folder / "part.json").read_text())
+        except (OSError, ValueError) as e:
+            raise SpgnnError(f"cannot read {folder / 'part.json'}: {e}; re-create the folder") from None
+        if tag.get("graph_hash") != self.info.graph_hash or tag.get("part") != part:
+            raise SpgnnError(f"{folder} holds part {tag.get('part')} of another graph or partition than "
+                             f"{self.path / 'meta.json'} describes: re-create the folder with spgnn partition")
+        arrays = {}
+        for name, dtype in ARRAYS.items():
+            f = folder / f"{name}.npy"
+            try:
+                a = np.load(f, allow_pickle=False)
+            except (OSError, ValueError, EOFError) as e:
+                raise SpgnnError(f"cannot read {f}: {e} (missing or truncated); re-create the folder with "
+                                 "spgnn partition --output") from None
+            allowed = [np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))]
+            if a.dtype not in allowed:
+                raise SpgnnError(f"{f} holds {a.dtype}, expected {' or '.join(map(str, allowed))}: re-create the "
+                                 "folder")
+            arrays[name] = a
+        n_p = int(self.info.offsets[part + 1] - self.info.offsets[part])
+        nnz = int(arrays["indptr"][-1]) if arrays["indptr"].size else -1
+        expect = {"indptr": (n_p + 1,), "indices": (nnz,), "data": (nnz,), "degree": (n_p,),
+                  "x": (n_p, self.info.num_features), "y": (n_p,), "node_ids": (n_p,),
+                  **{f"{s}_mask": (n_p,) for s in SPLITS}}
+        for name, shape in expect.items():
+            if arrays[name].shape != shape:
+                raise SpgnnError(f"{folder / (name + '.npy')} has shape {arrays[name].shape}, expected {shape} "
+                                 f"(part {part} has {n_p} rows): re-create the folder")
+        return Share(self.info, part, arrays["indptr"], arrays["indices"], arrays["data"], arrays["degree"],
+                     arrays["x"], arrays["y"], {s: arrays[f"{s}_mask"] for s in SPLITS}, arrays["node_ids"])
+
+    def stats(self, norm: str) -> BlockStats:
+        f = self.path / "block_stats.npz"
+        try:
+            with np.load(f, allow_pickle=False) as s:
+                halo, nnz, diag = s["halo"], s["block_nnz"], s["diagonal"]
+        except (OSError, ValueError, KeyError, EOFError) as e:
+            raise SpgnnError(f"cannot read {f}: {e}; re-create the folder") from None
+        return BlockStats.of_raw(np.diff(self.info.offsets), halo, nnz, diag, self.info.symmetric, norm)
+
+    def metrics(self) -> dict | None:
+        return self.meta["partition"].get("metrics")
+
+
+def is_partitioned(path) -> bool:
+    """Whether `path` is a partitioned dataset folder (holds a meta.json of ours)."""
+    try:
+        return (Path(path) / "meta.json").is_file() and '"spgnn-partitioned/' in (Path(path) / "meta.json").read_text()
+    except (OSError, TypeError, ValueError):
+        return False
+
+
+def write(path, info: GraphInfo, shares, partition: dict) -> Path:
+    """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
+    written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
+    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete."""
+    path = Path(path)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
+    try:
+        tmp.mkdir(parents=True, exist_ok=False)
+        for share in shares:
+            folder = tmp / f"part-{share.part:05d}"
+            folder.mkdir()
+            for name, dtype in ARRAYS.items():
+                a = share.masks[name[:-5]] if name.endswith("_mask") else getattr(share, name)
+                np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=index_dtype(info.n) if
+                                                                     isinstance(dtype, tuple) else dtype))
+            (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
+            tally.add(share)
+        np.savez(tmp / "block_stats.npz", halo=tally.halo, block_nnz=tally.block_nnz, diagonal=tally.diagonal)
+        g = info.as_dict() | {"nnz": int(tally.block_nnz.sum())}
+        meta = {"format": FORMAT,
+                "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
+                                            "counts", "graph_hash")},
+                "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
+                              "params": partition.get("params", {}), "seed": partition.get("seed", 0),
+                              "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
+                "versions": versions()}
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SpgnnError(f"cannot write the partitioned dataset {path}: {e}; choose a writable folder") from None
+    return path
+
+
+def write_parts(path, parts: InMemoryParts) -> Path:
+    """Write an in-memory partitioned graph (`InMemoryParts`) to `path`."""
+    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the cache of partitioned datasets
+
+def cache_root(cache_dir=None) -> Path:
+    """--cache-dir, else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions."""
+    return Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "spgnn" / "partitions")
+
+
+def cache_folder(root, graph, method, params: dict, seed: int, nparts: int) -> Path:
+    """The cache folder of `graph` partitioned by `method` (a name, a file or an array) into `nparts` parts."""
+    from .partition import graph_hash
+
+    if isinstance(method, (str, Path)) and Path(method).is_file():
+        method = "file:" + hashlib.sha256(Path(method).read_bytes()).hexdigest()
+    elif not isinstance(method, str):
+        method = "array:" + hashlib.sha256(np.ascontiguousarray(method, np.int64).tobytes()).hexdigest()
+    key = json.dumps([FORMAT, graph_hash(graph.adj), hashlib.sha256(graph.x.tobytes()).hexdigest(),
+                      hashlib.sha256(graph.y.tobytes() + np.stack([getattr(graph, f"{s}_mask") for s in SPLITS])
+                                     .tobytes()).hexdigest(), method, params, seed, nparts], default=str)
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{graph.name}-{method[:20]}-{nparts}")
+    return Path(root) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, cache_dir=None) -> Path:
+    """The cache folder of `graph` partitioned into `nparts` parts, written first (by `partition_fn()`, which
+    returns the `Partition`) unless a complete one is there."""
+    folder = cache_folder(cache_root(cache_dir), graph, method, params, seed, nparts)
+    if is_partitioned(folder):
+        return folder
+    root = folder.parent
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".probe-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise SpgnnError(f"the partition cache folder {root} is not writable ({e.strerror}): set --cache-dir or "
+                         f"${CACHE_ENV} to a writable folder") from None
+    return write_parts(folder, InMemoryParts(graph, partition_fn()))

@@ -1,0 +1,162 @@
+"""A rank's share of the graph: the block row of A of one vertex part and that part's node data.
+
+Under a partition into B parts (`spgnn.partition.Partition`), part p owns the new ids offsets[p]:offsets[p+1].
+Its share is
+
+    indptr, indices, data   A[offsets[p]:offsets[p+1], :], n_p×n CSR, columns in the new ids, sorted (int32
+                            indices below 2^31 columns, int64 beyond: `index_dtype`)
+    degree                  d_i = Σ_j (A + I)[i, j] for its rows: what GCN's normalisation needs of a column's owner
+    x, y, masks, node_ids   its rows of the features (n_p×f), labels, split masks and their original ids
+
+and a few O(B) or scalar facts of the whole graph (`GraphInfo`). Nothing in it grows with n or nnz beyond
+the part. `Share.of` slices one from an in-memory `Graph`; `spgnn.partitioned` reads one from disk; both give
+the same arrays. `normalized` turns the block row into the block row of Â (GCN, mean or self-loops), fetching
+the degrees of remote columns from their owners when GCN needs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..graph import graph as graphs
+from ..sparse.csr import row_ids
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """What every rank knows of the whole graph: sizes, the part offsets and the split counts."""
+
+    name: str
+    n: int
+    nnz: int
+    num_features: int
+    num_classes: int
+    symmetric: bool
+    counts: dict                 # {"train": |T|, "val": ..., "test": ...}
+    offsets: np.ndarray = field(compare=False)
+    graph_hash: str = ""
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["offsets"] = [int(v) for v in self.offsets]
+        return d
+
+
+@dataclass
+class Share:
+    """Part `part` of the graph (see the module docstring)."""
+
+    info: GraphInfo
+    part: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    degree: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    masks: dict
+    node_ids: np.ndarray
+
+    @property
+    def rows(self) -> slice:
+        """The new ids of this part's rows."""
+        off = self.info.offsets
+        return slice(int(off[self.part]), int(off[self.part + 1]))
+
+    @property
+    def n_rows(self) -> int:
+        return self.indptr.size - 1
+
+    @property
+    def adj(self) -> sp.csr_matrix:
+        """The block row of A (n_p×n)."""
+        return sp.csr_matrix((self.data, self.indices, self.indptr), shape=(self.n_rows, self.info.n))
+
+    @classmethod
+    def of(cls, graph: graphs.Graph, partition, part: int, info: GraphInfo | None = None) -> Share:
+        """Part `part` of an in-memory graph under `partition`."""
+        ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
+        a = block_row(graph.adj, partition, part)
+        return cls(info or graph_info(graph, partition), part, a.indptr.astype(np.int64),
+                   a.indices.astype(index_dtype(graph.n)), a.data.astype(np.float32),
+                   gcn_degree(a, int(partition.offsets[part])), graph.x[ids], graph.y[ids],
+                   {s: getattr(graph, f"{s}_mask")[ids] for s in SPLITS}, ids.astype(np.int64))
+
+    def drop_features(self) -> None:
+        """Free the features (once a layout has taken what it keeps of them)."""
+        self.x = None
+
+    def normalized(self, kind: str, halo=None) -> sp.csr_matrix:
+        """The block row of Â for normalisation `kind` ("gcn", "mean", "self-loops"), float32, sorted:
+        GCN D^-½(A+I)D^-½ with d of remote columns from their owners through `halo` (`spgnn.halo.Halo`),
+        mean D^-1·A, self-loops A with its diagonal set to one (as `spgnn.graph.NORMALIZATIONS`)."""
+        a = self.adj
+        if kind == "mean":
+            return sp.csr_matrix(sp.diags(graphs.mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
+        a = with_unit_diagonal(a, self.rows.start)
+        if kind == "self-loops":
+            return a
+        if kind != "gcn":
+            raise ValueError(f"unknown normalisation {kind!r}")
+        dinv = graphs.gcn_dinv(self.degree)
+        remote = graphs.gcn_dinv(halo.fetch(self.degree)) if halo is not None and halo.group.size > 1 else \
+            np.zeros(0, np.float32)
+        col = np.concatenate([dinv, remote])[halo.local_columns(a.indices) if halo is not None else
+                                             a.indices - self.rows.start]
+        row = np.repeat(dinv, np.diff(a.indptr))
+        return sp.csr_matrix((row * col, a.indices, a.indptr), shape=a.shape)
+
+
+def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
+    """The `GraphInfo` of an in-memory graph under `partition`."""
+    from .partition import graph_hash
+
+    return GraphInfo(graph.name, graph.n, graph.nnz, graph.num_features, graph.num_classes,
+                     bool(graph.is_symmetric), {s: int(getattr(graph, f"{s}_mask").sum()) for s in SPLITS},
+                     np.asarray(partition.offsets, np.int64), graph_hash(graph.adj))
+
+
+def index_dtype(n: int):
+    """The dtype of column ids of an n-column matrix: int32 while they fit."""
+    return np.int32 if n < 2**31 else np.int64
+
+
+def block_row(adj, partition, part: int) -> sp.csr_matrix:
+    """A'[offsets[p]:offsets[p+1], :] of the renumbered A' (A'[new_i, new_j] = A[perm[new_i], perm[new_j]])
+    without forming A': the part's rows of A with their columns renumbered, sorted within each row."""
+    rows = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
+    a = sp.csr_matrix(adj)[rows]
+    a = sp.csr_matrix((a.data.astype(np.float32), partition.inv[a.indices], a.indptr), shape=a.shape)
+    a.sort_indices()
+    return a
+
+
+def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
+    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
+    to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
+    m, indptr = a.shape[0], a.indptr.astype(np.int64)
+    diag = (first + np.arange(m)).astype(a.indices.dtype)
+    row = row_ids(indptr, np.int32 if m < 2**31 else np.int64)
+    below = np.bincount(row, weights=a.indices < diag[row], minlength=m).astype(np.int64)   # entries left of it
+    del row
+    at = indptr[:-1] + below                                   # where the diagonal entry is or goes
+    present = np.zeros(m, bool)
+    inside = at < indptr[1:]
+    present[inside] = a.indices[at[inside]] == diag[inside]
+    data = a.data.astype(np.float32, copy=True)
+    data[at[present]] = 1.0
+    missing = np.flatnonzero(~present)
+    indices = np.insert(a.indices, at[missing], diag[missing])
+    data = np.insert(data, at[missing], np.float32(1.0))
+    indptr = indptr + np.concatenate([[0], np.cumsum(~present)])
+    return sp.csr_matrix((data, indices, indptr), shape=a.shape)
+
+
+def gcn_degree(a: sp.csr_matrix, first: int) -> np.ndarray:
+    """d_i = Σ_j (A + I)[i, j] of block row `a`: GCN's degree (float32, as `spgnn.graph.gcn_norm` sums it)."""
+    return np.asarray(with_unit_diagonal(a, first).sum(axis=1), dtype=np.float32).ravel()

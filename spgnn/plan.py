@@ -1,0 +1,177 @@
+"""What a run on P processes will be, decided before any layer is built: ``--algo auto`` resolved by the cost
+model, the grid shape, and the partition into as many parts as the grid has row blocks (in memory, from a
+partitioned dataset folder, or written once to the cache); and the cost model's prediction of a run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import cost, spmm
+from .comm.agree import on_rank0
+from .comm.comm import Comm
+from .config import TrainConfig
+from .errors import SpgnnError
+from .graph.datasets import load_dataset
+from .graph.graph import NORMALIZATIONS, Graph
+from .partition import partitioned
+from .partition.partition import get_partitioner, make_partition
+from .spmm.grids import format_grid
+
+
+@dataclass
+class Plan:
+    """What a run on P processes will be: the graph, the config with ``--algo auto`` resolved (and the
+    candidates it compared), the checked partition into as many parts as the grid has block rows, and
+    the grid shape."""
+
+    graph: Graph
+    cfg: TrainConfig
+    partition: object
+    shape: tuple
+    compared: list | None = None
+
+
+def _calibration(cfg: TrainConfig):
+    return cost.load_calibration(cfg.calibration) if cfg.calibration else None
+
+
+def _shape(cls, P: int, cfg: TrainConfig, n: int) -> tuple:
+    """The grid shape of `cls` on P processes under cfg's options, checked against a graph of n nodes."""
+    return _fits(cls, cls.grid_for(P, **{o: getattr(cfg, o) for o in spmm.options()}), n)
+
+
+def _fits(cls, shape: tuple, n: int) -> tuple:
+    """`shape`, when its row blocks are no more than the graph's n nodes; else SpgnnError."""
+    if cls.num_parts(shape) > n:
+        raise SpgnnError(f"--algo {cls.name} on grid {format_grid(shape)} splits the graph into {cls.num_parts(shape)} "
+                         f"row blocks but it has only {n} nodes: use fewer processes")
+    return shape
+
+
+def block_stats(g: Graph, partition, norm: str) -> cost.BlockStats:
+    """The exact block statistics of g's adjacency normalised by `norm`, renumbered by `partition`."""
+    return cost.BlockStats.of(partition.renumber(NORMALIZATIONS[norm](g.adj)), partition)
+
+
+def graph_stats(cfg: TrainConfig, g: Graph):
+    """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks."""
+    def stats_of(cls, shape, model):
+        partition = make_partition(cfg.partition, g.adj, cls.num_parts(_fits(cls, shape, g.n)), cfg.seed)
+        return block_stats(g, partition, model.norm)
+    return stats_of
+
+
+def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None) -> tuple[TrainConfig, list[dict]]:
+    """`cost.choose` for graph `g` in memory: (cfg with the predicted fastest algorithm and grid, the table)."""
+    return cost.choose(cfg, g, P, graph_stats(cfg, g), alpha_beta)
+
+
+def resolve(cfg: TrainConfig, P: int, g) -> tuple[TrainConfig, tuple, list | None]:
+    """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes."""
+    compared = None
+    if cfg.algo == "auto":
+        cfg, compared = choose(cfg, g, P, _calibration(cfg))
+    return cfg, _shape(spmm.get(cfg.algo), P, cfg, g.n), compared
+
+
+def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
+    """The run's `Plan` for a graph held in memory (`parts` overrides cfg.partition). Raises SpgnnError for
+    bad data, options or partitions, before any communication."""
+    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    cfg, shape, compared = resolve(cfg, P, g)
+    partition = make_partition(cfg.partition if parts is None else parts, g.adj,
+                               spmm.get(cfg.algo).num_parts(shape), cfg.seed)
+    return Plan(g, cfg, partition, shape, compared)
+
+
+def predict(cfg: TrainConfig, graph, P: int, epochs: int = 1, evals: int = 1, setup: bool = True) -> list:
+    """One predicted ledger per rank for `cfg` trained on `graph` with P processes."""
+    p = plan(cfg, P, graph)
+    cls = spmm.get(p.cfg.algo)
+    if p.cfg.model not in cost.MODELLED:
+        raise SpgnnError(f"the cost model covers --model {' or '.join(cost.MODELLED)}, not {p.cfg.model}")
+    model = cost.ModelShape.of(p.cfg, p.graph)
+    stats = block_stats(p.graph, p.partition, model.norm)
+    return [cost.epoch_ledger(cls, stats, p.shape, r, model, epochs, evals, setup) for r in range(P)]
+
+
+def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
+    """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
+    the cache (`spgnn.partitioned.cached`; reused when there); returns the folder. The one place a process
+    holds the whole graph."""
+    g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    cfg, shape, _ = resolve(cfg, P, g)
+    return cached_partition(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
+
+
+def cached_partition(cfg: TrainConfig, g, method, B: int) -> Path:
+    """The cache folder of graph `g` partitioned by `method` into B parts (written unless there)."""
+    return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
+                              cfg.cache_dir)
+
+
+def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
+    """The parts of a graph split for sampled training (`--split-graph`): a block partition into P/c parts, so
+    that the renumbering is the identity and a node keeps its id; of `graph` in memory, of a partitioned
+    folder, or of cfg.dataset through the cache (rank 0 partitions)."""
+    B = comm.world_size // (cfg.replication or 1)
+    if graph is not None:
+        return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
+    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
+        comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B)))
+    ds = partitioned.PartitionedDataset(folder)
+    if ds.nparts != B or ds.partition_info["method"] != "block":
+        raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts, but {folder} holds "
+                         f"{ds.nparts} parts by {ds.partition_info['method']}: partition with spgnn partition "
+                         f"--method block --nparts {B} --output DIR")
+    return ds
+
+
+def parts_stats(parts):
+    """`cost.choose`'s statistics for a partitioned dataset: its own, for the layouts whose row blocks are its
+    parts (None for the others)."""
+    return lambda cls, shape, model: parts.stats(model.norm) if cls.num_parts(shape) == parts.nparts else None
+
+
+def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list | None]:
+    """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
+    compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
+    compared, K = None, parts.nparts
+    method = parts.partition_info.get("method")
+    if cfg.partition not in (TrainConfig.partition, method) and get_partitioner(cfg.partition) is not None:
+        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
+                         f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
+                         "partition --output")
+    if cfg.algo == "auto":
+        cfg, compared = cost.choose(cfg, parts.info, P, parts_stats(parts), _calibration(cfg),
+                                    f": {getattr(parts, 'path', 'the dataset')} holds {K} parts, so name an --algo or "
+                                    f"run on {K} processes")
+    cls = spmm.get(cfg.algo)
+    shape = _shape(cls, P, cfg, parts.info.n)
+    if cls.num_parts(shape) != K:
+        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} holds {K} parts but --algo {cfg.algo} on grid "
+                         f"{format_grid(shape)} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
+                         f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
+                         f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "
+                         f"{cls.num_parts(shape)} --output DIR")
+    return cfg, shape, compared
+
+
+def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None):
+    """(cfg resolved, the parts: `InMemoryParts` of `graph` or a `PartitionedDataset`, grid shape, what auto
+    compared). A dataset that is no partitioned folder is partitioned by rank 0 into the cache while the
+    others wait (`partition_to_cache`), then every rank opens the folder."""
+    P = comm.world_size
+    if graph is not None:
+        p = plan(cfg, P, graph, parts)
+        return p.cfg, partitioned.InMemoryParts(graph, p.partition), p.shape, p.compared
+    if parts is not None:
+        raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
+                         "cfg.partition")
+    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else \
+        on_rank0(comm, lambda: str(partition_to_cache(cfg, P)))
+    ds = partitioned.PartitionedDataset(folder)
+    cfg, shape, compared = fit_parts(cfg, P, ds)
+    return cfg, ds, shape, compared

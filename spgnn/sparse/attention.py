@@ -1,0 +1,62 @@
+"""Graph attention on an edge list: the edge softmax and weighted sum GAT aggregates with.
+
+Edges e = (j → i) are given as ``rows`` (destinations i) and ``cols`` (sources j), int64 (nnz,). With H
+heads of F features, V (n_src×H×F) the transformed source rows, s_src (n_src×H), s_dst (n×H) the two
+score terms:
+
+    score  e_ij = LeakyReLU(s_src[j] + s_dst[i])                   (nnz×H)
+    α_ij   = exp(e_ij − L_i),  L_i = log Σ_{j→i} exp(e_ij)         softmax over i's in-edges
+    out_i  = Σ_{j→i} α_ij·m_ij·V_j                                 (n×H×F)
+
+m_ij is the attention dropout mask (1 without dropout), a hash of (key, i, j, head) on the original node
+ids, so any split of the edges into shards draws the same mask. Rows without in-edges get out_i = 0 and
+L_i = −inf. `attend` is the plain autograd form; `spgnn.spmm.sar` computes the same sums shard by shard.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..hashing import dropout_mask
+
+
+def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
+    """e = LeakyReLU(s_src[cols] + s_dst[rows]), nnz×H."""
+    return F.leaky_relu(s_src[cols] + s_dst[rows], slope)
+
+
+def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
+    """Σ over the edges into each of the n rows: out[i] = Σ_{e: rows[e]=i} x[e]."""
+    return x.new_zeros((n, *x.shape[1:])).index_add_(0, rows, x)
+
+
+def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
+    """max over the edges into each row (−inf for rows without edges), n×H; no gradient."""
+    e = e.detach()
+    return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
+
+
+def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.Tensor:
+    """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H)."""
+    return segment_sum(p.unsqueeze(-1) * v[cols], rows, n)
+
+
+def logsumexp(e: torch.Tensor, rows, n: int) -> torch.Tensor:
+    """L_i = log Σ_{j→i} exp(e_ij), n×H, shifted by the row maximum for range."""
+    m = segment_max(e, rows, n)
+    return m + torch.log(segment_sum(torch.exp(e - m[rows]), rows, n))
+
+
+def edge_mask(dst_ids, src_ids, n: int, heads: int, p: float, key: int, dtype=torch.float32):
+    """The nnz×H attention dropout mask (0 or 1/(1−p)) of edges src_ids → dst_ids (original ids in [0, n))."""
+    edge_ids = torch.as_tensor(dst_ids, dtype=torch.int64) * n + torch.as_tensor(src_ids, dtype=torch.int64)
+    return dropout_mask(edge_ids, heads, p, key).to(dtype)
+
+
+def attend(rows, cols, v, s_src, s_dst, slope: float, mask=None) -> torch.Tensor:
+    """out (n×H×F) for n = s_dst.shape[0] destinations, by plain autograd (everything it needs is saved)."""
+    n = s_dst.shape[0]
+    e = scores(rows, cols, s_src, s_dst, slope)
+    alpha = torch.exp(e - logsumexp(e, rows, n)[rows])
+    return weighted_sum(alpha if mask is None else alpha * mask, rows, cols, v, n)

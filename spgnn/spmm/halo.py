@@ -1,0 +1,84 @@
+"""Sparsity-aware 1D: rank i owns block row i of A (the in-edges of its nodes) and rows H_i of H.
+
+``1d-halo``: rank i receives from each j only the rows R_ij of H_j that A_ij touches
+(one all-to-all) and computes Z_i = [A_ii A_i,halo]·[H_i; H_halo]. The backward computes
+[A_ii A_i,halo]ᵀ·G_i locally and returns the halo rows' share to their owners, who add it in: the
+forward's exchange reversed. Per SpMM rank i receives Σ_{j≠i} |R_ij|·f words forward and sends them back
+in the backward. For a symmetric Â (GCN on an undirected graph) the backward is the forward applied to G
+instead (Âᵀ = Â): the same words, no transpose of the block kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..comm import autograd as autograd_comm
+from ..sparse import attention, kernels
+from ..sparse.csr import CSR, csr_bytes, row_ids
+from .base import DistSpMM
+from .registry import register
+
+
+@register
+class OneDHalo(DistSpMM):
+    """Sparsity-aware 1D SpMM: one all-to-all of the H rows each block actually touches."""
+
+    name = "1d-halo"
+    summary = "exchanges only the rows of H each block touches"
+    uses_halo = True
+    attention = True
+
+    def __init__(self, block, comm, grid, device="cpu"):
+        super().__init__(block, comm, grid, device)
+        self.halo, a, n_i = block.halo, block.a, self.rows.stop - self.rows.start
+        self.a = CSR(a.indptr, self.halo.local_columns(a.indices), a.data, (n_i, n_i + self.halo.size))
+        self._col_ids, self.symmetric = None, block.symmetric
+
+    def graph_bytes(self):
+        return csr_bytes([self.a]) + self.halo.nbytes
+
+    @property
+    def col_ids(self) -> np.ndarray:
+        """Original node ids of the local columns [own rows | halo rows], fetched once (phase setup)."""
+        if self._col_ids is None:
+            with self.comm.phase("setup"):
+                self._col_ids = np.concatenate([self.node_ids, self.halo.fetch(self.node_ids)])
+        return self._col_ids
+
+    @classmethod
+    def spmm_cost(cls, stats, shape, rank, f):
+        R = stats.halo                        # R[i, j] = |R_ij|: rows of part j that block row i needs
+        need, give = R[rank], R[:, rank]
+        forward = [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))]
+        return {"forward": forward, "backward": forward if stats.symmetric else
+                [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
+
+    def _with_halo(self, h):
+        """[H_i; H_halo]: the local rows and the remote rows A_i touches, in the order of a's columns."""
+        return torch.cat([h, self.halo.gather(h)])
+
+    def _fold_halo(self, gx):
+        """The reverse of `_with_halo`: halo rows' gradients returned to their owners and added in."""
+        n_i = self.rows.stop - self.rows.start
+        return self.halo.scatter_add(gx[n_i:], gx[:n_i])
+
+    def _forward(self, h):
+        return kernels.spmm(self.a, self._with_halo(h))
+
+    def _backward(self, g):
+        if self.symmetric:                     # Âᵀ·G = Â·G: the forward on G, no transpose kept
+            return self._forward(g)
+        return self._fold_halo(kernels.spmm(self.a.T, g))
+
+    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
+        """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows:
+        the halo rows and the edges×heads coefficients stay saved for the backward."""
+        n_i, heads, f = v.shape
+        rows = torch.as_tensor(row_ids(self.a.indptr))
+        cols = torch.as_tensor(self.a.indices, dtype=torch.int64)
+        x = autograd_comm.linear_map(torch.cat([v.reshape(n_i, -1), s_src], 1), self.comm, self._with_halo,
+                                     lambda g: self._fold_halo(g.clone()))
+        mask = self._edge_mask(rows.numpy(), self.col_ids[cols.numpy()], heads, dropout, key, v.dtype) \
+            if dropout > 0 else None
+        return attention.attend(rows, cols, x[:, :-heads].view(-1, heads, f), x[:, -heads:], s_dst, slope, mask)

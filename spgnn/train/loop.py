@@ -1,0 +1,103 @@
+"""The run loop full-batch and minibatch training share: the seeded model and Adam, the epochs with their
+evaluations, the gradient sum over ranks, and the report (configuration, graph, per-epoch records, final and
+best accuracies, and every rank's ledger summary and memory).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+
+from ..comm.comm import Comm
+from ..config import TrainConfig
+from ..layers import GNN
+from ..memory import peak_rss_bytes
+from .optim import Adam
+
+
+class Run:
+    """One rank's share of a training run. A subclass sets `cfg`, `comm` and `info` (the graph's n, nnz,
+    features, classes, name), calls `build_model`, and implements `epoch(e)` (returning the mean training
+    loss) and `evaluate()` ({"train_acc", "val_acc", "test_acc"}); it adds its own figures to the report
+    through `rank_report` (this rank's, gathered from all) and `run_report` (the run's)."""
+
+    def build_model(self, num_features: int, num_classes: int) -> None:
+        """The model cfg describes, its weights drawn from cfg.seed (so equal on every rank), and its Adam."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        self.model = GNN(cfg.model, num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout, cfg.seed,
+                         cfg.heads, cfg.out_heads, cfg.batch_norm).to(cfg.device)
+        self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def run(self, log=print) -> dict:
+        """Train for cfg.epochs; returns the report (complete on rank 0, this rank's part elsewhere). `log`
+        (rank 0) gets one line an epoch."""
+        epochs, best = epoch_loop(self.epoch, self.evaluate, self.cfg, log if self.comm.rank == 0 else None)
+        return self.report(epochs, self.evaluate(), best)
+
+    def rank_report(self) -> dict:
+        """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
+        return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
+                "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()}}
+
+    def graph_report(self) -> dict:
+        g = self.info
+        return {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features, "classes": g.num_classes}
+
+    def run_report(self, everyone: list[dict], epochs: list[dict]) -> dict:
+        """The report's entries particular to the kind of training (`everyone`: each rank's `rank_report`)."""
+        return {}
+
+    def report(self, epochs: list[dict], final: dict, best: dict) -> dict:
+        everyone = self.comm.all_gather_object(self.rank_report())
+        times = [e["time_s"] for e in epochs]
+        return {
+            "config": asdict(self.cfg),
+            "world_size": self.comm.world_size,
+            "transport": self.comm.transport.name,
+            "graph": self.graph_report(),
+            "epochs": epochs,
+            "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
+            "best": best,
+            "median_epoch_s": float(np.median(times)) if times else None,
+            "comm": {"per_rank": [r["comm"] for r in everyone]},
+            "memory": {"per_rank": [r["memory"] for r in everyone]},
+        } | self.run_report(everyone, epochs)
+
+
+def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
+    """Sum the parameter gradients over `group` in one flat all-reduce (missing gradients count as zero)."""
+    if group.size == 1:
+        return
+    params = list(model.parameters())
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    comm.all_reduce(flat, group)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()
+
+
+def epoch_loop(step, evaluate, cfg: TrainConfig, log=None) -> tuple[list[dict], dict]:
+    """Run `step(epoch)` (returning the loss) for cfg.epochs, `evaluate()` every cfg.eval_every epochs and
+    at the last; returns the per-epoch records and the best-validation record. `log` gets one line an epoch."""
+    epochs, best = [], {"val_acc": -1.0}
+    for epoch in range(cfg.epochs):
+        t0 = time.perf_counter()
+        record = {"epoch": epoch, "loss": step(epoch), "time_s": time.perf_counter() - t0}
+        if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+            record |= evaluate()
+            if record["val_acc"] > best["val_acc"]:
+                best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
+        epochs.append(record)
+        if log:
+            log(format_epoch(record))
+    return epochs, best
+
+
+def format_epoch(r: dict) -> str:
+    acc = "".join(f"  {k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
+    return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms"

@@ -1,0 +1,252 @@
+"""Data-parallel minibatch training on sampled blocks (`spgnn.sampling`), the graph replicated on every rank
+(`--replicate-graph`, the default) or split 1.5D (`--split-graph --replication c`: P/c row blocks of the adjacency
+and of the features, each held by c ranks and read from the shares of a block partition; rows fetched from
+their owners, `spgnn.sampling_dist`).
+
+An epoch shuffles the training nodes (seeded by (seed, epoch)) into minibatches of `batch_size` seeds,
+minibatch j keyed mix_key(seed, epoch, j). Step t trains on minibatches t·P … t·P+P−1, rank r on t·P+r;
+a bulk call samples `bulk` steps' minibatches of one rank at once. The loss of a step is the mean
+cross-entropy over all its seeds (every rank divides its sum by the step's global seed count), so the summed
+gradient is that of one minibatch of P·batch_size seeds. A minibatch depends only on its key: which rank or
+bulk call draws it does not change it. `batch_size` None is the default, min(1024, |train|).
+
+Layer l of the model runs on minibatch block B_l (|nodes[l+1]|×|nodes[l]|) through a `LocalSpMM`; the same
+GCN / GraphSAGE layers as full-batch training. Evaluation is full-graph, exact: the model on the whole
+normalised adjacency, replicated: one `LocalSpMM` of n rows on every rank; split: a 1d-halo layout over the
+shares in each replica column.
+
+Ledger phases: "sampling" (the SpGEMM sampling; split: with the bytes of the row fetches), "features" (the
+input features of each step's minibatch: a local gather when replicated, an all-to-all from their owners when
+split), "forward", "optimizer" (the gradient all-reduce, bytes counted), "eval". The local rows ("local"
+group) hold the seconds not spent inside that phase's collectives.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..comm.agree import agree
+from ..comm.comm import Comm
+from ..comm.grid import ProcessGrid
+from ..comm.halo import Halo
+from ..config import TrainConfig
+from ..errors import SpgnnError
+from ..graph.datasets import load_dataset
+from ..graph.graph import NORMALIZATIONS, row_normalize
+from ..hashing import mix_key
+from ..plan import split_parts
+from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
+from ..sampling.sampler import Minibatch, make_sampler, parse_sampler
+from ..spmm.base import Block
+from ..spmm.halo import OneDHalo
+from ..spmm.local import LocalSpMM
+from .loop import Run, all_reduce_gradients
+
+
+def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The epoch's minibatches: a (seed, epoch)-seeded shuffle of the training nodes cut every batch_size."""
+    perm = np.random.default_rng([seed, epoch]).permutation(train_ids)
+    return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
+
+
+DEFAULT_BATCH_SIZE = 1024
+
+
+def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None = None,
+                   split_graph: bool = False) -> TrainConfig:
+    """cfg with one layer per sampler size; SpgnnError for options no run can use (`nprocs`, when known, is
+    checked against the replication of a split graph)."""
+    _, sizes = parse_sampler(sampler)
+    cfg = replace(cfg, layers=len(sizes)).validate()
+    if cfg.model not in ("gcn", "sage"):
+        raise SpgnnError(f"--sampler trains gcn or sage models, not {cfg.model!r}")
+    if bulk < 1:
+        raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
+    if not split_graph and cfg.replication > 1:
+        raise SpgnnError(f"--replication {cfg.replication} with --sampler needs --split-graph (a replicated graph "
+                         "is whole on every process)")
+    if split_graph and nprocs and nprocs % (cfg.replication or 1):
+        raise SpgnnError(f"--replication {cfg.replication} must divide the number of processes {nprocs} "
+                         "(--split-graph holds P/c row blocks, each on c processes)")
+    return cfg
+
+
+def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: int, graph=None,
+                  nprocs: int | None = None, split_graph: bool = False):
+    """(`sampler_config`, the graph, the batch size: None → min(1024, |train|)). `graph`: a Graph, a
+    `spgnn.share.GraphInfo` (of a split graph's parts), or None to load cfg.dataset."""
+    cfg = sampler_config(cfg, sampler, bulk, nprocs, split_graph)
+    g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
+    if batch_size is None:
+        batch_size = min(DEFAULT_BATCH_SIZE, train)
+    if not 1 <= batch_size <= train:
+        raise SpgnnError(f"--batch-size must lie in [1, {train}] (the training nodes of {g.name}), got {batch_size}")
+    return cfg, g, batch_size
+
+
+class MinibatchTrainer(Run):
+    """One rank's share of a sampled minibatch training run (`sampler` as `--sampler`, e.g. 'sage:15,10,5';
+    the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the adjacency's rows
+    (for sampling) and the features (for training) split 1.5D with replication c = cfg.replication (0 means 1)
+    and fetched from their owners (`spgnn.sampling_dist`); else both replicated."""
+
+    def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
+                 graph=None, split_graph: bool = False):
+        parts = split_parts(sampler_config(cfg, sampler, bulk, comm.world_size, split_graph), comm, graph) \
+            if split_graph else None
+        cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph if parts is None else parts.info,
+                                           comm.world_size, split_graph)
+        self.cfg, self.comm, self.info = cfg, comm, g
+        self.spec, self.batch_size, self.bulk = sampler, batch_size, bulk
+        self.build_model(g.num_features, g.num_classes)
+        if split_graph:
+            self._split(parts)
+        else:
+            self.layout, self.full = None, None       # the full-graph operator, made at the first evaluation
+            self.adj = NORMALIZATIONS[self.model.adjacency](g.adj)
+            x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
+            self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
+            self.sampler = make_sampler(sampler, self.adj)
+            self.features = lambda ids: self.x[torch.as_tensor(ids)]
+            self.train_ids = np.flatnonzero(g.train_mask)
+        self.steps_done, self.sampled = 0, 0
+
+    def _split(self, parts) -> None:
+        """The split graph from this rank's share (a block partition, so ids are the original ones): its block
+        row of N for the sampler, its feature rows for the fetches and a 1d-halo layout for evaluation; the
+        training nodes and their labels all-gathered over the replica column (phase setup)."""
+        cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.model.adjacency
+        self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
+        share = agree(comm, lambda: parts.share(self.layout.block))
+        column = self.layout.column
+        grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)    # "part" = column
+        with comm.phase("setup"):
+            halo = Halo(share.indices, info.offsets, share.part, comm, grid.group("part"))
+            block = Block.of(share, kind, halo)                  # one block row of N: sampler and evaluation
+            self.full = OneDHalo(block, comm, grid, cfg.device)
+            self.sampler = make_distributed_sampler(self.spec, block.a, comm, layout=self.layout)
+            mine = share.node_ids[share.masks["train"]]
+            both = torch.from_numpy(np.stack([mine, share.y[share.masks["train"]]], 1))
+            counts = comm.all_gather_v(torch.tensor([[len(mine)]]), [1] * column.size, column).ravel().tolist()
+            train = comm.all_gather_v(both, counts, column).numpy()
+        self.train_ids, self.y = train[:, 0], torch.as_tensor(train[:, 1]).to(cfg.device)   # sorted: blocks in order
+        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
+        self.x = torch.as_tensor(x).to(cfg.device)
+        self.features = FeatureFetcher(self.x, self.layout)
+        self.local = {"node_ids": torch.as_tensor(share.node_ids), "y": torch.as_tensor(share.y),
+                      "masks": {k: torch.as_tensor(m) for k, m in share.masks.items()}}
+
+    def labels(self, seeds: np.ndarray) -> torch.Tensor:
+        """The labels of training nodes `seeds`."""
+        if self.layout is None:
+            return self.y[torch.as_tensor(seeds)]
+        return self.y[torch.as_tensor(np.searchsorted(self.train_ids, seeds))]
+
+    def _timed(self, phase: str, op: str, work):
+        """work(), its seconds outside the collectives it records in `phase` booked as a local `op` row there."""
+        led, t0 = self.comm.ledger, time.perf_counter()
+        in_comm = led.total("seconds", phase=phase)
+        out = work()
+        in_comm = led.total("seconds", phase=phase) - in_comm
+        led.record((phase, None, op, "local"), 0, 0, 0, time.perf_counter() - t0 - in_comm)
+        return out
+
+    def sample(self, batches: list, js: list[int], epoch: int) -> list[Minibatch]:
+        """Minibatches j ∈ js of the epoch, in one bulk call (ledger phase "sampling")."""
+        out = self._timed("sampling", "spgemm", lambda: self.sampler.sample(
+            [batches[j] for j in js], [mix_key(self.cfg.seed, epoch, j) for j in js]))
+        self.sampled += len(js)
+        return out
+
+    def step(self, mb: Minibatch | None, total: int) -> float:
+        """Forward and backward of this rank's minibatch (none: a zero gradient), gradient all-reduce, Adam.
+        Returns this rank's loss sum."""
+        self.model.train()
+        self.opt.zero_grad(set_to_none=False)
+        loss_sum = torch.zeros(())
+        inputs = mb.inputs if mb is not None else np.zeros(0, np.int64)     # split: a collective, so every rank
+        x = self._timed("features", "gather", lambda: self.features(inputs))
+        if mb is not None:
+            y = self.labels(mb.seeds)
+            algos = [LocalSpMM(b, self.comm, self.cfg.device) for b in mb.blocks]
+            ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
+            with self.comm.phase("forward"):
+                logits = self.model(algos, x, ids, self.steps_done)
+                loss_sum = F.nll_loss(torch.log_softmax(logits, 1), y, reduction="sum")
+            (loss_sum / total).backward()
+        with self.comm.phase("optimizer"):
+            all_reduce_gradients(self.model, self.comm, self.comm.world)
+            self.opt.step()
+        self.steps_done += 1
+        return float(loss_sum.detach())
+
+    def schedule(self, epoch: int):
+        """This rank's steps of the epoch: yields (global seed count of the step, its minibatch or None),
+        sampling `bulk` steps ahead in one call."""
+        P, r = self.comm.world_size, self.comm.rank
+        batches = epoch_batches(self.train_ids, self.batch_size, self.cfg.seed, epoch)
+        steps = math.ceil(len(batches) / P)
+        for t0 in range(0, steps, self.bulk):
+            ts = range(t0, min(t0 + self.bulk, steps))
+            mine = [t * P + r for t in ts if t * P + r < len(batches)]
+            drawn = dict(zip(mine, self.sample(batches, mine, epoch)))
+            for t in ts:
+                yield sum(len(b) for b in batches[t * P:(t + 1) * P]), drawn.get(t * P + r)
+
+    def epoch(self, epoch: int) -> float:
+        """One pass over the training nodes; returns the mean training loss over them."""
+        loss = sum(self.step(mb, total) for total, mb in self.schedule(epoch))
+        with self.comm.phase("optimizer"):
+            (loss,) = self.comm.all_sum([loss])
+        return loss / len(self.train_ids)
+
+    @torch.no_grad()
+    def logits(self) -> torch.Tensor:
+        """Full-graph logits (no dropout) of this rank's rows: the model on the whole normalised adjacency,
+        replicated, or split: through a 1d-halo layout over the shares (each replica column alike)."""
+        self.model.eval()
+        with self.comm.phase("eval"):
+            if self.layout is not None:
+                return self.model(self.full, self.x, self.local["node_ids"])
+            if self.full is None:
+                self.full = LocalSpMM(self.adj, self.comm, self.cfg.device)
+            return self.model(self.full, self.x, torch.arange(self.info.n))
+
+    def evaluate(self) -> dict:
+        pred = self.logits().argmax(1)
+        if self.layout is not None:
+            y, masks = self.local["y"], self.local["masks"]
+            correct = [float((pred[m] == y[m]).sum()) for m in masks.values()]
+            with self.comm.phase("eval"):
+                totals = self.comm.all_sum(correct, self.layout.column)
+            return {f"{k}_acc": c / max(self.info.counts[k], 1) for k, c in zip(masks, totals)}
+        g, pred = self.info, pred.cpu().numpy()
+        return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
+                for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
+
+    def rank_report(self) -> dict:
+        mine = super().rank_report()
+        led = self.comm.ledger
+        mine["comm"] |= {"sampling_s": led.total("seconds", phase="sampling"), "minibatches": self.sampled,
+                         "peak_rss_bytes": mine["memory"]["peak_rss_bytes"]}
+        return mine
+
+    def run_report(self, everyone, epochs) -> dict:
+        split, ranks = self.layout is not None, [r["comm"] for r in everyone]
+        sampled = sum(r["minibatches"] for r in ranks)
+        return {
+            "config": asdict(self.cfg) | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
+                                          "split_graph": split, "replication": self.layout.c if split else None},
+            "grid": {"algo": "minibatch, graph " + ("split 1.5D (P/c row blocks × c replicas)" if split else
+                                                    "replicated"),
+                     "shape": list(self.layout.grid.shape) if split else [self.comm.world_size]},
+            "sampling": {"minibatches": sampled, "seconds_per_rank": [r["sampling_s"] for r in ranks],
+                         "minibatches_per_s": sampled / max(max(r["sampling_s"] for r in ranks), 1e-12)},
+        }
