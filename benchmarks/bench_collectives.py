@@ -7,9 +7,9 @@
 
 1. collectives: for each P, one ``mpirun -np P`` job holds both transports (a `Comm` on each, the same
    ranks) and times every collective at every message size, alternating the transports (torch, mpi,
-   torch, mpi, …) so machine noise falls on both alike. The timing is `spgnn.calibrate.measure`'s (the
+   torch, mpi, …) so machine noise falls on both alike. The timing is `spgnn.comm.calibrate.measure`'s (the
    same as ``spgnn calibrate``): per call the slowest rank's seconds, median over the repetitions. The
-   message size s is the bytes each rank passes in (see spgnn/calibrate.py); bandwidth = s / seconds,
+   message size s is the bytes each rank passes in (see spgnn/comm/calibrate.py); bandwidth = s / seconds,
    payload GB/s per rank (10⁹ bytes).
 2. epoch: ``mpirun -np 2 spgnn train --algo 1d-halo --model gcn --dataset rmat:17 --transport T`` for each
    transport, alternating, --epoch-rounds times; the report's ``median_epoch_s``, median over rounds.
@@ -140,7 +140,7 @@ def bandwidth_table(points: list[dict]) -> str:
 
 
 def summary(points: list[dict], epoch: dict | None) -> tuple[str, list[str]]:
-    """The largest size's GB/s per P and collective (as in DESIGN.md §4), and the target lines."""
+    """The largest size's GB/s per P and collective, and the target lines."""
     big = max(p["size_bytes"] for p in points)
     rows, targets = {}, []
     for p in points:

@@ -1,6 +1,6 @@
 """spgnn against PyTorch Geometric and torch's sparse kernels, at P = 1 on CPU, in one run.
 
-    python benchmarks/bench_epoch.py [--datasets amazon-computers,rmat:17] [--data-dir ../shared/datasets]
+    python benchmarks/bench_epoch.py [--datasets amazon-computers,rmat:17] [--data-dir DATA]
                                      [--repeats 10] [--out results/bench_epoch.json]
 
 Per dataset, each group of systems is warmed up, then timed interleaved (A, B, C, A, B, C, …) so machine
@@ -9,7 +9,7 @@ noise falls on all of them alike; medians are reported:
 1. epoch: one full-batch training step (forward + backward + Adam) of a 2-layer GCN, hidden 128, dropout 0.5,
    lr 0.01: spgnn's ``Trainer.step`` (``Comm(0, 1)``, algo "1d-halo") versus PyG ``GCNConv`` on an
    ``edge_index`` (default: Â recomputed every call; the baseline) and with ``cached=True``.
-2. spmm: Z = Â·H (Â = D^-½(A+I)D^-½, f = 128, float32): ``spgnn.kernels.spmm`` versus ``torch.sparse.mm`` on a
+2. spmm: Z = Â·H (Â = D^-½(A+I)D^-½, f = 128, float32): ``spgnn.sparse.kernels.spmm`` versus ``torch.sparse.mm`` on a
    CSR tensor (the baseline) versus ``torch_sparse.matmul`` (if installed) versus the memory-bandwidth bound
    (nnz·f·4 bytes of H rows read + n·f·4 written) / (copy bandwidth of a 512 MB tensor, timed just before).
 3. spmm-transposed: the backward product Âᵀ·G with spgnn's cached ``CSR.transpose()`` versus torch's
@@ -176,7 +176,7 @@ def bench_spmm(a_hat: CSR, args) -> tuple[dict, dict, dict]:
     except ImportError:
         has_torch_sparse = False
 
-    forward = {"spgnn.kernels.spmm (" + kernels.get_backend() + ")": lambda: kernels.spmm(a_hat, h),
+    forward = {"spgnn.sparse.kernels.spmm (" + kernels.get_backend() + ")": lambda: kernels.spmm(a_hat, h),
                "torch.sparse.mm (CSR tensor)": lambda: torch.sparse.mm(a_torch, h)}
     if has_torch_sparse:
         ts = a_hat._torch_sparse(torch.device("cpu"), torch.float32)
@@ -203,7 +203,7 @@ def bench_spmm(a_hat: CSR, args) -> tuple[dict, dict, dict]:
         h_leaf.grad = None
         z.backward(g, retain_graph=True)
 
-    transposed = {"spgnn.kernels.spmm(A.transpose(), G), transpose cached": lambda: kernels.spmm(a_hat.T, g),
+    transposed = {"spgnn.sparse.kernels.spmm(A.transpose(), G), transpose cached": lambda: kernels.spmm(a_hat.T, g),
                   "torch autograd backward of torch.sparse.mm": torch_backward,
                   "CSR.transpose() rebuilt (cost caching saves per call)":
                       lambda: CSR(a_hat.indptr, a_hat.indices, a_hat.data, a_hat.shape,

@@ -1,6 +1,6 @@
 """Memory per rank against P: bytes autograd holds for the backward and peak RSS, for sar, 1d-halo and 1d.
 
-    python benchmarks/bench_memory.py [--datasets amazon-computers,rmat:14] [--data-dir ../shared/datasets]
+    python benchmarks/bench_memory.py [--datasets amazon-computers,rmat:14] [--data-dir DATA]
                                       [--P 1,2,4] [--epochs 3] [--out results/bench_memory.json]
 
 For every dataset × model (GCN, GraphSAGE-mean: 2 layers, hidden 64; GAT: 8 heads × 8 hidden, 1 output

@@ -24,7 +24,7 @@ import scipy.sparse as sp
 MEASURE = """
 import json, sys, time
 from spgnn.memory import rss_growth
-from spgnn.partition_ooc import partition_edge_folder
+from spgnn.partition.ooc import partition_edge_folder
 src, out, P, method, chunk = sys.argv[1:]
 t0 = time.perf_counter()
 with rss_growth() as mem:

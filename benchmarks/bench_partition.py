@@ -1,12 +1,12 @@
 """What a partitioner buys: quality metrics, partitioning cost, and the bytes, seconds and accuracy of training.
 
     python benchmarks/bench_partition.py [--datasets amazon-computers,coauthor-cs,rmat:15] [--nparts 2,4,8]
-                                         [--methods all] [--epochs 10] [--data-dir ../shared/datasets]
+                                         [--methods all] [--epochs 10] [--data-dir DATA]
                                          [--out results/bench_partition.json]
 
 For each graph, P and partitioner (every registered one whose package is installed), in the parent process:
 the partition (after a warm-up call on a small ring, so imports and JIT compilation are left out), its
-seconds and peak RSS growth, and the metrics of ``spgnn.partition_metrics``. Then one ``run_local`` job of P
+seconds and peak RSS growth, and the metrics of ``spgnn.partition.metrics``. Then one ``run_local`` job of P
 processes per (graph, P) trains a 2-layer GCN (hidden 64, dropout 0.5, ``1d-halo``) for --epochs epochs
 under each partition in turn, and reports the SpMM bytes all ranks sent per epoch (forward + backward
 phases, read from ``comm.ledger``), the median epoch time (rank 0, the first epoch left out) and the final
@@ -124,7 +124,7 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="all", help="comma-separated partitioners, or all installed ones")
     p.add_argument("--epochs", type=int, default=10, help="training epochs per run (the first is not timed)")
     p.add_argument("--coauthor-max-nparts", type=int, default=4, help="largest P for coauthor-cs (memory)")
-    p.add_argument("--data-dir", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    p.add_argument("--data-dir", default=None, help="folder of the named datasets (else $SPGNN_DATA_DIR)")
     p.add_argument("--out", default="results/bench_partition.json")
     return p.parse_args(argv)
 

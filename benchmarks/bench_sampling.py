@@ -1,4 +1,4 @@
-"""Sampling throughput: minibatches per second of spgnn's bulk samplers (spgnn/sampling.py) at bulk k = 1, 8, 32,
+"""Sampling throughput: minibatches per second of spgnn's bulk samplers (spgnn.sampling) at bulk k = 1, 8, 32,
 against PyTorch Geometric's NeighborLoader in the same run (same graph, seed sets, batch size and fanouts) when it
 can run: it needs pyg-lib or torch-sparse (`pip install 'spgnn[sparse]'`); without them the baseline is skipped
 and the table and JSON say why.

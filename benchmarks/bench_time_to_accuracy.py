@@ -1,4 +1,4 @@
-"""Time to a fixed test accuracy: sampled minibatch training (spgnn.minibatch) against full-batch training
+"""Time to a fixed test accuracy: sampled minibatch training (spgnn.train.minibatch) against full-batch training
 (spgnn.Trainer), the same GraphSAGE model (layers, hidden width, dropout, Adam), one process, CPU.
 
 The runs of a seed go in lockstep (epoch e of every run before epoch e+1 of any), so that load changes on a
@@ -10,7 +10,7 @@ the mean test accuracy of epochs t−`--window`+1 … t. The plateau of a run is
 `--window`·4 epochs; the target is the full-batch plateau minus `--margin` points, and a run's time to target
 is its training seconds up to the first epoch whose smoothed accuracy reaches it.
 
-    python benchmarks/bench_time_to_accuracy.py [--dataset amazon-computers] [--data-dir ../shared/datasets]
+    python benchmarks/bench_time_to_accuracy.py [--dataset amazon-computers] [--data-dir DATA]
         [--sampler sage:15,10] [--batch-sizes 200,50] [--bulk 8] [--hidden 128] [--epochs 200] [--seeds 0,1]
         [--out results/bench_time_to_accuracy.json]
 """

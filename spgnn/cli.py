@@ -328,7 +328,7 @@ def cost_command(args, argv) -> int:
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13}")
     for r in rows:
         mark = "  <- best" if best[r["P"]] is r else ""
-        shape = r["grid"] or (str(r["replication"]) if r["replication"] else "")
+        shape = " ".join(str(r[o.name]) for o in spmm.options().values() if o.shapes and r[o.name] != o.default)
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['seconds']:>13.4f}{mark}")
     if args.output:

@@ -26,11 +26,11 @@ import numpy as np
 
 from . import spmm
 from .comm.comm import Ledger, ring_words
+from .comm.grid import format_grid
 from .comm.halo import Halo
 from .errors import SpgnnError
 from .graph import graph as graphs
 from .layers.conv import LAYERS, spmm_width
-from .spmm.grids import format_grid
 
 MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
 
@@ -210,8 +210,8 @@ def candidates(P: int) -> list[dict]:
     """The options ``--algo auto`` compares for P processes: for every registered algorithm with a cost model,
     each set of its shape-option values it proposes (`DistSpMM.candidates`), as {"algo", every shape option}
     (the others' at their defaults)."""
-    shape_options = {o.name: o.default for o in spmm.options().values() if o.shapes}
-    return [{"algo": name} | shape_options | values for name, cls in spmm.ALGORITHMS.items() if cls.has_cost_model()
+    defaults = {o.name: o.default for o in spmm.options().values() if o.shapes}
+    return [{"algo": name} | defaults | values for name, cls in spmm.ALGORITHMS.items() if cls.has_cost_model()
             for values in cls.candidates(P)]
 
 
@@ -234,7 +234,7 @@ def choose(cfg, graph, P: int, stats_of, alpha_beta=None, hint: str = "") -> tup
                                "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
-    keys = list(candidates(P)[0])                       # "algo" and the shape options
+    keys = ["algo", *(o.name for o in spmm.options().values() if o.shapes)]
 
     def order(row):                                     # fastest; ties by name, then option values (None last)
         return (row["seconds"], *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))

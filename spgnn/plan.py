@@ -11,13 +11,13 @@ from pathlib import Path
 from . import cost, spmm
 from .comm.agree import on_rank0
 from .comm.comm import Comm
+from .comm.grid import format_grid
 from .config import TrainConfig
 from .errors import SpgnnError
 from .graph.datasets import load_dataset
 from .graph.graph import NORMALIZATIONS, Graph
 from .partition import partitioned
 from .partition.partition import get_partitioner, make_partition
-from .spmm.grids import format_grid
 
 
 @dataclass

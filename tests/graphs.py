@@ -1,6 +1,7 @@
-"""Test data: where the real datasets are, and small graphs with the awkward cases (isolated nodes,
-nodes without in-edges, a hub), symmetric or directed."""
+"""Test data: where the real datasets are ($SPGNN_DATA_DIR, else ./datasets), and small graphs with the
+awkward cases (isolated nodes, nodes without in-edges, a hub), symmetric or directed."""
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +10,9 @@ import scipy.sparse as sp
 
 from spgnn.graph.graph import Graph, edges_to_adj
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "datasets"
-needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"real datasets not found at {SHARED} "
-                                  f"(a fresh clone has no ../shared/datasets)")
+DATA = Path(os.environ.get("SPGNN_DATA_DIR") or "datasets").resolve()
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"real datasets not found in {DATA}: set "
+                                "$SPGNN_DATA_DIR to the folder holding them")
 
 
 def small_graph(n=60, f=12, classes=4, directed=False, seed=0, avg_degree=4) -> Graph:

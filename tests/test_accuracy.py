@@ -11,7 +11,7 @@ from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
-from tests.graphs import SHARED, needs_shared
+from tests.graphs import DATA, needs_data
 
 
 def _accuracies(comm, dataset, data_dir, algo):
@@ -25,18 +25,18 @@ def test_gcn_cora(P, algo):
     assert np.mean(acc) >= 0.805, acc
 
 
-@needs_shared
+@needs_data
 def test_gcn_citeseer():
-    acc = run_local(_accuracies, 2, "citeseer", str(SHARED), "1d-halo", timeout_s=600)[0]
+    acc = run_local(_accuracies, 2, "citeseer", str(DATA), "1d-halo", timeout_s=600)[0]
     assert np.mean(acc) >= 0.695, acc
 
 
-@needs_shared
+@needs_data
 def test_sampled_sage_matches_full_batch_on_amazon():
     """amazon-computers, GraphSAGE (2 layers, hidden 64), 100 epochs, 2 seeds: node-wise sampling
     (fanouts 15, 10, batch 200 = the training set) within 1.5 points of full-batch training. Accuracy is the
     mean test accuracy of the last 20 epochs (evaluated every 5): single epochs jump by a point or two."""
-    g = load_dataset("amazon-computers", str(SHARED))
+    g = load_dataset("amazon-computers", str(DATA))
 
     def late_accuracy(report):
         return np.mean([e["test_acc"] for e in report["epochs"] if "test_acc" in e and e["epoch"] >= 80])

@@ -1,4 +1,4 @@
-"""Tests of spgnn.datasets: real-data statistics, agreement with PyG's Planetoid reader, the bundled Cora,
+"""Tests of spgnn.graph.datasets: real-data statistics, agreement with PyG's Planetoid reader, the bundled Cora,
 every file layout, the synthetic generators, splits, and a clear SpgnnError for each kind of bad input."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from spgnn.graph.datasets import (
     read_planetoid,
     save_npz,
 )
-from tests.graphs import SHARED, needs_shared
+from tests.graphs import DATA, needs_data
 
 
 @pytest.fixture(autouse=True)
@@ -129,11 +129,11 @@ def test_bundled_cora_when_data_dir_lacks_it(tmp_path, monkeypatch):
     assert load_dataset("cora", data_dir=str(tmp_path)).n == 2708
 
 
-@needs_shared
+@needs_data
 def test_bundled_cora_equals_raw_files(tmp_path):
-    raw = load_dataset("cora", data_dir=str(SHARED))           # an explicit data dir reads the raw pickles
+    raw = load_dataset("cora", data_dir=str(DATA))           # an explicit data dir reads the raw pickles
     assert_same_graph(load_dataset("cora"), raw)
-    out = convert_planetoid(SHARED / "planetoid", "cora", tmp_path / "cora.npz")
+    out = convert_planetoid(DATA / "planetoid", "cora", tmp_path / "cora.npz")
     with np.load(out) as fresh, np.load(BUNDLED_DIR / "cora.npz") as bundled:
         assert sorted(fresh.files) == sorted(bundled.files)
         for key in fresh.files:
@@ -142,18 +142,18 @@ def test_bundled_cora_equals_raw_files(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- Planetoid
 
-@needs_shared
+@needs_data
 @pytest.mark.parametrize("name, n, nnz, f, c, counts", [
     ("cora", 2708, 10556, 1433, 7, (140, 500, 1000)),
     ("citeseer", 3327, 9104, 3703, 6, (120, 500, 1000)),
 ])
 def test_planetoid_matches_pyg(name, n, nnz, f, c, counts):
     planetoid = pytest.importorskip("torch_geometric.io.planetoid")
-    g = load_dataset(name, data_dir=str(SHARED))
+    g = load_dataset(name, data_dir=str(DATA))
     assert (g.n, g.nnz, g.num_features, g.num_classes) == (n, nnz, f, c)
     assert (g.train_mask.sum(), g.val_mask.sum(), g.test_mask.sum()) == counts
     assert_simple_undirected(g)
-    ref = planetoid.read_planetoid_data(str(SHARED / "planetoid"), name)
+    ref = planetoid.read_planetoid_data(str(DATA / "planetoid"), name)
     assert edge_set(g) == set(map(tuple, ref.edge_index.numpy().T.tolist()))
     assert np.array_equal(g.x, ref.x.numpy())
     assert np.array_equal(g.y, ref.y.numpy())
@@ -232,43 +232,42 @@ def test_pickle_of_wrong_type_is_refused(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- npz datasets
 
-@needs_shared
+@needs_data
 @pytest.mark.parametrize("name, n, nnz, f, c", [
     ("amazon-computers", 13752, 491722, 767, 10),
     ("amazon-photo", 7650, 238162, 745, 8),
     ("coauthor-cs", 18333, 163788, 6805, 15),
 ])
 def test_shchur_datasets(name, n, nnz, f, c):
-    g = load_dataset(name, data_dir=str(SHARED), seed=3)
+    g = load_dataset(name, data_dir=str(DATA), seed=3)
     assert (g.n, g.nnz, g.num_features, g.num_classes) == (n, nnz, f, c)
     assert_simple_undirected(g)
     assert g.train_mask.sum() == 20 * c and g.val_mask.sum() == 30 * c and g.test_mask.sum() == n - 50 * c
     assert np.bincount(g.y[g.train_mask]).tolist() == [20] * c
 
 
-@needs_shared
+@needs_data
 def test_squirrel_fixed_splits():
-    g0 = load_dataset("squirrel", data_dir=str(SHARED))
+    g0 = load_dataset("squirrel", data_dir=str(DATA))
     assert (g0.n, g0.nnz, g0.num_features, g0.num_classes) == (5201, 396706, 2089, 5)
     assert (g0.train_mask.sum(), g0.val_mask.sum(), g0.test_mask.sum()) == (2496, 1664, 1041)
     assert_simple_undirected(g0)
-    g3 = load_dataset("squirrel:3", data_dir=str(SHARED))
-    with np.load(SHARED / "heterophilous" / "squirrel.npz") as d:
+    g3 = load_dataset("squirrel:3", data_dir=str(DATA))
+    with np.load(DATA / "heterophilous" / "squirrel.npz") as d:
         assert np.array_equal(g3.train_mask, d["train_masks"][3])
         assert np.array_equal(g0.test_mask, d["test_masks"][0])
     assert not np.array_equal(g0.train_mask, g3.train_mask)
     with pytest.raises(SpgnnError, match=r"10 fixed splits \(0\.\.9\), asked for split 10"):
-        load_dataset("squirrel:10", data_dir=str(SHARED))
+        load_dataset("squirrel:10", data_dir=str(DATA))
 
 
-@needs_shared
+@needs_data
 def test_data_dir_from_env_and_default_list(tmp_path, monkeypatch):
-    monkeypatch.setenv(DATA_DIR_ENV, str(SHARED))
+    monkeypatch.setenv(DATA_DIR_ENV, str(DATA))
     assert load_dataset("citeseer").n == 3327
     monkeypatch.delenv(DATA_DIR_ENV)
-    (tmp_path / "shared").mkdir()
-    (tmp_path / "shared" / "datasets").symlink_to(SHARED)
-    assert load_dataset("amazon-photo").n == 7650            # found through ../shared/datasets
+    (tmp_path / "cwd" / "datasets").symlink_to(DATA)
+    assert load_dataset("amazon-photo").n == 7650            # found through ./datasets
 
 
 def write_shchur_npz(path: Path, n=5, directed_edges=((0, 1), (1, 2), (3, 3), (3, 4)), **extra):
@@ -435,7 +434,7 @@ def test_missing_named_dataset_lists_searched_dirs(tmp_path):
     with pytest.raises(SpgnnError) as e:
         load_dataset("amazon-computers")
     msg = str(e.value)
-    assert str(tmp_path / "cwd" / "datasets") in msg and str(tmp_path / "shared" / "datasets") in msg
+    assert str(tmp_path / "cwd" / "datasets") in msg
     assert str(tmp_path / "home" / ".cache" / "spgnn" / "datasets") in msg and "amazon-computers.zip" in msg
 
 

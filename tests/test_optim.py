@@ -1,4 +1,4 @@
-"""spgnn.optim.Adam follows torch.optim.Adam's trajectory and does not import torch._dynamo."""
+"""spgnn.train.optim.Adam follows torch.optim.Adam's trajectory and does not import torch._dynamo."""
 
 import subprocess
 import sys
@@ -89,7 +89,7 @@ def test_does_not_import_dynamo():
     code = """
 import sys
 import torch
-from spgnn.optim import Adam
+from spgnn.train.optim import Adam
 m = torch.nn.Linear(4, 3)
 opt = Adam(m.parameters(), lr=1e-2, weight_decay=5e-4)
 for _ in range(2):
@@ -98,7 +98,7 @@ for _ in range(2):
     opt.step()
 opt.load_state_dict(opt.state_dict())
 opt.zero_grad()
-import spgnn.trainer, spgnn.minibatch
+import spgnn.train.fullbatch, spgnn.train.minibatch
 print(sorted(k for k in sys.modules if k == "torch._dynamo" or k.startswith("torch._dynamo.")))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

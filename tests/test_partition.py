@@ -93,7 +93,7 @@ def test_streaming_cuts_fewer_edges_than_random():
 
 
 def brute_force(adj, parts, P, train):
-    """The metrics of spgnn.partition_metrics, counted one nonzero at a time."""
+    """The metrics of spgnn.partition.metrics, counted one nonzero at a time."""
     a = sp.coo_matrix(adj)
     cut, off_diagonal, need = 0, 0, [set() for _ in range(P)]
     for u, v in zip(a.row.tolist(), a.col.tolist()):

@@ -1,5 +1,5 @@
-"""Bulk samplers (spgnn/sampling.py), the 1.5D split graph (spgnn/sampling_dist.py) and minibatch training
-(spgnn/minibatch.py): sampled edges exist, node-wise draws are min(fanout, deg) distinct uniform neighbours, LADIES
+"""Bulk samplers (spgnn.sampling.sampler), the 1.5D split graph (spgnn.sampling.distributed) and minibatch training
+(spgnn.train.minibatch): sampled edges exist, node-wise draws are min(fanout, deg) distinct uniform neighbours, LADIES
 draws follow the squared column norms, a minibatch depends only on its key (bulk grouping, P = 1, 2, 4, graph
 replicated or split with c = 1, 2), fetched features are the true rows and their bytes are what the requests
 imply, bad input is refused, GraphSAGE learns Cora."""

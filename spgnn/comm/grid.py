@@ -1,4 +1,5 @@
-"""The process grid: P = ∏ shape processes with named dimensions, each dimension a communication group.
+"""The process grid: P = ∏ shape processes with named dimensions, each dimension a communication group; grid
+shapes as text ("4x2" ↔ (4, 2)) and the divisors they are made of.
 
 A thin layer over ``torch.distributed.device_mesh``: ``grid.group("row")`` is the `Group` of the ranks that
 share this rank's coordinates in every other dimension, ``grid.coord`` this rank's coordinates.
@@ -15,6 +16,27 @@ from ..errors import SpgnnError
 from .comm import Comm, Group
 
 
+def divisors(m: int) -> list[int]:
+    """The divisors of m, ascending."""
+    return [d for d in range(1, m + 1) if m % d == 0]
+
+
+def parse_grid(text: str) -> tuple[int, ...]:
+    """"4x2" → (4, 2); raises SpgnnError for anything but positive integers joined by x."""
+    try:
+        shape = tuple(int(s) for s in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise SpgnnError(f"--grid must be positive integers joined by x (as 4x2 or 2x2x2), got {text!r}")
+    return shape
+
+
+def format_grid(shape) -> str:
+    """(4, 2) → "4x2"."""
+    return "x".join(map(str, shape))
+
+
 class ProcessGrid:
     """P processes arranged as ``shape`` (d0 × d1 × …) with dimension names ``names``."""
 
@@ -25,7 +47,7 @@ class ProcessGrid:
         if len(shape) != len(names):
             raise SpgnnError(f"grid shape {shape} and dimension names {names} differ in length")
         if min(shape) < 1 or math.prod(shape) != comm.world_size:
-            raise SpgnnError(f"grid {'x'.join(map(str, shape))} has {math.prod(shape)} processes but the job "
+            raise SpgnnError(f"grid {format_grid(shape)} has {math.prod(shape)} processes but the job "
                              f"has {comm.world_size}: choose a shape whose product is {comm.world_size}")
         self.comm, self.shape, self.names = comm, shape, names
         planes = planes or {}
@@ -61,4 +83,4 @@ class ProcessGrid:
         return self._groups[name]
 
     def __repr__(self):
-        return f"ProcessGrid({'x'.join(map(str, self.shape))}, names={self.names}, coord={self.coord})"
+        return f"ProcessGrid({format_grid(self.shape)}, names={self.names}, coord={self.coord})"

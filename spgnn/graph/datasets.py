@@ -52,7 +52,7 @@ SYNTHETIC_SPECS = {
                               "and POUT across classes (default: mean degree 8 + 2), F features (default 64)",
 }
 DATA_DIR_ENV = "SPGNN_DATA_DIR"
-DEFAULT_DATA_DIRS = ("./datasets", "../shared/datasets", "~/.cache/spgnn/datasets")
+DEFAULT_DATA_DIRS = ("./datasets", "~/.cache/spgnn/datasets")
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
 
 # Where a named dataset's file may lie inside a data directory, first match wins.
@@ -515,7 +515,7 @@ def save_npz(graph: Graph, out_path: str | os.PathLike) -> Path:
 
 def convert_planetoid(raw_dir: str | os.PathLike, name: str, out_path: str | os.PathLike) -> Path:
     """Convert Planetoid raw files ``<raw_dir>/ind.<name>.*`` to a compact .npz (how spgnn/data/cora.npz is
-    made: ``convert_planetoid('../shared/datasets/planetoid', 'cora', 'spgnn/data/cora.npz')``)."""
+    made: ``convert_planetoid('planetoid/', 'cora', 'spgnn/graph/data/cora.npz')``)."""
     return save_npz(read_planetoid(raw_dir, name), out_path)
 
 

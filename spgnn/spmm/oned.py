@@ -17,11 +17,11 @@ import numpy as np
 
 from ..comm.comm import ring_words
 from ..comm.exchange import exchange_blocks, exchange_cost
+from ..comm.grid import divisors
 from ..errors import SpgnnError
 from ..sparse import kernels
 from ..sparse.csr import CSR, column_blocks, csr_bytes
 from .base import DistSpMM
-from .grids import divisors
 from .registry import Option, register
 
 

@@ -38,12 +38,12 @@ import torch.nn.functional as F
 
 from ..comm import autograd as autograd_comm
 from ..comm.exchange import exchange_blocks, exchange_cost
+from ..comm.grid import divisors, format_grid, parse_grid
 from ..comm.halo import owner
 from ..errors import SpgnnError
 from ..sparse import kernels
 from ..sparse.csr import CSR, row_ids
 from .base import DistSpMM
-from .grids import divisors, format_grid, parse_grid
 from .registry import Option, register
 
 

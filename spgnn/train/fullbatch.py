@@ -82,7 +82,9 @@ class Trainer(Run):
             (total,) = self.comm.all_sum([loss_sum.item()], self.algo.rows_group())
         return total / self.counts["train"]
 
-    epoch = step                # a full-batch epoch is one step
+    def epoch(self, epoch: int) -> float:
+        """A full-batch epoch is one `step`."""
+        return self.step(epoch)
 
     def sync_gradients(self) -> None:
         """Sum parameter gradients over the ranks that hold disjoint rows (one all-reduce)."""
