@@ -92,7 +92,7 @@ class ModelShape:
 
     @classmethod
     def of(cls, cfg, graph) -> ModelShape:
-        """The model `cfg` describes on `graph` (a Graph or a `spgnn.share.GraphInfo`)."""
+        """The model `cfg` describes on `graph` (a Graph or a `spgnn.partition.share.GraphInfo`)."""
         widths = (graph.num_features,) + (cfg.hidden,) * (cfg.layers - 1) + (graph.num_classes,)
         return cls(widths, 2 if cfg.model == "sage" else 1, LAYERS[cfg.model].adjacency)
 

@@ -99,7 +99,7 @@ def predict(cfg: TrainConfig, graph, P: int, epochs: int = 1, evals: int = 1, se
 
 def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
     """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
-    the cache (`spgnn.partitioned.cached`; reused when there); returns the folder. The one place a process
+    the cache (`spgnn.partition.partitioned.cached`; reused when there); returns the folder. The one place a process
     holds the whole graph."""
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     cfg, shape, _ = resolve(cfg, P, g)

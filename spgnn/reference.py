@@ -25,9 +25,6 @@ class SerialSpMM(RowLayout):
         self.n = adj.shape[0]
         self.rows = slice(0, self.n)
 
-    def local_rows(self, x):
-        return x
-
     def spmm(self, h):
         return torch.sparse.mm(self.a.to(h.dtype), h)
 

@@ -124,7 +124,8 @@ class GNN(nn.Module):
 
     def forward(self, algo, h, node_ids, epoch: int = 0):
         """Logits for the local rows; `node_ids` are their original (global) ids, for the dropout masks.
-        Minibatch (`spgnn.minibatch`): `algo` and `node_ids` are per-layer lists (layer i's block, its input nodes)."""
+        Minibatch (`spgnn.train.minibatch`): `algo` and `node_ids` are per-layer lists (layer i's block, its input
+        nodes)."""
         algos, ids = (algo, node_ids) if isinstance(algo, list) else ([algo] * len(self.convs),
                                                                         [node_ids] * len(self.convs))
         for i, conv in enumerate(self.convs):

@@ -2,7 +2,7 @@
 
 The folder holds ``edges.npy`` ([E, 2] integers) or ``edges.txt``/``edges.csv`` (``src dst`` lines, ``#``
 comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional ``{train,val,test}_mask.npy`` and
-``meta.json`` ({"directed": bool, "name": str}), as `spgnn.datasets.read_edge_list` reads it; the graph is
+``meta.json`` ({"directed": bool, "name": str}), as `spgnn.graph.datasets.read_edge_list` reads it; the graph is
 the same (symmetrised unless directed, duplicates merged, self-loops dropped). Edges are read `chunk` at a
 time and spilled into one bucket file per part (and, for the streaming partitioners, per block of the
 stream order); features are read a stretch of rows at a time through a memory map whose pages are released
@@ -67,7 +67,7 @@ class EdgeFolder:
             raise SpgnnError(f"cannot read {self.folder / name}: {e}") from None
 
     def masks(self, seed: int) -> dict:
-        """The split masks as `spgnn.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
+        """The split masks as `spgnn.graph.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
         found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
                  for s in SPLITS}
         masks = split_masks(found, str(self.folder), None) or per_class_split(self.y, self.num_classes, seed)

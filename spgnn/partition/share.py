@@ -9,7 +9,7 @@ Its share is
     x, y, masks, node_ids   its rows of the features (n_p×f), labels, split masks and their original ids
 
 and a few O(B) or scalar facts of the whole graph (`GraphInfo`). Nothing in it grows with n or nnz beyond
-the part. `Share.of` slices one from an in-memory `Graph`; `spgnn.partitioned` reads one from disk; both give
+the part. `Share.of` slices one from an in-memory `Graph`; `spgnn.partition.partitioned` reads one from disk; both give
 the same arrays. `normalized` turns the block row into the block row of Â (GCN, mean or self-loops), fetching
 the degrees of remote columns from their owners when GCN needs them.
 """
@@ -93,7 +93,7 @@ class Share:
 
     def normalized(self, kind: str, halo=None) -> sp.csr_matrix:
         """The block row of Â for normalisation `kind` ("gcn", "mean", "self-loops"), float32, sorted:
-        GCN D^-½(A+I)D^-½ with d of remote columns from their owners through `halo` (`spgnn.halo.Halo`),
+        GCN D^-½(A+I)D^-½ with d of remote columns from their owners through `halo` (`spgnn.comm.halo.Halo`),
         mean D^-1·A, self-loops A with its diagonal set to one (as `spgnn.graph.NORMALIZATIONS`)."""
         a = self.adj
         if kind == "mean":
@@ -158,5 +158,5 @@ def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
 
 
 def gcn_degree(a: sp.csr_matrix, first: int) -> np.ndarray:
-    """d_i = Σ_j (A + I)[i, j] of block row `a`: GCN's degree (float32, as `spgnn.graph.gcn_norm` sums it)."""
+    """d_i = Σ_j (A + I)[i, j] of block row `a`: GCN's degree (float32, as `spgnn.graph.graph.gcn_norm` sums it)."""
     return np.asarray(with_unit_diagonal(a, first).sum(axis=1), dtype=np.float32).ravel()

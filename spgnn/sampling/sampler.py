@@ -169,7 +169,7 @@ class Sampler:
 
     def __init__(self, norm_adj: sp.spmatrix, sizes, first: int = 0):
         """`norm_adj`: the normalised N (n×n), or rows first, first+1, … of it (a block row, m×n; then `diag`
-        and `row_sum` hold those rows' only, `spgnn.sampling_dist` completes them)."""
+        and `row_sum` hold those rows' only, `spgnn.sampling.distributed` completes them)."""
         sizes = [int(s) for s in sizes]
         if not sizes or min(sizes) <= 0:
             raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {sizes}")
@@ -205,7 +205,7 @@ class Sampler:
 
     def frontier_rows(self, front) -> sp.csr_matrix:
         """R = Q·N_off (len(front)×n, Q the selection of the frontier rows): the SpGEMM both samplers start
-        from (`spgnn.sampling_dist` fetches these rows from their owners instead)."""
+        from (`spgnn.sampling.distributed` fetches these rows from their owners instead)."""
         return select_rows(self.off, front)
 
     def edges(self, front, ptr, size, layer_keys):

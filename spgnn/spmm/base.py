@@ -150,9 +150,9 @@ class DistSpMM(RowLayout):
 
     @classmethod
     def from_share(cls, share, norm: str, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
-        """The algorithm from this rank's `spgnn.share.Share` (part ``part_of(grid.shape, grid.coord)``) with A
-        normalised by `norm`: the `Halo` (when the layout or GCN's degrees need it), the normalised block row,
-        then the layout's own set-up, all in phase "setup"."""
+        """The algorithm from this rank's `spgnn.partition.share.Share` (part ``part_of(grid.shape, grid.coord)``)
+        with A normalised by `norm`: the `Halo` (when the layout or GCN's degrees need it), the normalised block
+        row, then the layout's own set-up, all in phase "setup"."""
         with comm.phase("setup"):
             halo = Halo(share.indices, share.info.offsets, share.part, comm, grid.group(cls.parts_group)) \
                 if cls.uses_halo or norm == "gcn" else None

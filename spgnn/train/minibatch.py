@@ -1,7 +1,7 @@
 """Data-parallel minibatch training on sampled blocks (`spgnn.sampling`), the graph replicated on every rank
 (`--replicate-graph`, the default) or split 1.5D (`--split-graph --replication c`: P/c row blocks of the adjacency
 and of the features, each held by c ranks and read from the shares of a block partition; rows fetched from
-their owners, `spgnn.sampling_dist`).
+their owners, `spgnn.sampling.distributed`).
 
 An epoch shuffles the training nodes (seeded by (seed, epoch)) into minibatches of `batch_size` seeds,
 minibatch j keyed mix_key(seed, epoch, j). Step t trains on minibatches t·P … t·P+P−1, rank r on t·P+r;
@@ -80,7 +80,7 @@ def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None
 def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: int, graph=None,
                   nprocs: int | None = None, split_graph: bool = False):
     """(`sampler_config`, the graph, the batch size: None → min(1024, |train|)). `graph`: a Graph, a
-    `spgnn.share.GraphInfo` (of a split graph's parts), or None to load cfg.dataset."""
+    `spgnn.partition.share.GraphInfo` (of a split graph's parts), or None to load cfg.dataset."""
     cfg = sampler_config(cfg, sampler, bulk, nprocs, split_graph)
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
@@ -95,7 +95,7 @@ class MinibatchTrainer(Run):
     """One rank's share of a sampled minibatch training run (`sampler` as `--sampler`, e.g. 'sage:15,10,5';
     the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the adjacency's rows
     (for sampling) and the features (for training) split 1.5D with replication c = cfg.replication (0 means 1)
-    and fetched from their owners (`spgnn.sampling_dist`); else both replicated."""
+    and fetched from their owners (`spgnn.sampling.distributed`); else both replicated."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
