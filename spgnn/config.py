@@ -80,6 +80,8 @@ def _fields() -> list[tuple]:
                      for o in spmm.options().values()]
 
 
-TrainConfig = make_dataclass("TrainConfig", _fields(), namespace={"validate": validate, "__doc__": __doc__.split(
-    "\n\n")[0].replace("`TrainConfig`: ", "")})
+TrainConfig = make_dataclass("TrainConfig", _fields(), namespace={
+    "validate": validate,
+    "__doc__": "Everything that defines a training run: the ``spgnn train`` options, every registered algorithm's "
+               "included (`spgnn.spmm.Option`)."})
 TrainConfig.__module__ = __name__        # pickled by reference (to spawned ranks) from here

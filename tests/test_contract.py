@@ -76,23 +76,35 @@ def _run(comm):
     return out
 
 
-@pytest.fixture(scope="module", params=PROCS)
-def ranks(request):
-    return request.param, run_local(_run, request.param)
+_RESULTS = {}
 
 
-def test_every_algorithm_and_grid_keeps_the_contract(ranks):
-    P, results = ranks
-    names = {name for name, _ in cases(P)}
-    assert names == set(algorithms.ALGORITHMS)                   # nothing registered escapes the contract
-    for rank, mine in enumerate(results):
-        assert [r["case"] for r in mine] == [(n, tuple(sorted(v.items()))) for n, v in cases(P)]
-        for r in mine:
-            where = f"{r['case']} rank {rank} of {P}"
-            np.testing.assert_allclose(r["z"], r["z_ref"], rtol=1e-5, atol=1e-6, err_msg=f"Z = A·H, {where}")
-            np.testing.assert_allclose(r["dh"], r["dh_ref"], rtol=1e-5, atol=1e-6, err_msg=f"dH = Aᵀ·G, {where}")
-            if algorithms.get(r["case"][0]).has_cost_model():   # (phase, op, group, calls, sent, recv, messages)
-                assert r["measured"] == r["predicted"], where
+def results(P: int) -> list:
+    """`_run` on P processes, once for all the cases of P."""
+    if P not in _RESULTS:
+        _RESULTS[P] = run_local(_run, P)
+    return _RESULTS[P]
+
+
+def test_every_registered_algorithm_is_a_case():
+    for P in PROCS:
+        assert {name for name, _ in cases(P)} == set(algorithms.ALGORITHMS)
+
+
+def _id(v) -> str:
+    return ",".join(f"{k}={x}" for k, x in v.items()) or "default" if isinstance(v, dict) else str(v)
+
+
+@pytest.mark.parametrize("P, name, values", [(P, name, values) for P in PROCS for name, values in cases(P)], ids=_id)
+def test_contract(P, name, values):
+    case = (name, tuple(sorted(values.items())))
+    for rank, mine in enumerate(results(P)):
+        r = next(r for r in mine if r["case"] == case)
+        where = f"{case} rank {rank} of {P}"
+        np.testing.assert_allclose(r["z"], r["z_ref"], rtol=1e-5, atol=1e-6, err_msg=f"Z = A·H, {where}")
+        np.testing.assert_allclose(r["dh"], r["dh_ref"], rtol=1e-5, atol=1e-6, err_msg=f"dH = Aᵀ·G, {where}")
+        if algorithms.get(name).has_cost_model():           # (phase, op, group, calls, sent, recv, messages)
+            assert r["measured"] == r["predicted"], where
 
 
 @pytest.mark.parametrize("name", sorted(algorithms.ALGORITHMS))
