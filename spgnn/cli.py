@@ -83,6 +83,12 @@ def _train_parser(sub) -> argparse.ArgumentParser:
                        "whole graph and features (the default)")
     _launch_options(p, d)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
+    a("--checkpoint", default=d.checkpoint, help="write a checkpoint to this folder (rank 0; weights, Adam's state, "
+      "the epoch, the config, the graph's and partition's identity, the report so far) every --checkpoint-every "
+      "epochs and at the end, atomically; on several nodes a folder every rank can read")
+    a("--checkpoint-every", type=int, default=d.checkpoint_every, help="epochs between checkpoints")
+    a("--resume", default=d.resume, help="continue the run checkpointed in this folder (to --epochs in all), under "
+      "any number of processes, algorithm or grid; give the same folder to --checkpoint to keep it current")
     a("--quiet", action="store_true", help="no per-epoch lines")
     return p
 

@@ -38,6 +38,9 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("transport", str, "auto"),
     ("calibration", str | None, None),
     ("output", str | None, None),
+    ("checkpoint", str | None, None),
+    ("checkpoint_every", int, 10),
+    ("resume", str | None, None),
 ]
 
 
@@ -56,6 +59,7 @@ def validate(self):
         (self.eval_every >= 0, f"--eval-every must be non-negative, got {self.eval_every}"),
         (self.feature_norm in ("row", "none"), f"--feature-norm must be row or none, got {self.feature_norm!r}"),
         (self.timeout > 0, f"--timeout must be positive, got {self.timeout}"),
+        (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
         (self.device == "cpu" or self.device.startswith("cuda"),
          f"--device must be cpu or cuda[:N], got {self.device!r}"),
         (self.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"),

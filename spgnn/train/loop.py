@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..config import TrainConfig
 from ..layers import GNN
 from ..memory import peak_rss_bytes
+from . import checkpoint
 from .optim import Adam
 
 
@@ -33,10 +36,35 @@ class Run:
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def run(self, log=print) -> dict:
-        """Train for cfg.epochs; returns the report (complete on rank 0, this rank's part elsewhere). `log`
-        (rank 0) gets one line an epoch."""
-        epochs, best = epoch_loop(self.epoch, self.evaluate, self.cfg, log if self.comm.rank == 0 else None)
-        return self.report(epochs, self.evaluate(), best)
+        """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
+        cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
+        rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
+        cfg, start, records, best = self.cfg, 0, [], {"val_acc": -1.0}
+        if cfg.resume:
+            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, cfg, self.info))
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
+            self.restore(state["progress"]["counters"])
+            start, records, best = state["epoch"] + 1, state["progress"]["epochs"], state["progress"]["best"]
+        folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
+            cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
+
+        def save(epoch, records, best):
+            if folder and self.comm.rank == 0 and ((epoch + 1) % cfg.checkpoint_every == 0 or
+                                                   epoch == cfg.epochs - 1):
+                checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best))
+
+        records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
+                                   records, best, save)
+        return self.report(records, self.evaluate(), best)
+
+    def counters(self) -> dict:
+        """The run's own counters a checkpoint keeps (ints)."""
+        return {}
+
+    def restore(self, counters: dict) -> None:
+        """Set the counters `counters` from a checkpoint."""
 
     def rank_report(self) -> dict:
         """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
@@ -81,11 +109,14 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
         offset += p.numel()
 
 
-def epoch_loop(step, evaluate, cfg: TrainConfig, log=None) -> tuple[list[dict], dict]:
-    """Run `step(epoch)` (returning the loss) for cfg.epochs, `evaluate()` every cfg.eval_every epochs and
-    at the last; returns the per-epoch records and the best-validation record. `log` gets one line an epoch."""
-    epochs, best = [], {"val_acc": -1.0}
-    for epoch in range(cfg.epochs):
+def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
+               after=None) -> tuple[list[dict], dict]:
+    """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
+    cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record, those
+    given (`epochs`, `best`: a resumed run's) continued. `log` gets one line an epoch, `after(epoch, records,
+    best)` is called after each."""
+    epochs, best = list(epochs or []), best or {"val_acc": -1.0}
+    for epoch in range(start, cfg.epochs):
         t0 = time.perf_counter()
         record = {"epoch": epoch, "loss": step(epoch), "time_s": time.perf_counter() - t0}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
@@ -95,6 +126,8 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None) -> tuple[list[dict], 
         epochs.append(record)
         if log:
             log(format_epoch(record))
+        if after:
+            after(epoch, epochs, best)
     return epochs, best
 
 

@@ -231,6 +231,13 @@ class MinibatchTrainer(Run):
         return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
                 for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
 
+    def counters(self) -> dict:
+        """Steps taken: they key the dropout masks of the next ones."""
+        return {"steps_done": self.steps_done}
+
+    def restore(self, counters: dict) -> None:
+        self.steps_done = counters["steps_done"]
+
     def rank_report(self) -> dict:
         mine = super().rank_report()
         led = self.comm.ledger

@@ -1,0 +1,109 @@
+"""Checkpoints: what a resumed run needs, written atomically by rank 0 and read by every rank.
+
+``DIR/checkpoint.pt`` (``torch.save`` of plain containers and tensors, read back with ``weights_only=True``)::
+
+    format      "spgnn-checkpoint/1"
+    epoch       the last finished epoch e (the resumed run starts at e + 1)
+    model       the model's state_dict (weights are the same on every rank, so one copy serves any P)
+    optimizer   Adam's state_dict (torch.optim.Adam's layout)
+    progress    the per-epoch records and the best-validation record so far, and the run's own counters
+                (minibatch: steps taken and minibatches sampled, which key the next minibatches and masks)
+    identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths
+    partition   method, seed and parts of the run that wrote it
+    config      the run's TrainConfig
+
+A write goes to ``checkpoint.pt.tmp`` and is renamed over the previous checkpoint, so a crash mid-write leaves
+the previous one intact. Nothing depends on P, the algorithm or the grid: a checkpoint resumes under another P,
+algorithm or grid (to float rounding; under the same ones, bit for bit).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from ..errors import SpgnnError
+
+FORMAT = "spgnn-checkpoint/1"
+FILE = "checkpoint.pt"
+MODEL_FIELDS = ("model", "layers", "hidden", "heads", "out_heads", "batch_norm")
+
+
+def identity(cfg, info) -> dict:
+    """What a checkpoint must agree with to resume: the graph and the model's kind and widths."""
+    graph_hash = getattr(info, "graph_hash", "")
+    if not graph_hash and hasattr(info, "adj"):
+        from ..partition.partition import graph_hash as hash_of
+
+        graph_hash = hash_of(info.adj)
+    return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
+            "model": {k: getattr(cfg, k) for k in MODEL_FIELDS} | {"features": int(info.num_features),
+                                                                   "classes": int(info.num_classes)}}
+
+
+def writable(folder, resuming: bool = False) -> Path:
+    """`folder`, made if missing, once a file can be written there and it holds no checkpoint to overwrite
+    (unless `resuming` from it); else SpgnnError."""
+    folder = Path(folder)
+    if (folder / FILE).exists() and not resuming:
+        raise SpgnnError(f"{folder} holds a checkpoint already: continue it with --resume {folder}, or give "
+                         "--checkpoint an empty folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        raise SpgnnError(f"cannot write checkpoints to {folder}: {e.strerror or e}; give --checkpoint a writable "
+                         "folder") from None
+    return folder
+
+
+def save(folder, state: dict) -> Path:
+    """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
+    path, tmp = Path(folder) / FILE, Path(folder) / (FILE + ".tmp")
+    torch.save({"format": FORMAT} | state, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load(folder, cfg, info) -> dict:
+    """The checkpoint in `folder`, checked against this run (`cfg`, graph `info`); SpgnnError naming the file
+    and what differs when it is missing, unreadable, or of another graph or model."""
+    path = Path(folder) / FILE
+    if not path.is_file():
+        raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
+        raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]}): the file is "
+                         "truncated or corrupt; resume from another checkpoint or start again") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
+    mine = identity(cfg, info)
+    for what, fix in (("graph", "resume on the data it was trained on"),
+                      ("model", "resume with the same --model, --layers, --hidden, --heads, --out-heads and "
+                                "--batch-norm")):
+        theirs = state["identity"][what]
+        if theirs != mine[what]:
+            differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
+                               if theirs.get(k) != mine[what].get(k))
+            raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
+    return state
+
+
+def state_of(run, epoch: int, records: list, best: dict) -> dict:
+    """A run's checkpoint after `epoch` (see the module docstring)."""
+    parts = getattr(run, "parts", None)
+    partition = {"parts": parts.nparts} | {k: parts.partition_info.get(k) for k in ("method", "params", "seed")} \
+        if parts is not None else {}
+    return {"epoch": epoch, "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
+            "progress": {"epochs": records, "best": best, "counters": run.counters()},
+            "identity": identity(run.cfg, run.info),
+            "partition": partition,
+            "config": asdict(run.cfg)}

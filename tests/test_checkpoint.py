@@ -1,0 +1,120 @@
+"""Checkpoint and resume: a run stopped and resumed from its checkpoint continues bit for bit as the
+uninterrupted run (every algorithm, full-batch and minibatch); a checkpoint resumes under another algorithm or
+P to float rounding; bad checkpoints and folders fail with one line and change nothing."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import spgnn.spmm as algorithms
+from spgnn import cli
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.train.fullbatch import Trainer
+from spgnn.train.minibatch import MinibatchTrainer
+
+EPOCHS, STOP = 6, 3
+BASE = dict(dataset="cora", hidden=8, epochs=EPOCHS, eval_every=2, checkpoint_every=STOP, dropout=0.5)
+
+
+def _train(comm, folder, cfg, minibatch=False):
+    """The report's losses and accuracies, and the final weights."""
+    if minibatch:
+        run = MinibatchTrainer(TrainConfig(**cfg), comm, "sage:5,5", batch_size=32, bulk=2)
+    else:
+        run = Trainer(TrainConfig(**cfg), comm)
+    report = run.run(log=None)
+    return {"losses": [e["loss"] for e in report["epochs"]],
+            "acc": [(e.get("val_acc"), e.get("test_acc")) for e in report["epochs"]],
+            "final": report["final"], "weights": {k: v.clone() for k, v in run.model.state_dict().items()}}
+
+
+def _stop_and_resume(comm, root, cfg, minibatch=False):
+    """(uninterrupted, stopped after STOP epochs then resumed) runs of cfg."""
+    root = Path(root)
+    whole = _train(comm, root / "whole", cfg | {"checkpoint": str(root / "whole")}, minibatch)
+    _train(comm, root / "part", cfg | {"epochs": STOP, "checkpoint": str(root / "part")}, minibatch)
+    resumed = _train(comm, root / "part", cfg | {"resume": str(root / "part"), "checkpoint": str(root / "part")},
+                     minibatch)
+    return whole, resumed
+
+
+def _every_algorithm(comm, root):
+    out = {}
+    for name in algorithms.ALGORITHMS:
+        cfg = BASE | {"algo": name, "model": "sage" if name in ("1.5d", "3d") else "gcn"}
+        out[name] = _stop_and_resume(comm, Path(root) / name, cfg)
+    out["minibatch"] = _stop_and_resume(comm, Path(root) / "minibatch", BASE | {"model": "sage"}, minibatch=True)
+    # another algorithm resumes 1d-halo's checkpoint (at STOP) of the same model
+    other = BASE | {"algo": "2d", "resume": str(Path(root) / "1d-halo" / "part")}
+    out["other-algo"] = _train(comm, None, other)
+    return out
+
+
+def _same(a, b):
+    assert a["losses"] == b["losses"] and a["acc"] == b["acc"] and a["final"] == b["final"]
+    for k in a["weights"]:
+        assert torch.equal(a["weights"][k], b["weights"][k]), k
+
+
+def test_resumed_runs_equal_uninterrupted_ones_bit_for_bit(tmp_path):
+    ranks = run_local(_every_algorithm, 2, str(tmp_path))
+    for mine in ranks:
+        for name in [*algorithms.ALGORITHMS, "minibatch"]:
+            whole, resumed = mine[name]
+            _same(whole, resumed)
+        whole = mine["1d-halo"][0]
+        other = mine["other-algo"]
+        np.testing.assert_allclose(other["losses"], whole["losses"], rtol=1e-5)
+        for k, w in whole["weights"].items():
+            np.testing.assert_allclose(other["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
+    # and on one process (another P), 1d-halo's P = 2 checkpoint continues to the same weights
+    single = _train(Comm(0, 1), None, BASE | {"resume": str(tmp_path / "1d-halo" / "part")})
+    np.testing.assert_allclose(single["losses"], ranks[0]["1d-halo"][0]["losses"], rtol=1e-5)
+    for k, w in ranks[0]["1d-halo"][0]["weights"].items():
+        np.testing.assert_allclose(single["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """A checkpoint of cora, GCN hidden 8, after 2 epochs."""
+    folder = tmp_path_factory.mktemp("ckpt")
+    Trainer(TrainConfig(**BASE | {"epochs": 2, "checkpoint": str(folder)}), Comm(0, 1)).run(log=None)
+    return folder
+
+
+def _resume(folder, **changes):
+    return Trainer(TrainConfig(**BASE | {"resume": str(folder)} | changes), Comm(0, 1)).run(log=None)
+
+
+def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
+    with pytest.raises(SpgnnError, match="holds no checkpoint"):
+        _resume(tmp_path)
+    with pytest.raises(SpgnnError, match="another model.*hidden 8 here 16"):
+        _resume(written, hidden=16)
+    with pytest.raises(SpgnnError, match="another graph"):
+        _resume(written, dataset="sbm:300:4")
+    raw = (written / "checkpoint.pt").read_bytes()
+    for name, data in (("truncated", raw[:len(raw) // 2]), ("corrupt", b"not a checkpoint" * 10)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "checkpoint.pt").write_bytes(data)
+        with pytest.raises(SpgnnError, match="truncated or corrupt"):
+            _resume(tmp_path / name)
+
+
+def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpgnnError, match="cannot write checkpoints"):
+        Trainer(TrainConfig(**BASE | {"checkpoint": str(tmp_path / "file" / "sub")}), Comm(0, 1)).run(log=None)
+    before = (written / "checkpoint.pt").read_bytes()
+    with pytest.raises(SpgnnError, match="holds a checkpoint already"):
+        Trainer(TrainConfig(**BASE | {"checkpoint": str(written)}), Comm(0, 1)).run(log=None)
+    code = cli.main(["train", "--epochs", "3", "--hidden", "16", "--resume", str(written), "--checkpoint",
+                     str(written), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "another model" in err[0]
+    assert (written / "checkpoint.pt").read_bytes() == before
