@@ -1,8 +1,10 @@
 """Where rank and world size come from, and torch.distributed set-up.
 
-Launchers understood: ``mpirun``/``mpiexec`` (Open MPI, MPICH, srun --mpi: rank from mpi4py, the rendezvous
-address chosen by rank 0 and broadcast over MPI), ``torchrun`` and `spawn` below (the ``RANK``,
-``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` environment), and a plain single process.
+Launchers understood: ``mpirun``/``mpiexec`` (Open MPI, MPICH: rank from mpi4py, the rendezvous address chosen
+by rank 0 and broadcast over MPI), ``torchrun`` and `spawn` below (the ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
+``MASTER_PORT`` environment), Slurm's ``srun`` (rank, size and local rank from ``SLURM_PROCID``,
+``SLURM_NTASKS``, ``SLURM_LOCALID``; the rendezvous at ``MASTER_ADDR``:``MASTER_PORT`` when set, else at the
+step's first host and a port derived from the job id), and a plain single process.
 """
 
 from __future__ import annotations
@@ -23,17 +25,21 @@ from ..errors import SpgnnError
 from .comm import Comm, TorchTransport
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
+MPIRUN_VARS = ("OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")      # set by mpirun/mpiexec themselves, not by srun
+SLURM_VARS = ("SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS")  # a task of an srun job step
 
 
 @dataclass(frozen=True)
 class Launch:
-    """How this process was started: launcher `kind`, global `rank`/`world_size`, and the number of
-    processes on this node (`local_world_size`, used to share the cores)."""
+    """How this process was started: launcher `kind`, global `rank`/`world_size`, the number of processes on
+    this node (`local_world_size`, used to share the cores) and this one's place among them (`local_rank`, which
+    picks its GPU)."""
 
     kind: str
     rank: int
     world_size: int
     local_world_size: int
+    local_rank: int = 0
 
 
 def detect() -> Launch:
@@ -42,7 +48,14 @@ def detect() -> Launch:
     if "RANK" in env and "WORLD_SIZE" in env:
         kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else env.get("SPGNN_LAUNCHER", "env")
         world = int(env["WORLD_SIZE"])
-        return Launch(kind, int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)))
+        return Launch(kind, int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)),
+                      int(env.get("LOCAL_RANK", env["RANK"])))
+    if all(v in env for v in SLURM_VARS) and not any(v in env for v in MPIRUN_VARS):
+        per_node = slurm_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""))
+        node = int(env.get("SLURM_NODEID", 0))
+        world = int(env["SLURM_NTASKS"])
+        return Launch("srun", int(env["SLURM_PROCID"]), world, per_node[node] if node < len(per_node) else world,
+                      int(env.get("SLURM_LOCALID", 0)))
     if any(v in env for v in MPI_RANK_VARS):
         try:
             from mpi4py import MPI
@@ -51,8 +64,37 @@ def detect() -> Launch:
                              "pip install 'spgnn[mpi]' (or mpi4py)") from e
         comm = MPI.COMM_WORLD
         local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", comm.Get_size())))
-        return Launch("mpirun", comm.Get_rank(), comm.Get_size(), local)
+        local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", comm.Get_rank())))
+        return Launch("mpirun", comm.Get_rank(), comm.Get_size(), local, local_rank)
     return Launch("single", 0, 1, 1)
+
+
+def slurm_tasks_per_node(text: str) -> list[int]:
+    """Slurm's tasks per node, "4(x2),3" → [4, 4, 3]."""
+    out = []
+    for item in filter(None, text.split(",")):
+        count, _, times = item.partition("(x")
+        out += [int(count)] * int(times.rstrip(")") or 1)
+    return out
+
+
+def slurm_first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: "gpu[07-09,12],cpu3" → "gpu07"."""
+    name, bracket, rest = nodelist.split(",")[0].partition("[")
+    if not bracket:
+        return name
+    first = nodelist[len(name) + 1:].split("]")[0].split(",")[0].split("-")[0]
+    return name + first
+
+
+def slurm_rendezvous() -> str:
+    """The torch.distributed address of an srun job step: MASTER_ADDR and MASTER_PORT when set, else the step's
+    first host and port 20000 + job id mod 20000 (the same on every task, no communication needed)."""
+    env = os.environ
+    addr = env.get("MASTER_ADDR") or slurm_first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+                                                      or "127.0.0.1")
+    port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", 0)) % 20000)
+    return f"tcp://{addr}:{port}"
 
 
 def free_port() -> int:
@@ -106,7 +148,8 @@ def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
         raise SpgnnError(f"--transport mpi moves CPU tensors only; with --device {device} use --transport torch "
                          "(nccl)")
     if name == "mpi" and launched.kind != "mpirun":
-        how = {"single": "a plain process or --nprocs", "spawn": "--nprocs", "env": "a RANK/WORLD_SIZE environment"}
+        how = {"single": "a plain process or --nprocs", "spawn": "--nprocs", "env": "a RANK/WORLD_SIZE environment",
+               "srun": "srun"}
         raise SpgnnError(f"--transport mpi needs a job started by mpirun (mpirun -np N spgnn ...), not by "
                          f"{how.get(launched.kind, launched.kind)}: use --transport torch or auto")
     return name
@@ -133,9 +176,9 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     if launch.world_size == 1:
         return Comm(0, 1, mover)
     if device.startswith("cuda"):
-        torch.cuda.set_device(launch.rank % torch.cuda.device_count())
+        torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
     backend = "nccl" if device.startswith("cuda") else "gloo"
-    url = _mpi_rendezvous() if launch.kind == "mpirun" else "env://"
+    url = {"mpirun": _mpi_rendezvous, "srun": slurm_rendezvous}.get(launch.kind, lambda: "env://")()
     dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
                             timeout=datetime.timedelta(seconds=timeout_s))
     return Comm(launch.rank, launch.world_size, mover)

@@ -1,0 +1,82 @@
+"""``srun -n P spgnn train``: ranks started with the environment Slurm gives the tasks of a job step (no Slurm
+needed) join at the step's first host, on a port derived from the job id or on MASTER_ADDR/MASTER_PORT, and
+train the same run as ``--nprocs``."""
+
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spgnn.comm.launch import detect, slurm_first_host, slurm_tasks_per_node
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ["-m", "spgnn", "train", "--epochs", "3", "--quiet", "--algo", "1d-halo"]
+
+
+def _free_port_below_40000() -> int:
+    """A free port p in [20000, 40000), so that job id p − 20000 derives it."""
+    for _ in range(200):
+        p = random.randrange(20000, 40000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", p))
+                return p
+            except OSError:
+                continue
+    pytest.skip("no free port in [20000, 40000)")
+
+
+def _clean_env() -> dict:
+    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SPGNN_LAUNCHER")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+
+
+def _srun(tmp_path, P, extra_env) -> dict:
+    base = _clean_env() | {"SLURM_STEP_ID": "0", "SLURM_NTASKS": str(P), "SLURM_NODEID": "0",
+                           "SLURM_STEP_TASKS_PER_NODE": str(P), "SLURM_STEP_NODELIST": "localhost"} | extra_env
+    out = tmp_path / "srun.json"
+    procs = [subprocess.Popen([sys.executable, *TRAIN, "--output", str(out)], cwd=ROOT, stderr=subprocess.PIPE,
+                              text=True, env=base | {"SLURM_PROCID": str(r), "SLURM_LOCALID": str(r)})
+             for r in range(P)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    return json.loads(out.read_text())
+
+
+def test_srun_tasks_train_as_nprocs(tmp_path):
+    port = _free_port_below_40000()
+    report = _srun(tmp_path, 2, {"SLURM_JOB_ID": str(port - 20000)})          # the derived address
+    assert report["world_size"] == 2
+    ref = tmp_path / "nprocs.json"
+    subprocess.run([sys.executable, *TRAIN, "--nprocs", "2", "--output", str(ref)], cwd=ROOT, check=True,
+                   env=_clean_env(), timeout=300)
+    assert [e["loss"] for e in report["epochs"]] == [e["loss"] for e in json.loads(ref.read_text())["epochs"]]
+    again = _srun(tmp_path, 2, {"SLURM_JOB_ID": "1", "MASTER_ADDR": "127.0.0.1",            # MASTER_* win
+                                "MASTER_PORT": str(_free_port_below_40000())})
+    assert [e["loss"] for e in again["epochs"]] == [e["loss"] for e in report["epochs"]]
+
+
+def test_slurm_environment_read(monkeypatch):
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE") or k.startswith(("OMPI_", "PMI", "SLURM_", "MPI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("SLURM_STEP_ID", "3")
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "11")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    monkeypatch.setenv("SLURM_NODEID", "1")
+    monkeypatch.setenv("SLURM_STEP_TASKS_PER_NODE", "4(x2),3")
+    launched = detect()
+    assert (launched.kind, launched.rank, launched.world_size, launched.local_world_size, launched.local_rank) == \
+        ("srun", 5, 11, 4, 1)
+    monkeypatch.setenv("RANK", "0")                          # torchrun inside an allocation: its ranks win
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert detect().kind != "srun"
+    assert slurm_tasks_per_node("4(x2),3") == [4, 4, 3]
+    assert slurm_first_host("gpu[07-09,12],cpu3") == "gpu07" and slurm_first_host("a,b") == "a"
