@@ -36,9 +36,9 @@ def cases(P: int) -> list[tuple]:
     return out
 
 
-def _run(comm):
-    """Each case's local product and gradient, the reference's on the same rows and columns, and the measured
-    and predicted calls (phase, op, group, sent, received, messages)."""
+def _run(comm, names=None):
+    """Each case's (of the algorithms `names`, default all) local product and gradient, the reference's on the
+    same rows and columns, and the measured and predicted calls (phase, op, group, sent, received, messages)."""
     P, out = comm.world_size, []
     g = torch.Generator().manual_seed(11)
     h_all, g_all = torch.randn(ADJ.shape[0], F, generator=g), torch.randn(ADJ.shape[0], F, generator=g)
@@ -47,6 +47,8 @@ def _run(comm):
     z_ref = ref.spmm(h_ref)
     z_ref.backward(g_all)
     for name, values in cases(P):
+        if names is not None and name not in names:
+            continue
         cls = algorithms.get(name)
         shape = cls.grid_for(P, **values)
         partition = Partition(make_parts("random", GRAPH.adj, cls.num_parts(shape), seed=3), cls.num_parts(shape))

@@ -48,7 +48,7 @@ def test_registered_algorithm_keeps_the_contract_and_trains_as_the_others(plugin
 def _contract_and_losses(comm):
     from tests import plugin_algorithm  # noqa: F401  (a spawned rank registers it too)
 
-    return test_contract._run(comm), {a: _losses(comm, a) for a in ("1d", "1d-allgather")}
+    return test_contract._run(comm, ["1d-allgather"]), {a: _losses(comm, a) for a in ("1d", "1d-allgather")}
 
 
 def test_cli_help_and_auto_take_it_from_the_registry(plugin):

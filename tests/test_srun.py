@@ -1,6 +1,6 @@
 """``srun -n P spgnn train``: ranks started with the environment Slurm gives the tasks of a job step (no Slurm
-needed) join at the step's first host, on a port derived from the job id or on MASTER_ADDR/MASTER_PORT, and
-train the same run as ``--nprocs``."""
+needed) join at the step's first host on a port derived from the job id (or at MASTER_ADDR:MASTER_PORT) and
+train the same run as spawned processes."""
 
 import json
 import os
@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from spgnn.comm.launch import detect, slurm_first_host, slurm_tasks_per_node
+from spgnn.comm.launch import detect, run_local, slurm_first_host, slurm_rendezvous, slurm_tasks_per_node
+from spgnn.config import TrainConfig
+from spgnn.train.fullbatch import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["-m", "spgnn", "train", "--epochs", "3", "--quiet", "--algo", "1d-halo"]
@@ -52,14 +54,14 @@ def _srun(tmp_path, P, extra_env) -> dict:
 def test_srun_tasks_train_as_nprocs(tmp_path):
     port = _free_port_below_40000()
     report = _srun(tmp_path, 2, {"SLURM_JOB_ID": str(port - 20000)})          # the derived address
-    assert report["world_size"] == 2
-    ref = tmp_path / "nprocs.json"
-    subprocess.run([sys.executable, *TRAIN, "--nprocs", "2", "--output", str(ref)], cwd=ROOT, check=True,
-                   env=_clean_env(), timeout=300)
-    assert [e["loss"] for e in report["epochs"]] == [e["loss"] for e in json.loads(ref.read_text())["epochs"]]
-    again = _srun(tmp_path, 2, {"SLURM_JOB_ID": "1", "MASTER_ADDR": "127.0.0.1",            # MASTER_* win
-                                "MASTER_PORT": str(_free_port_below_40000())})
-    assert [e["loss"] for e in again["epochs"]] == [e["loss"] for e in report["epochs"]]
+    assert report["world_size"] == 2 and report["transport"] == "torch"
+    ref = run_local(_losses, 2)[0]                                                 # the same run, spawned
+    assert [e["loss"] for e in report["epochs"]] == ref
+
+
+def _losses(comm):
+    cfg = TrainConfig(epochs=3, algo="1d-halo")
+    return [e["loss"] for e in Trainer(cfg, comm).run(log=None)["epochs"]]
 
 
 def test_slurm_environment_read(monkeypatch):
@@ -79,4 +81,10 @@ def test_slurm_environment_read(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert detect().kind != "srun"
     assert slurm_tasks_per_node("4(x2),3") == [4, 4, 3]
+    monkeypatch.setenv("SLURM_STEP_NODELIST", "gpu[07-09]")
+    monkeypatch.setenv("SLURM_JOB_ID", "123456")
+    assert slurm_rendezvous() == "tcp://gpu07:23456"
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")                          # MASTER_ADDR and MASTER_PORT win
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert slurm_rendezvous() == "tcp://10.0.0.1:29500"
     assert slurm_first_host("gpu[07-09,12],cpu3") == "gpu07" and slurm_first_host("a,b") == "a"
