@@ -118,11 +118,11 @@ def test_grids_match_reference_and_cost_model(P):
     for gname, g in GRAPHS.items():
         model, hidden = MODELS[gname]
         logits_ref, dx_ref, grads_ref = reference_grads(g, model, 2, hidden)
+        curve_ref = [e["loss"] for e in Trainer(_config(gname, "1d", None, 0, epochs=10, eval_every=0),
+                                                 Comm(), graph=g).run(log=None)["epochs"]]
         for algo, grid, c in _options(P):
             what = f"{algo} {grid or c} {model} on {gname}, P={P}"
             cfg = _config(gname, algo, grid, c, epochs=10, eval_every=0)
-            curve_ref = [e["loss"] for e in Trainer(_config(gname, "1d", None, 0, epochs=10, eval_every=0),
-                                                     Comm(), graph=g).run(log=None)["epochs"]]
             predicted = predict(cfg, g, P, epochs=10, evals=1, setup=False)
             logits, dx = np.zeros_like(logits_ref), np.zeros_like(dx_ref)
             for rank, (spmm, step, losses, ledger) in enumerate(res[k] for res in results):
