@@ -345,6 +345,13 @@ def cost_command(args, argv) -> int:
 COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cost": cost_command}
 
 
+def _error(message: str) -> None:
+    """`spgnn: error: message` on stderr as one write, so that the lines of ranks sharing a stderr (--nprocs,
+    mpirun) never interleave, even unbuffered."""
+    sys.stderr.write(f"spgnn: error: {message}\n")
+    sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
@@ -353,13 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
         if rank == 0:  # input errors are the same on every rank: say it once
-            print(f"spgnn: error: {e}", file=sys.stderr, flush=True)
+            _error(str(e))
         launch.leave()
         return 2
     except RuntimeError as e:  # a collective failed: a peer died or timed out
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        print(f"spgnn: error: rank {rank}: communication failed ({first}); another process probably "
-              f"exited or stalled, see its output", file=sys.stderr, flush=True)
+        _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see its "
+               "output")
         launch.abort(1)
         launch.leave()
         return 1
