@@ -56,10 +56,15 @@ def block_stats(g: Graph, partition, norm: str) -> cost.BlockStats:
 
 
 def graph_stats(cfg: TrainConfig, g: Graph):
-    """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks."""
+    """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks (each
+    count of blocks partitioned and each normalisation measured once, however many layouts share it)."""
+    stats = {}
+
     def stats_of(cls, shape, model):
-        partition = make_partition(cfg.partition, g.adj, cls.num_parts(_fits(cls, shape, g.n)), cfg.seed)
-        return block_stats(g, partition, model.norm)
+        B = cls.num_parts(_fits(cls, shape, g.n))
+        if (B, model.norm) not in stats:
+            stats[B, model.norm] = block_stats(g, make_partition(cfg.partition, g.adj, B, cfg.seed), model.norm)
+        return stats[B, model.norm]
     return stats_of
 
 

@@ -88,3 +88,4 @@ def test_slurm_environment_read(monkeypatch):
     monkeypatch.setenv("MASTER_PORT", "29500")
     assert slurm_rendezvous() == "tcp://10.0.0.1:29500"
     assert slurm_first_host("gpu[07-09,12],cpu3") == "gpu07" and slurm_first_host("a,b") == "a"
+    assert slurm_first_host("n[3]") == "n3"

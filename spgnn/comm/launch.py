@@ -80,11 +80,8 @@ def slurm_tasks_per_node(text: str) -> list[int]:
 
 def slurm_first_host(nodelist: str) -> str:
     """The first host of a Slurm node list: "gpu[07-09,12],cpu3" → "gpu07"."""
-    name, bracket, rest = nodelist.split(",")[0].partition("[")
-    if not bracket:
-        return name
-    first = nodelist[len(name) + 1:].split("]")[0].split(",")[0].split("-")[0]
-    return name + first
+    name, bracket, ranges = nodelist.split(",")[0].partition("[")
+    return name + ranges.split("]")[0].split("-")[0] if bracket else name
 
 
 def slurm_rendezvous() -> str:

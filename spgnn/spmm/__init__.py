@@ -2,7 +2,7 @@
 (`register`, entry-point group ``spgnn.algorithms``) and the built-in algorithms, which register themselves:
 ``1d`` and ``1.5d`` (`oned`), ``1d-halo`` (`halo`), ``2d`` and ``3d`` (`summa`), ``sar`` (`sar`)."""
 
-from . import halo, oned, sar, summa  # noqa: F401  (built-ins register themselves, in this order)
+from . import halo, oned, sar, summa  # noqa: F401  (built-ins register themselves as they are imported)
 from .base import Block, DistSpMM, RowLayout
 from .registry import ALGORITHMS, Option, attention_algorithms, declaring, get, options, register
 from .registry import load_entry_points as _load_entry_points

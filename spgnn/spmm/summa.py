@@ -23,8 +23,8 @@ The dense operations work on column blocks: H·W multiplies by W's rows of block
 the n_p×f_out partial over the grid row (its backward all-gathers dY there); log-softmax all-gathers each
 block's row-wise log-sum-exp along the grid row; argmax all-gathers each block's (max, column). A row's
 loss and accuracy are counted by the rank holding its label's column, and parameter gradients are
-summed over all ranks. Grid dimensions are named by what varies along them: group "row" is the grid
-row (i, ·, l), "column" the grid column (·, j, l), "fiber" (i, j, ·).
+summed over all ranks. Each grid dimension is named after the group of ranks along it: "column" is the grid
+column (·, j, l), "row" the grid row (i, ·, l), "fiber" (i, j, ·); the plane "parts" is (·, j, ·).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@
     model       the model's state_dict (weights are the same on every rank, so one copy serves any P)
     optimizer   Adam's state_dict (torch.optim.Adam's layout)
     progress    the per-epoch records and the best-validation record so far, and the run's own counters
-                (minibatch: steps taken and minibatches sampled, which key the next minibatches and masks)
+                (minibatch: the steps taken, which key the next steps' dropout masks)
     identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
@@ -72,9 +72,9 @@ def save(folder, state: dict) -> Path:
     return path
 
 
-def load(folder, cfg, info) -> dict:
-    """The checkpoint in `folder`, checked against this run (`cfg`, graph `info`); SpgnnError naming the file
-    and what differs when it is missing, unreadable, or of another graph or model."""
+def load(folder, mine: dict) -> dict:
+    """The checkpoint in `folder`, checked against this run's `identity`; SpgnnError naming the file and what
+    differs when it is missing, unreadable, or of another graph or model."""
     path = Path(folder) / FILE
     if not path.is_file():
         raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
@@ -85,7 +85,6 @@ def load(folder, cfg, info) -> dict:
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
-    mine = identity(cfg, info)
     for what, fix in (("graph", "resume on the data it was trained on"),
                       ("model", "resume with the same --model, --layers, --hidden, --heads, --out-heads and "
                                 "--batch-norm")):
@@ -97,13 +96,13 @@ def load(folder, cfg, info) -> dict:
     return state
 
 
-def state_of(run, epoch: int, records: list, best: dict) -> dict:
-    """A run's checkpoint after `epoch` (see the module docstring)."""
+def state_of(run, epoch: int, records: list, best: dict, mine: dict) -> dict:
+    """A run's checkpoint after `epoch`, `mine` its `identity` (see the module docstring)."""
     parts = getattr(run, "parts", None)
     partition = {"parts": parts.nparts} | {k: parts.partition_info.get(k) for k in ("method", "params", "seed")} \
         if parts is not None else {}
     return {"epoch": epoch, "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
             "progress": {"epochs": records, "best": best, "counters": run.counters()},
-            "identity": identity(run.cfg, run.info),
+            "identity": mine,
             "partition": partition,
             "config": asdict(run.cfg)}

@@ -40,8 +40,9 @@ class Run:
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
         cfg, start, records, best = self.cfg, 0, [], {"val_acc": -1.0}
+        mine = checkpoint.identity(cfg, self.info) if cfg.resume or cfg.checkpoint else None  # hashes the graph
         if cfg.resume:
-            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, cfg, self.info))
+            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine))
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
@@ -53,7 +54,7 @@ class Run:
         def save(epoch, records, best):
             if folder and self.comm.rank == 0 and ((epoch + 1) % cfg.checkpoint_every == 0 or
                                                    epoch == cfg.epochs - 1):
-                checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best))
+                checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
 
         records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                    records, best, save)
