@@ -13,6 +13,7 @@ from .comm.grid import ProcessGrid
 from .config import TrainConfig
 from .errors import SpgnnError
 from .graph.graph import Graph
+from .graph.pyg import from_pyg, to_pyg
 from .layers import GNN, GATConv, GCNConv, SAGEConv
 from .partition.metrics import partition_metrics
 from .partition.partition import Partition, make_partition, make_parts, register, save_partition
@@ -26,5 +27,5 @@ __version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "Comm", "DistSpMM", "GATConv", "GCNConv", "GNN", "Graph", "Group", "Ledger",
            "MinibatchTrainer", "Option", "Partition", "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share",
-           "SpgnnError", "TrainConfig", "Trainer", "launch", "make_partition", "make_parts", "partition_metrics",
-           "register", "register_algorithm", "save_partition"]
+           "SpgnnError", "TrainConfig", "Trainer", "from_pyg", "launch", "make_partition", "make_parts",
+           "partition_metrics", "register", "register_algorithm", "save_partition", "to_pyg"]

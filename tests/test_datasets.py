@@ -16,13 +16,13 @@ import pytest
 import scipy.sparse as sp
 
 from spgnn.errors import SpgnnError
+from spgnn.graph.build import per_class_split
 from spgnn.graph.datasets import (
     BUNDLED_DIR,
     DATA_DIR_ENV,
     KNOWN_DATASETS,
     convert_planetoid,
     load_dataset,
-    per_class_split,
     read_npz,
     read_planetoid,
     save_npz,

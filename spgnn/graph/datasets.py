@@ -5,7 +5,9 @@
 * a known name (``KNOWN_DATASETS``): ``cora`` (bundled, needs no files), ``citeseer``, ``amazon-computers``,
   ``amazon-photo``, ``coauthor-cs``, ``squirrel`` or ``squirrel:K`` (fixed split K of 10);
 * ``rmat:SCALE[:EDGEFACTOR]`` and ``sbm:N:K[:PIN:POUT[:F]]`` (synthetic, seeded; see ``rmat`` and ``sbm``);
-* a path: a folder of Planetoid files ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}`` (or one of those
+* a path: an OGB node-property-prediction folder (``raw/`` or ``processed/`` and ``split/``, as ogbn-arxiv,
+  -products and -papers100M are published; ``PATH:TYPE`` picks a split; see `spgnn.graph.ogb`), a folder of
+  Planetoid files ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}`` (or one of those
   files), an ``.npz`` (CSR ``adj_*``/``attr_*`` arrays as in Shchur et al.'s benchmark, or ``edges`` [E, 2] +
   ``node_features`` + ``node_labels`` + ``train_masks`` [S, N] as in Platonov et al.'s), a ``.zip`` holding
   one such ``.npz``, or an edge-list folder (see ``read_edge_list``); ``PATH:K`` picks fixed split K.
@@ -17,24 +19,22 @@ validation nodes per class, the rest test, as in Shchur et al. 2018), seeded by 
 
 from __future__ import annotations
 
-import codecs
 import io
 import itertools
 import json
 import os
-import pickle
 import warnings
 import zipfile
-from collections import defaultdict
 from collections.abc import Mapping
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
-from .graph import Graph, add_self_loops, edges_to_adj, mean_norm
+from .build import assemble, from_arrays, reading, simple_adjacency, split_masks, unpickle
+from .graph import Graph, add_self_loops, mean_norm
+from .ogb import is_ogb, read_ogb
 
 KNOWN_DATASETS = {
     "cora": "Cora citations: 2,708 nodes, 1,433 features, 7 classes, Planetoid split (bundled)",
@@ -93,6 +93,8 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
     base, sep, tail = spec.rpartition(":")
     if sep and tail.isdigit() and Path(base).expanduser().is_file():
         return load_path(Path(base).expanduser(), seed=seed, split=int(tail))
+    if sep and tail and is_ogb(Path(base).expanduser()):
+        return read_ogb(Path(base).expanduser(), split=tail)
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
         raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing .npz/.zip "
                          f"file or a Planetoid or edge-list folder)")
@@ -151,9 +153,12 @@ def _load_named(name: str, arg: str, data_dir, seed: int) -> Graph:
 
 
 def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) -> Graph:
-    """Graph from a file or folder: Planetoid folder or file, .npz, .zip holding an .npz, edge-list folder."""
+    """Graph from a file or folder: OGB folder, Planetoid folder or file, .npz, .zip holding an .npz, edge-list
+    folder."""
     path = Path(path)
     if path.is_dir():
+        if is_ogb(path):
+            return read_ogb(path)
         if any((path / f).is_file() for f in ("edges.npy", "edges.txt", "edges.csv")):
             return read_edge_list(path, seed=seed)
         names = sorted({p for f in path.iterdir() if (p := _planetoid_prefix(f.name))})
@@ -162,9 +167,9 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
         if names:
             raise SpgnnError(f"{path} holds Planetoid files of several datasets ({', '.join(names)}): give "
                              f"one of its files instead, e.g. {path / f'ind.{names[0]}.graph'}")
-        raise SpgnnError(f"{path}: found neither an edge list (edges.txt or edges.csv) nor Planetoid files "
-                         f"(ind.NAME.x, ...) in this folder; for a named dataset kept under it, give the "
-                         f"name and --data-dir {path}")
+        raise SpgnnError(f"{path}: found neither an edge list (edges.txt or edges.csv), Planetoid files "
+                         f"(ind.NAME.x, ...) nor an OGB dataset (raw/ or processed/ beside split/) in this folder; "
+                         f"for a named dataset kept under it, give the name and --data-dir {path}")
     prefix = _planetoid_prefix(path.name)
     if prefix:
         return read_planetoid(path.parent, prefix)
@@ -172,119 +177,6 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
         return read_npz(path, split=split, seed=seed)
     raise SpgnnError(f"cannot read {path}: not an .npz/.zip archive nor a Planetoid file (ind.NAME.PART); "
                      f"for an edge list give the folder holding edges.txt or edges.csv")
-
-
-@contextmanager
-def _reading(path):
-    """Turn any low-level failure while reading ``path`` into SpgnnError('cannot read <path>: <reason>')."""
-    try:
-        yield
-    except SpgnnError:
-        raise
-    except Exception as e:  # numpy, zipfile, zlib, pickle and OS errors all mean: this file is unusable
-        reason = (str(e).strip().splitlines() or [""])[0][:200]
-        raise SpgnnError(f"cannot read {path}: {type(e).__name__}: {reason}".rstrip(": ")) from e
-
-
-# ----------------------------------------------------------------------------------------------------------
-# shared assembly
-
-def per_class_split(y, num_classes: int, seed: int, train_per_class: int = 20, val_per_class: int = 30):
-    """Boolean (train, val, test) masks: per class, ``train_per_class`` random nodes train, the next
-    ``val_per_class`` validation, the rest test. A class with fewer nodes fills train first, then val."""
-    y = np.asarray(y)
-    if y.ndim != 1 or (y.size and (y.min() < 0 or y.max() >= num_classes)):
-        raise SpgnnError(f"per_class_split: labels must be a vector with values in [0, {num_classes})")
-    if min(train_per_class, val_per_class) < 0:
-        raise SpgnnError("per_class_split: train_per_class and val_per_class must be >= 0")
-    n = y.size
-    perm = np.random.default_rng(seed).permutation(n)
-    order = perm[np.argsort(y[perm], kind="stable")]          # nodes grouped by class, random inside
-    counts = np.bincount(y, minlength=num_classes)
-    rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
-    train, val = np.zeros(n, bool), np.zeros(n, bool)
-    train[order[rank < train_per_class]] = True
-    val[order[(rank >= train_per_class) & (rank < train_per_class + val_per_class)]] = True
-    return train, val, ~(train | val)
-
-
-def _adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_matrix:
-    """Binary CSR A[dst, src] = 1 (symmetrised unless ``directed``), ids checked, self-loops dropped."""
-    a = edges_to_adj(src, dst, n, symmetric=not directed, name=name)
-    if a.diagonal().any():
-        a.setdiag(0)
-        a.eliminate_zeros()
-    return a
-
-
-def class_labels(y, name: str) -> np.ndarray:
-    y = np.asarray(y)
-    if y.ndim != 1 or y.dtype.kind not in "biuf":
-        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids, got {y.dtype} array of "
-                         f"shape {y.shape}")
-    if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
-        raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
-    y = y.astype(np.int64)
-    if y.size and y.min() < 0:
-        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
-    return y
-
-
-def _graph(name: str, adj, x, y, masks, seed: int, num_classes: int | None = None) -> Graph:
-    """Graph from its parts; ``masks`` None means a seeded per-class random split."""
-    x = np.asarray(x)
-    if x.dtype.kind not in "biuf":
-        raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
-    y = class_labels(y, name)
-    num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
-    if masks is None:
-        masks = per_class_split(y, num_classes, seed)
-    return Graph(adj, x, y, *masks, name=name, num_classes=num_classes)
-
-
-def _assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, seed: int = 0,
-              num_classes: int | None = None) -> Graph:
-    """Graph from an edge list src → dst over the rows of ``x``."""
-    x = np.asarray(x)
-    if x.ndim != 2:
-        raise SpgnnError(f"dataset {name!r}: features must be a 2-D array (nodes x features), "
-                         f"got shape {x.shape}")
-    return _graph(name, _adjacency(src, dst, x.shape[0], directed=directed, name=name), x, y, masks, seed,
-                  num_classes)
-
-
-def split_masks(found: dict, n_splits_where: str, split: int | None):
-    """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits); None if absent.
-    A missing val mask means none, a missing test mask means every node not in train or val."""
-    if all(m is None for m in found.values()):
-        if split is not None:
-            raise SpgnnError(f"{n_splits_where} has no fixed splits, so ':{split}' cannot pick one; drop it "
-                             f"(random per-class splits are chosen with --seed)")
-        return None
-    if found["train"] is None:
-        raise SpgnnError(f"{n_splits_where}: validation/test masks given without a training mask")
-    out = {}
-    for key, m in found.items():
-        if m is None:
-            continue
-        m = np.asarray(m)
-        if m.dtype != bool and not (m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
-            raise SpgnnError(f"{n_splits_where}: the {key} mask must be boolean (or 0/1), got {m.dtype}")
-        if m.ndim == 2:
-            k = 0 if split is None else split
-            if not 0 <= k < m.shape[0]:
-                raise SpgnnError(f"{n_splits_where} has {m.shape[0]} fixed splits (0..{m.shape[0] - 1}), "
-                                 f"asked for split {k}")
-            m = m[k]
-        elif split is not None and split != 0:
-            raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
-        out[key] = m.astype(bool)
-    train = out["train"]
-    val = out.get("val", np.zeros_like(train))
-    if "test" not in out and val.shape != train.shape:
-        raise SpgnnError(f"{n_splits_where}: train and validation masks differ in length ({train.size} vs "
-                         f"{val.size})")
-    return train, val, out.get("test", ~(train | val))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -299,39 +191,9 @@ def _planetoid_prefix(filename: str) -> str | None:
     return None
 
 
-_np_reconstruct = np.empty(0).__reduce__()[0]
-_PICKLE_ALLOWED = {
-    ("numpy", "ndarray"): np.ndarray,
-    ("numpy", "dtype"): np.dtype,
-    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
-    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
-    **{(m, "csr_matrix"): sp.csr_matrix for m in ("scipy.sparse", "scipy.sparse.csr", "scipy.sparse._csr")},
-    **{(m, "lil_matrix"): sp.lil_matrix for m in ("scipy.sparse", "scipy.sparse.lil", "scipy.sparse._lil")},
-    ("collections", "defaultdict"): defaultdict,
-    ("_codecs", "encode"): codecs.encode,      # how Python 3 writes bytes into protocol-2 pickles
-    **{(m, t.__name__): t for m in ("builtins", "__builtin__") for t in (list, dict, set, tuple, int, float)},
-}
-
-
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Unpickler admitting only the numpy / scipy.sparse / collections classes Planetoid files use."""
-
-    def find_class(self, module, name):
-        if (module, name) not in _PICKLE_ALLOWED:
-            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: Planetoid files hold "
-                                         f"only numpy/scipy arrays and dicts (the file may be malicious)")
-        return _PICKLE_ALLOWED[(module, name)]
-
-
-def _unpickle(path: Path):
-    with _reading(path), path.open("rb") as f, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return _RestrictedUnpickler(f, encoding="latin1").load()
-
-
 def _matrix(obj, path: Path, dtype) -> sp.csr_matrix:
     """A pickled 2-D ndarray or sparse matrix as checked CSR."""
-    with _reading(path):
+    with reading(path):
         if not (sp.issparse(obj) or (isinstance(obj, np.ndarray) and obj.ndim == 2)):
             raise SpgnnError(f"cannot read {path}: expected a 2-D matrix, found {type(obj).__name__}")
         m = sp.csr_matrix(obj, dtype=dtype)
@@ -341,7 +203,7 @@ def _matrix(obj, path: Path, dtype) -> sp.csr_matrix:
 
 def _edges_from_dict(graph, path: Path):
     """src, dst arrays of a pickled {node: [neighbours]} dict."""
-    with _reading(path):
+    with reading(path):
         if not isinstance(graph, Mapping):
             raise SpgnnError(f"cannot read {path}: expected a dict of neighbour lists, found "
                              f"{type(graph).__name__}")
@@ -360,8 +222,8 @@ def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
     missing = [p.name for p in files.values() if not p.is_file()]
     if missing:
         raise SpgnnError(f"cannot read Planetoid dataset {name!r} in {folder}: missing {', '.join(missing)}")
-    obj = {part: _unpickle(p) for part, p in files.items() if part != "test.index"}
-    with _reading(files["test.index"]), warnings.catch_warnings():
+    obj = {part: unpickle(p) for part, p in files.items() if part != "test.index"}
+    with reading(files["test.index"]), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         test_index = np.loadtxt(files["test.index"], dtype=np.int64, ndmin=1)
     x, tx, allx = (_matrix(obj[p], files[p], np.float32) for p in ("x", "tx", "allx"))
@@ -394,7 +256,7 @@ def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
     train[:y.shape[0]] = True
     val[y.shape[0]:y.shape[0] + 500] = True
     test[test_index] = True
-    return _assemble(name, src, dst, feats, labels, masks=(train, val, test), num_classes=ally.shape[1])
+    return assemble(name, src, dst, feats, labels, masks=(train, val, test), num_classes=ally.shape[1])
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -402,7 +264,7 @@ def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
 
 def _open_npz(path: Path):
     """The NpzFile of ``path``, or of the single .npz member of a zip archive ``path``."""
-    with _reading(path):
+    with reading(path):
         raw = path.read_bytes()
         names = zipfile.ZipFile(io.BytesIO(raw)).namelist()
         if not any(n.endswith(".npy") for n in names):
@@ -453,7 +315,7 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
     name = name or path.stem
     npz = _open_npz(path)
     keys = set(npz.files)
-    with _reading(path), npz:      # bad contents (a corrupt member, a string shape) raise SpgnnError too
+    with reading(path), npz:      # bad contents (a corrupt member, a string shape) raise SpgnnError too
         if {"adj_indices", "adj_indptr", "adj_shape"} <= keys:
             adj = _csr(npz, "adj", path).tocoo()
             keep = adj.data != 0
@@ -487,7 +349,7 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
     masks = split_masks(found, str(path), split)
     if n is not None and x.ndim == 2 and x.shape[0] != n:
         raise SpgnnError(f"dataset {name!r}: features have {x.shape[0]} rows but the adjacency has {n} nodes")
-    return _assemble(name, src, dst, x, y, directed=directed, masks=masks, seed=seed, num_classes=num_classes)
+    return assemble(name, src, dst, x, y, directed=directed, masks=masks, seed=seed, num_classes=num_classes)
 
 
 def save_npz(graph: Graph, out_path: str | os.PathLike) -> Path:
@@ -523,7 +385,7 @@ def convert_planetoid(raw_dir: str | os.PathLike, name: str, out_path: str | os.
 # edge-list folders
 
 def _read_npy(path: Path) -> np.ndarray:
-    with _reading(path):
+    with reading(path):
         return np.load(path, allow_pickle=False)
 
 
@@ -536,7 +398,7 @@ def edge_delimiter(path: Path) -> str | None:
 
 def _read_edges_text(path: Path) -> np.ndarray:
     """[E, 2] int64 from two integer columns separated by whitespace or commas, '#' starting comments."""
-    with _reading(path):
+    with reading(path):
         delimiter = edge_delimiter(path)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
@@ -559,7 +421,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
         raise SpgnnError(f"{folder}: no edges.npy, edges.txt or edges.csv in this folder")
     meta = {}
     if (folder / "meta.json").is_file():
-        with _reading(folder / "meta.json"):
+        with reading(folder / "meta.json"):
             meta = json.loads((folder / "meta.json").read_text())
         if not isinstance(meta, dict) or set(meta) - {"directed", "name"} \
                 or not isinstance(meta.get("directed", False), bool):
@@ -574,7 +436,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}
-    return _assemble(str(meta.get("name") or folder.name), e[:, 0], e[:, 1], x, y,
+    return assemble(str(meta.get("name") or folder.name), e[:, 0], e[:, 1], x, y,
                      directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
 
 
@@ -639,11 +501,11 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
         dst |= (((r >= a) & (r < ab)) | (r >= abc)).astype(np.int64) << level   # quadrants b, d: right half
     perm = rng.permutation(n)
     name = f"rmat:{scale}:{edge_factor}"
-    adj = _adjacency(perm[src], perm[dst], n, directed=False, name=name)
+    adj = simple_adjacency(perm[src], perm[dst], n, directed=False, name=name)
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
     y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
-    return _graph(name, adj, x, y, None, seed, num_classes)
+    return from_arrays(name, adj, x, y, None, seed, num_classes)
 
 
 def _bernoulli_positions(rng, total: int, p: float) -> np.ndarray:
@@ -707,9 +569,9 @@ def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, n
         dst += [rest + t % max(n - rest, 1)]
     perm = rng.permutation(n)
     name = f"sbm:{n}:{k}:{p_in:g}:{p_out:g}:{num_features}"
-    adj = _adjacency(perm[np.concatenate(src)], perm[np.concatenate(dst)], n, directed=False, name=name)
+    adj = simple_adjacency(perm[np.concatenate(src)], perm[np.concatenate(dst)], n, directed=False, name=name)
     y = np.empty(n, np.int64)
     y[perm] = np.repeat(np.arange(k), sizes)
     means = rng.normal(0.0, 0.25, (k, num_features)).astype(np.float32)
     x = means[y] + rng.standard_normal((n, num_features), dtype=np.float32)
-    return _graph(name, adj, x, y, None, seed, k)
+    return from_arrays(name, adj, x, y, None, seed, k)

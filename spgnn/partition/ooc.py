@@ -29,7 +29,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
-from ..graph.datasets import class_labels, edge_delimiter, per_class_split, split_masks
+from ..graph.build import class_labels, per_class_split, split_masks
+from ..graph.datasets import edge_delimiter
 from . import streaming
 from .partition import block, fill_empty
 from .partitioned import write

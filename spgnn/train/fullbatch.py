@@ -17,6 +17,7 @@ from ..comm.comm import Comm
 from ..comm.grid import ProcessGrid
 from ..config import TrainConfig
 from ..graph.graph import Graph, row_normalize
+from ..graph.pyg import as_graph
 from ..memory import SavedTensorMeter
 from ..plan import open_parts
 from .loop import Run, all_reduce_gradients
@@ -25,10 +26,11 @@ from .loop import Run, all_reduce_gradients
 class Trainer(Run):
     """One rank's share of a full-batch training run. It reads only its part of the graph: from a
     partitioned dataset folder (cfg.dataset), from the cache (a named or generated dataset, partitioned once
-    by rank 0), or sliced from `graph` when the caller holds one in memory (`parts` overriding cfg.partition)."""
+    by rank 0), or sliced from `graph` when the caller holds one in memory (a Graph or a PyG ``Data``; `parts`
+    overriding cfg.partition)."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: Graph | None = None, parts=None):
-        self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, graph, parts)
+        self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, as_graph(graph), parts)
         self.comm, self.info = comm, self.parts.info
         cfg, info = self.cfg, self.info
         algo_cls = spmm.get(cfg.algo)

@@ -39,6 +39,7 @@ from ..config import TrainConfig
 from ..errors import SpgnnError
 from ..graph.datasets import load_dataset
 from ..graph.graph import NORMALIZATIONS, row_normalize
+from ..graph.pyg import as_graph
 from ..hashing import mix_key
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
@@ -99,6 +100,7 @@ class MinibatchTrainer(Run):
 
     def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
+        graph = as_graph(graph)
         parts = split_parts(sampler_config(cfg, sampler, bulk, comm.world_size, split_graph), comm, graph) \
             if split_graph else None
         cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph if parts is None else parts.info,

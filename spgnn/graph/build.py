@@ -1,0 +1,170 @@
+"""From arrays to a validated Graph: the adjacency of an edge list, class labels, split masks (given, or
+per-class random), `reading`, which turns any failure while reading a file into one SpgnnError line, and
+`unpickle`, which reads a pickle that can hold arrays and nothing else."""
+
+from __future__ import annotations
+
+import codecs
+import pickle
+import warnings
+import zipfile
+from collections import defaultdict
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import SpgnnError
+from .graph import Graph, edges_to_adj
+
+
+@contextmanager
+def reading(path):
+    """Turn any low-level failure while reading ``path`` into SpgnnError('cannot read <path>: <reason>')."""
+    try:
+        yield
+    except SpgnnError:
+        raise
+    except Exception as e:  # numpy, zipfile, zlib, pickle and OS errors all mean: this file is unusable
+        reason = (str(e).strip().splitlines() or [""])[0][:200]
+        raise SpgnnError(f"cannot read {path}: {type(e).__name__}: {reason}".rstrip(": ")) from e
+
+
+_np_reconstruct = np.empty(0).__reduce__()[0]
+_PICKLE_ALLOWED = {
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    ("numpy.core.multiarray", "_reconstruct"): _np_reconstruct,
+    ("numpy._core.multiarray", "_reconstruct"): _np_reconstruct,
+    **{(m, "csr_matrix"): sp.csr_matrix for m in ("scipy.sparse", "scipy.sparse.csr", "scipy.sparse._csr")},
+    **{(m, "lil_matrix"): sp.lil_matrix for m in ("scipy.sparse", "scipy.sparse.lil", "scipy.sparse._lil")},
+    ("collections", "defaultdict"): defaultdict,
+    ("_codecs", "encode"): codecs.encode,      # how Python 3 writes bytes into protocol-2 pickles
+    **{(m, t.__name__): t for m in ("builtins", "__builtin__") for t in (list, dict, set, tuple, int, float)},
+}
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """Unpickler admitting only the numpy / scipy.sparse / collections classes dataset files use (Planetoid's
+    pickles, the ogb package's cache)."""
+
+    def find_class(self, module, name):
+        if (module, name) not in _PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(f"refusing to unpickle {module}.{name}: dataset files hold only "
+                                         f"numpy/scipy arrays and dicts (the file may be malicious)")
+        return _PICKLE_ALLOWED[(module, name)]
+
+
+def unpickle(path: Path, member: str | None = None):
+    """The object pickled in ``path`` (or in its zip member ending in ``member``, as ``torch.save`` writes
+    ``data.pkl``), admitting only `RestrictedUnpickler`'s classes."""
+    with reading(path), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if member is None:
+            with path.open("rb") as f:
+                return RestrictedUnpickler(f, encoding="latin1").load()
+        with zipfile.ZipFile(path) as z:
+            name = next((m for m in z.namelist() if m.endswith(member)), None)
+            if name is None:
+                raise SpgnnError(f"cannot read {path}: no {member} inside (not a file torch.save wrote)")
+            with z.open(name) as f:
+                return RestrictedUnpickler(f, encoding="latin1").load()
+
+
+def per_class_split(y, num_classes: int, seed: int, train_per_class: int = 20, val_per_class: int = 30):
+    """Boolean (train, val, test) masks: per class, ``train_per_class`` random nodes train, the next
+    ``val_per_class`` validation, the rest test. A class with fewer nodes fills train first, then val."""
+    y = np.asarray(y)
+    if y.ndim != 1 or (y.size and (y.min() < 0 or y.max() >= num_classes)):
+        raise SpgnnError(f"per_class_split: labels must be a vector with values in [0, {num_classes})")
+    if min(train_per_class, val_per_class) < 0:
+        raise SpgnnError("per_class_split: train_per_class and val_per_class must be >= 0")
+    n = y.size
+    perm = np.random.default_rng(seed).permutation(n)
+    order = perm[np.argsort(y[perm], kind="stable")]          # nodes grouped by class, random inside
+    counts = np.bincount(y, minlength=num_classes)
+    rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+    train, val = np.zeros(n, bool), np.zeros(n, bool)
+    train[order[rank < train_per_class]] = True
+    val[order[(rank >= train_per_class) & (rank < train_per_class + val_per_class)]] = True
+    return train, val, ~(train | val)
+
+
+def simple_adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_matrix:
+    """Binary CSR A[dst, src] = 1 (symmetrised unless ``directed``), ids checked, self-loops dropped."""
+    a = edges_to_adj(src, dst, n, symmetric=not directed, name=name)
+    if a.diagonal().any():
+        a.setdiag(0)
+        a.eliminate_zeros()
+    return a
+
+
+def class_labels(y, name: str) -> np.ndarray:
+    y = np.asarray(y)
+    if y.ndim != 1 or y.dtype.kind not in "biuf":
+        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids, got {y.dtype} array of "
+                         f"shape {y.shape}")
+    if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
+        raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
+    y = y.astype(np.int64)
+    if y.size and y.min() < 0:
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
+    return y
+
+
+def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None = None) -> Graph:
+    """Graph from its parts; ``masks`` None means a seeded per-class random split."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
+    y = class_labels(y, name)
+    num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
+    if masks is None:
+        masks = per_class_split(y, num_classes, seed)
+    return Graph(adj, x, y, *masks, name=name, num_classes=num_classes)
+
+
+def assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, seed: int = 0,
+              num_classes: int | None = None) -> Graph:
+    """Graph from an edge list src → dst over the rows of ``x``."""
+    x = np.asarray(x)
+    if x.ndim != 2:
+        raise SpgnnError(f"dataset {name!r}: features must be a 2-D array (nodes x features), "
+                         f"got shape {x.shape}")
+    return from_arrays(name, simple_adjacency(src, dst, x.shape[0], directed=directed, name=name), x, y, masks, seed,
+                  num_classes)
+
+
+def split_masks(found: dict, n_splits_where: str, split: int | None):
+    """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits); None if absent.
+    A missing val mask means none, a missing test mask means every node not in train or val."""
+    if all(m is None for m in found.values()):
+        if split is not None:
+            raise SpgnnError(f"{n_splits_where} has no fixed splits, so ':{split}' cannot pick one; drop it "
+                             f"(random per-class splits are chosen with --seed)")
+        return None
+    if found["train"] is None:
+        raise SpgnnError(f"{n_splits_where}: validation/test masks given without a training mask")
+    out = {}
+    for key, m in found.items():
+        if m is None:
+            continue
+        m = np.asarray(m)
+        if m.dtype != bool and not (m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
+            raise SpgnnError(f"{n_splits_where}: the {key} mask must be boolean (or 0/1), got {m.dtype}")
+        if m.ndim == 2:
+            k = 0 if split is None else split
+            if not 0 <= k < m.shape[0]:
+                raise SpgnnError(f"{n_splits_where} has {m.shape[0]} fixed splits (0..{m.shape[0] - 1}), "
+                                 f"asked for split {k}")
+            m = m[k]
+        elif split is not None and split != 0:
+            raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
+        out[key] = m.astype(bool)
+    train = out["train"]
+    val = out.get("val", np.zeros_like(train))
+    if "test" not in out and val.shape != train.shape:
+        raise SpgnnError(f"{n_splits_where}: train and validation masks differ in length ({train.size} vs "
+                         f"{val.size})")
+    return train, val, out.get("test", ~(train | val))

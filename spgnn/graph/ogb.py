@@ -1,0 +1,164 @@
+"""OGB node-property-prediction folders (ogbn-arxiv, ogbn-products, ogbn-papers100M, ...) as OGB publishes them.
+
+A folder (the unzipped download, or ``ogbn_NAME`` under the ``ogb`` package's root) holds one graph in one of
+three forms, read in this order:
+
+* ``raw/`` CSVs (ogbn-arxiv, ogbn-products): ``edge.csv.gz`` (lines ``src,dst``), ``num-node-list.csv.gz``,
+  ``num-edge-list.csv.gz``, ``node-feat.csv.gz`` (one row of floats a node), ``node-label.csv.gz``;
+* ``raw/`` binary (ogbn-papers100M): ``data.npz`` (``edge_index`` [2, E], ``num_nodes_list``,
+  ``num_edges_list``, ``node_feat`` [N, F]) and ``node-label.npz`` (``node_label`` [N, 1]);
+* ``processed/data_processed``, the ``ogb`` package's cache (``torch.save`` of {"graph": the dict above,
+  "labels": [N, 1]}), unpickled admitting numpy arrays and nothing else (no code runs from the file);
+
+and the official split ``split/<TYPE>/{train,valid,test}.csv.gz`` (node ids, one a line; ``PATH:TYPE`` picks
+one when there are several). Files may also be uncompressed ``.csv``. Labels may be missing (NaN, as in
+ogbn-papers100M) for nodes outside the split: those nodes take label 0 and are in no mask. As every spgnn
+graph, the edges are symmetrised (OGB's GNN baselines do the same) and self-loops dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import SpgnnError
+from .build import assemble, reading, unpickle
+from .graph import Graph
+
+SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
+
+
+def _file(folder: Path, stem: str) -> Path | None:
+    """``stem.csv.gz`` or ``stem.csv`` in ``folder``, whichever exists."""
+    return next((p for p in (folder / f"{stem}.csv.gz", folder / f"{stem}.csv") if p.is_file()), None)
+
+
+def is_ogb(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` is laid out as an OGB node-property-prediction dataset (a ``split/`` folder beside
+    ``raw/`` or ``processed/``)."""
+    folder = Path(folder)
+    return (folder / "split").is_dir() and (
+        _file(folder / "raw", "edge") is not None or (folder / "raw" / "data.npz").is_file()
+        or (folder / "processed" / "data_processed").is_file())
+
+
+def _csv(path: Path, dtype, ndmin: int = 1) -> np.ndarray:
+    """A headerless comma-separated numeric file (gzip'd or not)."""
+    with reading(path):
+        return np.loadtxt(path, dtype=dtype, delimiter=",", ndmin=ndmin)
+
+
+def _raw_csv(raw: Path) -> dict:
+    need = {s: _file(raw, s) for s in ("edge", "num-node-list", "num-edge-list", "node-label")}
+    missing = [f"{s}.csv.gz" for s, p in need.items() if p is None]
+    if missing:
+        raise SpgnnError(f"{raw}: missing {', '.join(missing)} (an OGB raw folder holds edge, num-node-list, "
+                         f"num-edge-list, node-feat and node-label .csv.gz files)")
+    feat = _file(raw, "node-feat")
+    return {"edge_index": _csv(need["edge"], np.int64, 2).T, "num_nodes_list": _csv(need["num-node-list"], np.int64),
+            "num_edges_list": _csv(need["num-edge-list"], np.int64),
+            "node_feat": None if feat is None else _csv(feat, np.float32, 2),
+            "labels": _csv(need["node-label"], np.float64)}
+
+
+def _raw_binary(raw: Path) -> dict:
+    with reading(raw / "data.npz"), np.load(raw / "data.npz", allow_pickle=False) as npz:
+        missing = {"edge_index", "num_nodes_list", "num_edges_list"} - set(npz.files)
+        if missing:
+            raise SpgnnError(f"cannot read {raw / 'data.npz'}: missing arrays {', '.join(sorted(missing))}")
+        out = {k: npz[k] for k in ("edge_index", "num_nodes_list", "num_edges_list")}
+        out["node_feat"] = npz["node_feat"] if "node_feat" in npz.files else None
+    labels = raw / "node-label.npz"
+    if not labels.is_file():
+        raise SpgnnError(f"{raw}: missing node-label.npz (the labels of a binary OGB dataset)")
+    with reading(labels), np.load(labels, allow_pickle=False) as npz:
+        if "node_label" not in npz.files:
+            raise SpgnnError(f"cannot read {labels}: no array 'node_label' (found {', '.join(npz.files)})")
+        out["labels"] = npz["node_label"]
+    return out
+
+
+def _processed(path: Path) -> dict:
+    obj = unpickle(path, member="data.pkl")
+    with reading(path):
+        graph, labels = obj["graph"], obj["labels"]
+        graph = graph[0] if isinstance(graph, list) else graph
+        return {"edge_index": graph["edge_index"], "num_nodes_list": np.array([graph["num_nodes"]]),
+                "num_edges_list": np.array([graph["edge_index"].shape[1]]), "node_feat": graph.get("node_feat"),
+                "labels": labels}
+
+
+def _split(folder: Path, split: str | None, n: int) -> dict:
+    """Boolean train/val/test masks from ``split/<TYPE>/``."""
+    kinds = sorted(p.name for p in (folder / "split").iterdir() if p.is_dir())
+    if split is None and len(kinds) != 1:
+        raise SpgnnError(f"{folder / 'split'} holds {len(kinds)} splits ({', '.join(kinds) or 'none'}); "
+                         + (f"pick one with {folder}:NAME" if kinds else "an OGB split folder split/TYPE/ "
+                            "with train, valid and test .csv.gz files is needed"))
+    kind = split if split is not None else kinds[0]
+    if kind not in kinds:
+        raise SpgnnError(f"{folder / 'split'} has no split {kind!r}; it has {', '.join(kinds)}")
+    masks = {}
+    for key, stem in SPLIT_FILES.items():
+        path = _file(folder / "split" / kind, stem)
+        if path is None:
+            raise SpgnnError(f"{folder / 'split' / kind}: missing {stem}.csv.gz (node ids of the {key} set)")
+        ids = _csv(path, np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= n):
+            raise SpgnnError(f"{path}: node ids must lie in [0, {n}), found {ids.min()}..{ids.max()}")
+        masks[key] = np.zeros(n, bool)
+        masks[key][ids] = True
+    return masks
+
+
+def _labels(raw_labels, masks: dict, where: Path) -> np.ndarray:
+    """Class ids; a node without a label (NaN) must lie outside the split, and gets 0."""
+    y = np.asarray(raw_labels)
+    if y.ndim == 2 and y.shape[1] != 1:
+        raise SpgnnError(f"{where}: labels have {y.shape[1]} columns; spgnn trains single-label multi-class "
+                         f"tasks (ogbn-proteins' 112 binary tasks are not one)")
+    y = y.reshape(-1).astype(np.float64)
+    missing = ~np.isfinite(y)
+    in_split = masks["train"] | masks["val"] | masks["test"]
+    if (missing & in_split).any():
+        raise SpgnnError(f"{where}: node {int(np.flatnonzero(missing & in_split)[0])} is in the split but has no "
+                         f"label")
+    y[missing] = 0
+    return y
+
+
+def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
+    """The graph of an OGB node-property-prediction folder with its official split (see the module docstring)."""
+    folder = Path(folder)
+    raw = folder / "raw"
+    if (raw / "triplet-type-list.csv.gz").is_file() or (raw / "edge_index_dict.npz").is_file():
+        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbn-mag); spgnn trains homogeneous graphs")
+    if _file(raw, "edge") is not None:
+        data = _raw_csv(raw)
+    elif (raw / "data.npz").is_file():
+        data = _raw_binary(raw)
+    elif (folder / "processed" / "data_processed").is_file():
+        data = _processed(folder / "processed" / "data_processed")
+    else:
+        raise SpgnnError(f"{folder}: no OGB graph found (raw/edge.csv.gz, raw/data.npz or processed/data_processed)")
+    nodes, edges = np.asarray(data["num_nodes_list"]).ravel(), np.asarray(data["num_edges_list"]).ravel()
+    if nodes.size != 1 or edges.size != 1:
+        raise SpgnnError(f"{folder} holds {nodes.size} graphs: a node-property-prediction dataset holds one "
+                         f"(graph-property datasets, ogbg-*, are not for node classification)")
+    n, edge_index = int(nodes[0]), np.asarray(data["edge_index"])
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.shape[1] != int(edges[0]):
+        raise SpgnnError(f"{folder}: the edge list has shape {edge_index.shape}, expected (2, {int(edges[0])}) as "
+                         f"num-edge-list says")
+    x = data["node_feat"]
+    if x is None:
+        raise SpgnnError(f"{folder}: the graph has no node features (node-feat); spgnn's models need them")
+    if np.ndim(x) != 2 or len(x) != n:
+        raise SpgnnError(f"{folder}: node features have shape {np.shape(x)}, expected ({n}, F) as num-node-list "
+                         f"says")
+    masks = _split(folder, split, n)
+    name = folder.name.replace("_", "-")
+    y = _labels(data["labels"], masks, folder)
+    return assemble(name, edge_index[0], edge_index[1], np.asarray(x, np.float32), y,
+                    masks=(masks["train"], masks["val"], masks["test"]))

@@ -1,0 +1,73 @@
+"""PyTorch Geometric's ``Data`` to a Graph and back.
+
+PyG's ``edge_index = [src, dst]`` is spgnn's A[dst, src] = 1, so a graph keeps its direction both ways: an
+undirected ``Data`` (both directions listed, as PyG's datasets store them) gives a symmetric A. Duplicate edges
+are merged and self-loops dropped (the layers add them back). PyG keeps several fixed splits as masks of shape
+[N, S]; ``split`` picks one column.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import SpgnnError
+from .build import assemble
+from .graph import Graph
+
+
+def _numpy(value, what: str) -> np.ndarray:
+    if value is None:
+        raise SpgnnError(f"the PyG Data has no {what}; spgnn's node classification needs data.{what}")
+    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+
+
+def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:
+    """The Graph of a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and optional ``train_mask``, ``val_mask``,
+    ``test_mask`` ([N] or [N, S]; without them, the per-class random split of ``seed``). ``symmetric``: add
+    every edge's reverse."""
+    edge_index = _numpy(getattr(data, "edge_index", None), "edge_index")
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2:
+        raise SpgnnError(f"the PyG Data's edge_index has shape {edge_index.shape}, expected [2, E]")
+    x, y = _numpy(getattr(data, "x", None), "x"), _numpy(getattr(data, "y", None), "y").reshape(-1)
+    num_nodes = getattr(data, "num_nodes", None)
+    if num_nodes is not None and num_nodes != len(x):
+        raise SpgnnError(f"the PyG Data has {num_nodes} nodes but x has {len(x)} rows")
+    found = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
+    if found["train"] is None:
+        masks = None
+    else:
+        masks = []
+        for k, m in found.items():
+            m = np.zeros(len(x), bool) if m is None else _numpy(m, f"{k}_mask").astype(bool)
+            if m.ndim == 2:
+                if not 0 <= split < m.shape[1]:
+                    raise SpgnnError(f"the PyG Data has {m.shape[1]} splits (mask columns), asked for split {split}")
+                m = m[:, split]
+            masks.append(m)
+        if found["test"] is None:
+            masks[2] = ~(masks[0] | masks[1])
+    return assemble(name, edge_index[0], edge_index[1], x, y, directed=not symmetric, masks=masks, seed=seed)
+
+
+def to_pyg(graph: Graph):
+    """``torch_geometric.data.Data(x, edge_index, y, train_mask, val_mask, test_mask)`` of ``graph``; edges in
+    the order of A's CSR (by target, then source)."""
+    import torch
+    try:
+        from torch_geometric.data import Data
+    except ImportError as e:
+        raise SpgnnError("Graph.to_pyg needs PyTorch Geometric: pip install torch-geometric") from e
+    a = graph.adj.tocoo()
+    edge_index = torch.from_numpy(np.stack([a.col, a.row]).astype(np.int64))
+    t = torch.from_numpy
+    return Data(x=t(graph.x), edge_index=edge_index, y=t(graph.y), train_mask=t(graph.train_mask),
+                val_mask=t(graph.val_mask), test_mask=t(graph.test_mask), num_nodes=graph.n)
+
+
+def as_graph(graph) -> Graph:
+    """``graph`` itself when it is a Graph, its conversion when it is a PyG ``Data``; else SpgnnError."""
+    if graph is None or isinstance(graph, Graph):
+        return graph
+    if hasattr(graph, "edge_index"):
+        return from_pyg(graph)
+    raise SpgnnError(f"a graph must be a spgnn Graph or a PyTorch Geometric Data, got {type(graph).__name__}")

@@ -1,0 +1,226 @@
+"""Data from the field's formats: OGB node-property-prediction folders (written here in OGB's exact layout, in
+its three forms) and PyTorch Geometric ``Data`` objects (to a Graph and back, and trained on, against PyG's own
+layers on the same Data)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from spgnn.cli import main
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import DATA_DIR_ENV, load_dataset
+from spgnn.graph.pyg import from_pyg, to_pyg
+from spgnn.train.fullbatch import Trainer
+from tests.graphs import small_graph
+from tests.reference_model import assert_close
+
+N, F, C = 60, 7, 4
+
+
+@pytest.fixture(autouse=True)
+def hermetic(tmp_path, monkeypatch):
+    monkeypatch.delenv(DATA_DIR_ENV, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+
+
+def ogb_arrays(seed=0):
+    """A directed edge list (with a duplicate and a self-loop, as raw data has), features, labels with NaN for
+    five nodes outside the split, and an official split."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, N, 200), rng.integers(0, N, 200)
+    src, dst = np.append(src, [src[0], 5]), np.append(dst, [dst[0], 5])
+    x = rng.standard_normal((N, F)).astype(np.float32)
+    y = rng.integers(0, C, N).astype(np.float64)
+    perm = rng.permutation(N)
+    split = {"train": perm[:30], "valid": perm[30:42], "test": perm[42:55]}
+    y[perm[55:]] = np.nan
+    return np.stack([src, dst]), x, y, split
+
+
+def write_ogb(folder, form, seed=0, splits=("time",)):
+    """An OGB folder as OGB publishes it: raw/ CSVs (arxiv, products), raw/ npz (papers100M) or the ogb package's
+    processed/data_processed; split/TYPE/{train,valid,test}.csv.gz; RELEASE_v1.txt."""
+    edge_index, x, y, split = ogb_arrays(seed)
+    raw = folder / "raw"
+    raw.mkdir(parents=True)
+    (folder / "RELEASE_v1.txt").write_text("# Release note\n")
+    if form == "csv":
+        np.savetxt(raw / "edge.csv.gz", edge_index.T, fmt="%d", delimiter=",")
+        np.savetxt(raw / "num-node-list.csv.gz", [N], fmt="%d")
+        np.savetxt(raw / "num-edge-list.csv.gz", [edge_index.shape[1]], fmt="%d")
+        np.savetxt(raw / "node-feat.csv.gz", x, fmt="%.9g", delimiter=",")
+        np.savetxt(raw / "node-label.csv.gz", y, fmt="%g")         # nan as "nan", as pandas reads it
+        np.savetxt(raw / "node_year.csv.gz", np.full(N, 2020), fmt="%d")
+    elif form == "binary":
+        np.savez_compressed(raw / "data.npz", edge_index=edge_index, num_nodes_list=np.array([N]),
+                            num_edges_list=np.array([edge_index.shape[1]]), node_feat=x, node_year=np.zeros((N, 1)))
+        np.savez_compressed(raw / "node-label.npz", node_label=y.reshape(-1, 1))
+    else:
+        (folder / "processed").mkdir()
+        graph = {"edge_index": edge_index, "edge_feat": None, "node_feat": x, "num_nodes": N}
+        torch.save({"graph": graph, "labels": y.reshape(-1, 1)}, folder / "processed" / "data_processed",
+                   pickle_protocol=4)
+    for kind in splits:
+        (folder / "split" / kind).mkdir(parents=True)
+        for name, ids in split.items():
+            np.savetxt(folder / "split" / kind / f"{name}.csv.gz", ids, fmt="%d")
+    return folder
+
+
+@pytest.mark.parametrize("form", ["csv", "binary", "processed"])
+def test_ogb_folder_in_each_form(tmp_path, form):
+    g = load_dataset(str(write_ogb(tmp_path / "ogbn_tiny", form)))
+    edge_index, x, y, split = ogb_arrays()
+    a = sp.coo_matrix((np.ones(edge_index.shape[1]), (edge_index[1], edge_index[0])), shape=(N, N)).tocsr()
+    a = ((a + a.T) > 0).astype(np.float32)
+    a.setdiag(0)
+    a.eliminate_zeros()
+    assert g.name == "ogbn-tiny" and g.n == N and g.num_classes == C
+    assert (g.adj != a).nnz == 0 and g.is_symmetric
+    assert np.array_equal(g.x.view(np.uint32), x.view(np.uint32))
+    labelled = np.isfinite(y)
+    assert np.array_equal(g.y[labelled], y[labelled].astype(np.int64))
+    for mask, ids in zip((g.train_mask, g.val_mask, g.test_mask), split.values()):
+        assert np.array_equal(np.flatnonzero(mask), np.sort(ids))
+    assert not (g.train_mask | g.val_mask | g.test_mask)[~labelled].any()
+
+
+def test_ogb_folder_trains_from_the_command_line(tmp_path):
+    folder = write_ogb(tmp_path / "ogbn_tiny", "csv")
+    out = tmp_path / "report.json"
+    assert main(["train", "--dataset", str(folder), "--epochs", "3", "--hidden", "8", "--output", str(out),
+                 "--cache-dir", str(tmp_path / "cache")]) == 0
+    report = json.loads(out.read_text())
+    assert report["graph"]["n"] == N and len(report["epochs"]) == 3
+    g = load_dataset(str(folder))
+    assert report["graph"]["nnz"] == g.nnz
+
+
+def test_ogb_split_is_chosen_by_name(tmp_path):
+    folder = write_ogb(tmp_path / "ogbn_tiny", "binary", splits=("time", "random"))
+    with pytest.raises(SpgnnError, match=r"holds 2 splits \(random, time\); pick one with .*:NAME"):
+        load_dataset(str(folder))
+    assert load_dataset(f"{folder}:random").train_mask.sum() == 30
+    with pytest.raises(SpgnnError, match="has no split 'year'; it has random, time"):
+        load_dataset(f"{folder}:year")
+
+
+def test_ogb_bad_folders_say_what_is_wrong(tmp_path):
+    folder = write_ogb(tmp_path / "a", "csv")
+    (folder / "split" / "time" / "valid.csv.gz").unlink()
+    with pytest.raises(SpgnnError, match=r"missing valid.csv.gz \(node ids of the val set\)"):
+        load_dataset(str(folder))
+
+    folder = write_ogb(tmp_path / "b", "binary")
+    y = np.load(folder / "raw" / "node-label.npz")["node_label"]
+    y[np.load(folder / "raw" / "data.npz")["edge_index"][0, 0]] = np.nan
+    train = np.loadtxt(folder / "split" / "time" / "train.csv.gz", dtype=np.int64)
+    y[train[0]] = np.nan
+    np.savez(folder / "raw" / "node-label.npz", node_label=y)
+    with pytest.raises(SpgnnError, match=f"node {train[0]} is in the split but has no label"):
+        load_dataset(str(folder))
+
+    folder = write_ogb(tmp_path / "c", "csv")
+    np.savetxt(folder / "raw" / "node-feat.csv.gz", np.zeros((N - 1, F)), delimiter=",")
+    with pytest.raises(SpgnnError, match=rf"node features have shape \({N - 1}, {F}\), expected \({N}, F\)"):
+        load_dataset(str(folder))
+
+    folder = write_ogb(tmp_path / "d", "csv")
+    np.savetxt(folder / "raw" / "num-node-list.csv.gz", [N, N], fmt="%d")
+    with pytest.raises(SpgnnError, match="holds 2 graphs"):
+        load_dataset(str(folder))
+
+    folder = write_ogb(tmp_path / "e", "csv")
+    (folder / "raw" / "triplet-type-list.csv.gz").write_bytes(b"")
+    with pytest.raises(SpgnnError, match="heterogeneous OGB graph"):
+        load_dataset(str(folder))
+
+    folder = write_ogb(tmp_path / "f", "csv")
+    (folder / "raw" / "edge.csv.gz").write_bytes(b"not gzip")
+    with pytest.raises(SpgnnError, match="cannot read .*edge.csv.gz"):
+        load_dataset(str(folder))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# PyTorch Geometric
+
+pyg = pytest.importorskip("torch_geometric", reason="PyTorch Geometric is not installed (pip install .[test])")
+
+
+def pyg_data(seed=0):
+    """A directed graph built by PyG (FakeDataset), with a split of our own."""
+    from torch_geometric.datasets import FakeDataset
+    torch.manual_seed(seed)
+    data = FakeDataset(num_graphs=1, avg_num_nodes=120, avg_degree=5, num_channels=9, num_classes=3, task="node",
+                       is_undirected=False)[0]
+    perm = torch.randperm(data.num_nodes)
+    for i, k in enumerate(("train", "val", "test")):
+        data[f"{k}_mask"] = torch.zeros(data.num_nodes, dtype=torch.bool)
+        data[f"{k}_mask"][perm[i::3]] = True
+    return data
+
+
+def test_from_pyg_keeps_pyg_s_edges_and_split():
+    data = pyg_data()
+    g = from_pyg(data, name="fake")
+    assert not data.is_undirected() and not g.is_symmetric
+    loops = data.edge_index[0] == data.edge_index[1]
+    theirs = set(map(tuple, data.edge_index[:, ~loops].T.tolist()))
+    ours = {(s, d) for d, s in zip(*g.adj.nonzero())}
+    assert ours == theirs
+    assert np.array_equal(g.x, data.x.numpy()) and np.array_equal(g.y, data.y.numpy())
+    for k in ("train", "val", "test"):
+        assert np.array_equal(getattr(g, f"{k}_mask"), data[f"{k}_mask"].numpy())
+    assert from_pyg(data, symmetric=True).is_symmetric
+
+    data.train_mask = torch.stack([data.train_mask, ~data.train_mask], 1)      # PyG's [N, S] fixed splits
+    assert np.array_equal(from_pyg(data, split=1).train_mask, ~g.train_mask)
+    with pytest.raises(SpgnnError, match="has 2 splits .* asked for split 2"):
+        from_pyg(data, split=2)
+    del data.x
+    with pytest.raises(SpgnnError, match="the PyG Data has no x"):
+        from_pyg(data)
+
+
+def test_to_pyg_round_trips():
+    g = small_graph(n=50, directed=True, seed=4)
+    data = to_pyg(g)
+    data.validate()
+    assert data.num_nodes == g.n and not data.is_undirected()
+    back = from_pyg(data, name=g.name)
+    assert (back.adj != g.adj).nnz == 0 and back.num_classes == g.num_classes
+    for k in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        assert np.array_equal(getattr(back, k), getattr(g, k)), k
+
+
+def _losses(comm, model, data):
+    cfg = TrainConfig(model=model, hidden=8, dropout=0.0, epochs=3, feature_norm="none", algo="1d-halo")
+    return [e["loss"] for e in Trainer(cfg, comm, graph=data).run(log=None)["epochs"]]
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
+    """The Trainer takes the Data itself: after training, its logits equal PyG's GCNConv/SAGEConv stack with the
+    same weights on the same Data (directed, so the direction of edge_index counts), and the loss curve on two
+    processes equals the one on one."""
+    from tests.test_reference import _pyg_twin
+    data = pyg_data(1)
+    cfg = TrainConfig(model=model, hidden=8, dropout=0.0, epochs=3, feature_norm="none", algo="1d-halo")
+    t = Trainer(cfg, Comm(0, 1), graph=data)
+    losses = [e["loss"] for e in t.run(log=None)["epochs"]]
+    t.model.eval()
+    with torch.no_grad():
+        ours = t.logits()
+        twins = [_pyg_twin(conv) for conv in t.model.convs]
+        theirs = twins[1](twins[0](data.x, data.edge_index).relu(), data.edge_index)
+    assert_close(ours.numpy(), theirs.numpy(), "logits", rtol=1e-5)
+    if model == "gcn":
+        assert np.allclose(run_local(_losses, 2, model, data)[0], losses, rtol=1e-5, atol=0)
