@@ -66,15 +66,20 @@ def ledger_counts(comm: Comm) -> list:
     return [{k: v for k, v in row.items() if k != "seconds"} for row in comm.ledger.table()]
 
 
+TRAINING = dict(hidden=8, epochs=EPOCHS, eval_every=0, seed=3)
+TRAINING_GRAPH = dict(n=53, seed=5)
+
+
 def training(comm: Comm, algo: str) -> dict:
-    """Logits and parameter gradients of one forward/backward, then the loss curve of EPOCHS steps."""
-    cfg = TrainConfig(algo=algo, hidden=8, epochs=EPOCHS, eval_every=0, seed=3)
-    t = Trainer(cfg, comm, graph=small_graph(n=53, seed=5))
-    _, logits = t.forward_backward(0)
-    grads = [p.grad.clone().numpy() for p in t.model.parameters()]
+    """The loss curve of EPOCHS steps and the ledger's (calls, sent, received, messages) per row over the set-up
+    and those steps, then the logits and parameter gradients of one more forward/backward."""
+    t = Trainer(TrainConfig(algo=algo, **TRAINING), comm, graph=small_graph(**TRAINING_GRAPH))
     losses = [t.step(e) for e in range(EPOCHS)]
+    ledger = {k: tuple(v[:4]) for k, v in comm.ledger.rows.items()}
+    _, logits = t.forward_backward(EPOCHS)
+    grads = [p.grad.clone().numpy() for p in t.model.parameters()]
     return {"rows": t.node_ids.numpy(), "logits": logits.numpy(), "grads": grads, "losses": losses,
-            "ledger": ledger_counts(comm)}
+            "ledger": ledger}
 
 
 def compare(base: Comm, out: str) -> None:

@@ -14,6 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.train import MinibatchTrainer, Trainer
+
 SPGNN = [sys.executable, "-m", "spgnn", "train"]
 QUICK = ["--epochs", "30", "--quiet", "--eval-every", "0"]
 
@@ -57,8 +61,9 @@ SAMPLED = ["--sampler", "sage:5,5", "--batch-size", "64", "--bulk", "2", "--spli
 @pytest.mark.skipif(not (shutil.which("mpirun") and shutil.which("torchrun")), reason="mpirun/torchrun absent")
 @pytest.mark.parametrize("args", [QUICK, SAMPLED], ids=["full-batch", "sampled-split-graph"])
 def test_four_launches_same_run(tmp_path, args):
-    """spawn, mpirun, torchrun (P = 2) and a single process give the same training curve (sampled
-    minibatch training: the three P = 2 launches; a step of P = 1 trains on other minibatches)."""
+    """spawn, mpirun, torchrun (P = 2) and a single process give the training curve and accuracy of the same run
+    made through the library API (sampled minibatch training: the three P = 2 launches; a step of P = 1 trains
+    on other minibatches)."""
     reports = {}
     launches = {
         "spawn": (SPGNN + ["--nprocs", "2"], None),
@@ -73,13 +78,23 @@ def test_four_launches_same_run(tmp_path, args):
         res = run(args + ["--output", str(out)], cmd=cmd, env=env)
         assert res.returncode == 0, f"{name}: {res.stderr[-2000:]}"
         reports[name] = json.loads(out.read_text())
-    base = reports["spawn"]
+    losses, test_acc = run_local(_library_run, 2, args is SAMPLED)[0]       # the library, no launcher
     for name, r in reports.items():
         assert r["world_size"] == (1 if name == "single" else 2), name
         assert r["transport"] == ("mpi" if name == "mpirun" else "torch"), name      # --transport auto
-        np.testing.assert_allclose([e["loss"] for e in r["epochs"]], [e["loss"] for e in base["epochs"]],
-                                   rtol=1e-5, err_msg=name)
-        assert r["final"]["test_acc"] == base["final"]["test_acc"], name
+        np.testing.assert_allclose([e["loss"] for e in r["epochs"]], losses, rtol=1e-5, err_msg=name)
+        assert r["final"]["test_acc"] == test_acc, name
+
+
+def _library_run(comm, sampled):
+    """The runs of QUICK and SAMPLED through the library API: (losses, final test accuracy)."""
+    if sampled:
+        cfg = TrainConfig(epochs=3, eval_every=0)
+        t = MinibatchTrainer(cfg, comm, "sage:5,5", 64, bulk=2, split_graph=True)
+    else:
+        t = Trainer(TrainConfig(epochs=30, eval_every=0), comm)
+    report = t.run(log=None)
+    return [e["loss"] for e in report["epochs"]], report["final"]["test_acc"]
 
 
 def _bad_inputs(tmp):
