@@ -171,6 +171,10 @@ def train(args, argv) -> int:
         f = report["final"]
         print(f"final  train {f['train_acc']:.4f}  val {f['val_acc']:.4f}  test {f['test_acc']:.4f}  "
               f"median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
+        jit = max(report["jit_s"]["per_rank"])
+        if jit >= 0.005 and not args.quiet:
+            print(f"numba start-up {jit:.2f} s (compiling kernels, or loading them from its cache on later runs; "
+                  f"not in the epoch times)", flush=True)
         if cfg.output:
             _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it

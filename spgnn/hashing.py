@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .jit import njit, prange
+from .jit import kernel, njit, prange
 from .sparse.kernels import get_backend
 
 _MASK64 = (1 << 64) - 1
@@ -48,7 +48,7 @@ def hash_uniform(key, row, col):
     return (np.float64(z >> _U11) + 0.5) * 2.0 ** -53
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, cache=True, nogil=True)
 def _dropout_kernel(nodes, key, threshold, scale, first, out):
     """out[i, j] = scale if fmix(s_i + (first+j+1)·φ) >> 11 ≥ threshold else 0, s_i = fmix(key + node_i·φ)."""
     m, c = out.shape

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..hashing import hash_uniform, mix_key
-from ..jit import njit, prange
+from ..jit import kernel, njit, prange
 from ..sparse.csr import row_ids
 
 
@@ -58,7 +58,7 @@ class Minibatch:
         return self.nodes[0]
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, cache=True, nogil=True)
 def _uniform_kernel(keys, rows, cols, out):
     for i in prange(len(out)):
         out[i] = hash_uniform(keys[i], rows[i], cols[i])
@@ -90,7 +90,7 @@ def _k_smallest(u, k):
     return np.sort(hi)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, cache=True, nogil=True)
 def _uniform_topk_kernel(indptr, indices, rows, row_keys, row_ids, k, out_ptr, out):
     """Frontier position r reads CSR row rows[r]: out[out_ptr[r]:out_ptr[r+1]] = the positions (ascending) of its
     min(k, deg) entries with the smallest u(row_keys[r], row_ids[r], column)."""
@@ -115,7 +115,7 @@ def uniform_keys(batch_keys: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> 
     return out
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, cache=True, nogil=True)
 def _topk_kernel(indptr, keys, k, keep):
     for r in prange(len(indptr) - 1):
         a, b = indptr[r], indptr[r + 1]
@@ -134,7 +134,7 @@ def segmented_topk(indptr: np.ndarray, keys: np.ndarray, k) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True, cache=True, nogil=True)
 def _gather_kernel(indptr, indices, data, ids, out_ptr, out_indices, out_data):
     for r in prange(len(ids)):
         a, o = indptr[ids[r]], out_ptr[r]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import SpgnnError
-from ..jit import njit, numba, prange
+from ..jit import kernel, njit, numba, prange
 from .csr import CSR, TORCH_DTYPES
 
 _JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True, boundscheck=False)
@@ -83,7 +83,7 @@ def _row_at(indptr, t):
     return lo
 
 
-@njit(**_JIT)
+@kernel(**_JIT)
 def _spmm_kernel(indptr, indices, data, h, out, accumulate, nchunks):
     """out[i] (+)= Σ_p data[p]·h[indices[p]] over p in row i; rows in nchunks chunks of equal nnz + rows.
 

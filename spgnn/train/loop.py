@@ -1,6 +1,7 @@
 """The run loop full-batch and minibatch training share: the seeded model and Adam, the epochs with their
 evaluations, the gradient sum over ranks, and the report (configuration, graph, per-epoch records, final and
-best accuracies, and every rank's ledger summary and memory).
+best accuracies, and every rank's ledger summary, memory and numba start-up seconds). An epoch's ``time_s``
+leaves out the seconds numba spent in it compiling kernels or loading them from its cache (``jit_s``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..config import TrainConfig
+from ..jit import compile_seconds
 from ..layers import GNN
 from ..memory import peak_rss_bytes
 from . import checkpoint
@@ -70,7 +72,8 @@ class Run:
     def rank_report(self) -> dict:
         """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
-                "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()}}
+                "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()},
+                "jit_s": compile_seconds()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -92,6 +95,7 @@ class Run:
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,
             "median_epoch_s": float(np.median(times)) if times else None,
+            "jit_s": {"per_rank": [r["jit_s"] for r in everyone]},
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
         } | self.run_report(everyone, epochs)
@@ -118,8 +122,10 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
     best)` is called after each."""
     epochs, best = list(epochs or []), best or {"val_acc": -1.0}
     for epoch in range(start, cfg.epochs):
-        t0 = time.perf_counter()
-        record = {"epoch": epoch, "loss": step(epoch), "time_s": time.perf_counter() - t0}
+        jit0, t0 = compile_seconds(), time.perf_counter()
+        loss = step(epoch)
+        wall, jit = time.perf_counter() - t0, compile_seconds() - jit0
+        record = {"epoch": epoch, "loss": loss, "time_s": wall - jit, "jit_s": jit}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record |= evaluate()
             if record["val_acc"] > best["val_acc"]:
@@ -134,4 +140,5 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
 
 def format_epoch(r: dict) -> str:
     acc = "".join(f"  {k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
-    return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms"
+    jit = f" (+ {r['jit_s']:.2f} s numba start-up)" if r.get("jit_s", 0) >= 0.005 else ""
+    return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms{jit}"
