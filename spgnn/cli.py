@@ -61,6 +61,9 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--heads", type=int, default=d.heads, help="gat: attention heads of each hidden layer (concatenated)")
     a("--out-heads", type=int, default=d.out_heads, help="gat: attention heads of the last layer (averaged)")
     a("--batch-norm", action="store_true", help="global batch normalization after each hidden layer")
+    a("--init", default=d.init, choices=["auto", *SCHEMES], help="initial parameters as PyTorch Geometric (pyg) or "
+      "DGL (dgl) draws them for the layer; auto: per layer kind, the one that reaches a given test accuracy sooner ("
+      + ", ".join(f"{k}: {v}" for k, v in CHOSEN.items()) + ")")
     a("--hidden", type=int, default=d.hidden, help="hidden width")
     a("--dropout", type=float, default=d.dropout, help="dropout probability before each layer")
     a("--lr", type=float, default=d.lr, help="Adam learning rate")

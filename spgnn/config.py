@@ -13,6 +13,7 @@ from . import spmm
 from .comm.launch import TRANSPORTS
 from .errors import SpgnnError
 from .layers import LAYERS
+from .layers.init import SCHEMES
 
 FIELDS = [          # (name, type, default), in the order of ``spgnn train --help``
     ("dataset", str, "cora"),
@@ -31,6 +32,7 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("heads", int, 8),
     ("out_heads", int, 1),
     ("batch_norm", bool, False),
+    ("init", str, "auto"),
     ("device", str, "cpu"),
     ("feature_norm", str, "row"),
     ("eval_every", int, 1),
@@ -57,6 +59,7 @@ def validate(self):
         (self.weight_decay >= 0, f"--weight-decay must be non-negative, got {self.weight_decay}"),
         (self.epochs >= 0, f"--epochs must be non-negative, got {self.epochs}"),
         (self.eval_every >= 0, f"--eval-every must be non-negative, got {self.eval_every}"),
+        (self.init in ("auto", *SCHEMES), f"--init must be auto, {' or '.join(SCHEMES)}, got {self.init!r}"),
         (self.feature_norm in ("row", "none"), f"--feature-norm must be row or none, got {self.feature_norm!r}"),
         (self.timeout > 0, f"--timeout must be positive, got {self.timeout}"),
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),

@@ -11,19 +11,25 @@ the algorithm's layout gives this rank:
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import SpgnnError
 from ..hashing import dropout_mask, mix_key
+from . import init as inits
+from .init import CHOSEN, SCHEMES
 from .norm import BatchNorm
 
 
-def glorot_(w: torch.Tensor) -> torch.Tensor:
-    bound = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
-    return nn.init.uniform_(w, -bound, bound)
+def initialise(layer: nn.Module, kind: str, init: str, *shape) -> None:
+    """Set `layer`'s parameters as the peer library `init` draws them ("pyg", "dgl", or "auto": the scheme
+    `spgnn.layers.init.CHOSEN` picks for this kind), in the order the layer registers them."""
+    scheme = CHOSEN[kind] if init == "auto" else init
+    if scheme not in SCHEMES:
+        raise SpgnnError(f"--init must be auto, {' or '.join(SCHEMES)}, got {init!r}")
+    for name, value in getattr(inits, kind)(*shape, scheme).items():
+        setattr(layer, name, nn.Parameter(value.contiguous()))
 
 
 def spmm_width(f_in: int, f_out: int) -> int:
@@ -40,14 +46,13 @@ def _aggregate_then_transform(algo, h, w, b=None):
 
 
 class GCNConv(nn.Module):
-    """H' = Â·H·W + b. Weight W is f_in×f_out (PyG's ``lin.weight`` transposed)."""
+    """H' = Â·H·W + b. Weight W is f_in×f_out (PyG's ``lin.weight`` transposed); `init` as `initialise`."""
 
     adjacency = "gcn"
 
-    def __init__(self, f_in: int, f_out: int):
+    def __init__(self, f_in: int, f_out: int, init: str = "auto"):
         super().__init__()
-        self.weight = nn.Parameter(glorot_(torch.empty(f_in, f_out)))
-        self.bias = nn.Parameter(torch.zeros(f_out))
+        initialise(self, "gcn", init, f_in, f_out)
 
     def forward(self, algo, h):
         return _aggregate_then_transform(algo, h, self.weight, self.bias)
@@ -58,11 +63,9 @@ class SAGEConv(nn.Module):
 
     adjacency = "mean"
 
-    def __init__(self, f_in: int, f_out: int):
+    def __init__(self, f_in: int, f_out: int, init: str = "auto"):
         super().__init__()
-        self.weight_neigh = nn.Parameter(glorot_(torch.empty(f_in, f_out)))
-        self.bias = nn.Parameter(torch.zeros(f_out))
-        self.weight_self = nn.Parameter(glorot_(torch.empty(f_in, f_out)))
+        initialise(self, "sage", init, f_in, f_out)
 
     def forward(self, algo, h):
         z = _aggregate_then_transform(algo, h, self.weight_neigh, self.bias)
@@ -77,14 +80,11 @@ class GATConv(nn.Module):
     activation = staticmethod(F.elu)
 
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
-                 negative_slope: float = 0.2):
+                 negative_slope: float = 0.2, init: str = "auto"):
         super().__init__()
         self.heads, self.f_out, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope
-        self.weight = nn.Parameter(glorot_(torch.empty(f_in, heads * f_out)))
-        self.att_src = nn.Parameter(glorot_(torch.empty(heads, f_out)))
-        self.att_dst = nn.Parameter(glorot_(torch.empty(heads, f_out)))
-        self.bias = nn.Parameter(torch.zeros(heads * f_out if concat else f_out))
+        initialise(self, "gat", init, f_in, f_out, heads, heads * f_out if concat else f_out)
 
     def forward(self, algo, h, key: int = 0):
         v = algo.linear(h, self.weight).view(-1, self.heads, self.f_out)
@@ -104,19 +104,19 @@ class GNN(nn.Module):
 
     def __init__(self, kind: str, f_in: int, hidden: int, classes: int, layers: int = 2,
                  dropout: float = 0.5, seed: int = 0, heads: int = 1, out_heads: int = 1,
-                 batch_norm: bool = False):
+                 batch_norm: bool = False, init: str = "auto"):
         """GAT: hidden layers concatenate `heads` heads of `hidden` features, the last averages `out_heads`,
         attention dropout `dropout`, ELU between layers. `batch_norm`: global batch norm after each
-        hidden layer."""
+        hidden layer. `init`: the peer library whose initial parameters each layer takes (`initialise`)."""
         super().__init__()
         cls = LAYERS[kind]
         if cls is GATConv:
             widths = [f_in] + [hidden * heads] * (layers - 1)
-            self.convs = nn.ModuleList([GATConv(a, hidden, heads, True, dropout) for a in widths[:-1]]
-                                       + [GATConv(widths[-1], classes, out_heads, False, dropout)])
+            self.convs = nn.ModuleList([GATConv(a, hidden, heads, True, dropout, init=init) for a in widths[:-1]]
+                                       + [GATConv(widths[-1], classes, out_heads, False, dropout, init=init)])
         else:
             widths = [f_in] + [hidden] * (layers - 1) + [classes]
-            self.convs = nn.ModuleList(cls(a, b) for a, b in zip(widths[:-1], widths[1:]))
+            self.convs = nn.ModuleList(cls(a, b, init) for a, b in zip(widths[:-1], widths[1:]))
         self.norms = nn.ModuleList(BatchNorm(w) for w in widths[1:layers]) if batch_norm else None
         self.in_widths = widths[:layers]
         self.adjacency, self.activation = cls.adjacency, getattr(cls, "activation", torch.relu)

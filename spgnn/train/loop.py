@@ -34,7 +34,7 @@ class Run:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout, cfg.seed,
-                         cfg.heads, cfg.out_heads, cfg.batch_norm).to(cfg.device)
+                         cfg.heads, cfg.out_heads, cfg.batch_norm, cfg.init).to(cfg.device)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def run(self, log=print) -> dict:

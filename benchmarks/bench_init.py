@@ -1,0 +1,193 @@
+"""Time to a fixed test accuracy from each peer library's initialisation, and against PyTorch Geometric.
+
+    python benchmarks/bench_init.py [--dataset amazon-computers] [--data-dir DATA] [--models sage,gat,gcn]
+        [--seeds 0,1,2] [--epochs 60] [--out results/bench_init.json]
+
+Per model and seed, on one process, full-batch, the same split (the dataset's seeded per-class split), the same
+hyper-parameters (Adam lr 0.01, weight decay 5e-4, dropout 0.5, row-normalised features), three runs go in
+lockstep (epoch e of each before epoch e+1 of any, so that machine noise hits them alike):
+
+* spgnn with ``--init pyg`` (PyTorch Geometric's initial parameters for the layer),
+* spgnn with ``--init dgl`` (DGL's),
+* PyG's own layers (GCNConv, SAGEConv, GATConv with PyG's initialisation; torch.optim.Adam).
+
+A run's clock is its training time only (forward, backward, optimizer step; evaluation excluded). Its time to
+target is the training seconds up to the first epoch whose test accuracy reaches the model's target
+(``--targets``). Table 1 compares the two initialisations (``spgnn.layers.init.CHOSEN`` is set from it), table 2
+spgnn with its chosen one against PyG. JSON to --out, test accuracy against seconds to the PNG beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import machine  # benchmarks/machine.py
+import numpy as np
+import torch
+import torch.nn.functional as F
+from bench_time_to_accuracy import curve, lockstep
+
+from spgnn.comm.comm import Comm
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import row_normalize
+from spgnn.graph.pyg import to_pyg
+from spgnn.layers.init import CHOSEN
+from spgnn.train.fullbatch import Trainer
+
+SHAPES = {"gcn": dict(layers=2, hidden=128), "sage": dict(layers=3, hidden=256), "gat": dict(layers=2, hidden=8)}
+
+
+class PygRun:
+    """PyG's layers in spgnn's structure (dropout before each layer; ReLU, or ELU for GAT, between), with
+    `step(epoch)` and `evaluate()` as spgnn's Trainer has them."""
+
+    def __init__(self, g, cfg: TrainConfig):
+        from torch_geometric import nn as pyg
+
+        torch.manual_seed(cfg.seed)
+        data = to_pyg(g)
+        self.x, self.edge_index, self.y = torch.from_numpy(row_normalize(g.x)), data.edge_index, data.y
+        self.masks = {"train": data.train_mask, "val": data.val_mask, "test": data.test_mask}
+        widths = [g.num_features] + [cfg.hidden] * (cfg.layers - 1) + [g.num_classes]
+        if cfg.model == "gat":
+            h = cfg.heads * cfg.hidden
+            convs = [pyg.GATConv(g.num_features, cfg.hidden, cfg.heads, dropout=cfg.dropout)] + \
+                [pyg.GATConv(h, cfg.hidden, cfg.heads, dropout=cfg.dropout) for _ in range(cfg.layers - 2)] + \
+                [pyg.GATConv(h, g.num_classes, cfg.out_heads, concat=False, dropout=cfg.dropout)]
+        else:
+            cls = pyg.GCNConv if cfg.model == "gcn" else pyg.SAGEConv
+            convs = [cls(a, b) for a, b in zip(widths[:-1], widths[1:])]
+        self.convs, self.dropout = torch.nn.ModuleList(convs), cfg.dropout
+        self.act = F.elu if cfg.model == "gat" else torch.relu
+        self.opt = torch.optim.Adam(self.convs.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def forward(self):
+        h = self.x
+        for i, conv in enumerate(self.convs):
+            h = conv(F.dropout(h, self.dropout, self.convs.training), self.edge_index)
+            h = self.act(h) if i < len(self.convs) - 1 else h
+        return h
+
+    def step(self, epoch: int) -> float:
+        self.convs.train()
+        self.opt.zero_grad()
+        m = self.masks["train"]
+        loss = F.cross_entropy(self.forward()[m], self.y[m])
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        self.convs.eval()
+        pred = self.forward().argmax(1)
+        return {f"{k}_acc": float((pred[m] == self.y[m]).float().mean()) for k, m in self.masks.items()}
+
+
+def seconds_to(run: dict, target: float):
+    """(epochs, training seconds) until the test accuracy first reaches `target`; (None, None): never."""
+    hit = np.flatnonzero(np.asarray(run["test_acc"]) >= target)
+    return (int(hit[0]) + 1, run["train_s"][hit[0]]) if len(hit) else (None, None)
+
+
+def median(values):
+    v = [x for x in values if x is not None]
+    return float(np.median(v)) if len(v) == len(values) and v else None
+
+
+def fmt(x, unit=""):
+    return "never" if x is None else f"{x:.2f}{unit}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dataset", default="amazon-computers")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--models", default="sage,gat,gcn")
+    p.add_argument("--targets", default="gcn:0.85,sage:0.85,gat:0.85", help="test accuracy to reach, per model")
+    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--threads", type=int, default=None, help="torch/numba threads (default: all cores)")
+    p.add_argument("--out", default="results/bench_init.json")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    targets = {k: float(v) for k, v in (t.split(":") for t in args.targets.split(","))}
+    models, seeds = args.models.split(","), [int(s) for s in args.seeds.split(",")]
+    runs = []
+    for model in models:
+        for seed in seeds:
+            g = load_dataset(args.dataset, args.data_dir, seed=seed)
+            cfg = TrainConfig(model=model, seed=seed, epochs=args.epochs, eval_every=1, **SHAPES[model])
+            systems = {f"spgnn --init {s}": Trainer(replace(cfg, init=s), Comm(0, 1), graph=g)
+                       for s in ("pyg", "dgl")}
+            systems["PyG"] = PygRun(g, cfg)
+            t0 = time.perf_counter()
+            curves = [curve(rec, 1) for rec in lockstep(list(systems.values()), args.epochs)]
+            for name, c in zip(systems, curves):
+                r = {"model": model, "seed": seed, "system": name, "target": targets[model]} | c
+                r["epochs_to_target"], r["time_to_target_s"] = seconds_to(r, targets[model])
+                runs.append(r)
+                print(f"{model} seed {seed} {name:16}: {r['ms_per_epoch']:7.1f} ms/epoch, target "
+                      f"{targets[model]:.2f} after {r['epochs_to_target']} epochs, {fmt(r['time_to_target_s'], ' s')}"
+                      f", last test acc {r['test_acc'][-1]:.4f}", flush=True)
+            print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    print(f"\n{args.dataset}, one process, full-batch, seeds {args.seeds}; medians over seeds ('never': a seed did "
+          f"not reach the target in {args.epochs} epochs)\n")
+    print("Table 1: spgnn from each library's initialisation\n\n| model | target | init | epochs to target | "
+          "s to target | test acc at the end | chosen |\n|---|---|---|---|---|---|---|")
+    summary = {}
+    for model in models:
+        for s in ("pyg", "dgl"):
+            mine = [r for r in runs if r["model"] == model and r["system"] == f"spgnn --init {s}"]
+            summary[model, s] = median([r["time_to_target_s"] for r in mine])
+            print(f"| {model} | {targets[model]:.2f} | {s} | {fmt(median([r['epochs_to_target'] for r in mine]))} | "
+                  f"{fmt(summary[model, s])} | {np.median([r['test_acc'][-1] for r in mine]):.4f} | "
+                  f"{'yes' if CHOSEN[model] == s else ''} |")
+    print("\nTable 2: time to target, spgnn (its chosen initialisation) against PyG\n\n| model | spgnn s | PyG s | "
+          "PyG / spgnn | spgnn ms/epoch | PyG ms/epoch |\n|---|---|---|---|---|---|")
+    for model in models:
+        ours = [r for r in runs if r["model"] == model and r["system"] == f"spgnn --init {CHOSEN[model]}"]
+        theirs = [r for r in runs if r["model"] == model and r["system"] == "PyG"]
+        a, b = median([r["time_to_target_s"] for r in ours]), median([r["time_to_target_s"] for r in theirs])
+        print(f"| {model} | {fmt(a)} | {fmt(b)} | {fmt(b / a if a and b else None, '×')} | "
+              f"{np.median([r['ms_per_epoch'] for r in ours]):.1f} | "
+              f"{np.median([r['ms_per_epoch'] for r in theirs]):.1f} |")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "shapes": SHAPES, "targets": targets,
+                               "chosen": CHOSEN, "runs": runs, "machine": machine.facts()}, indent=1))
+    plot(runs, models, out.with_suffix(".png"))
+    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    return 0
+
+
+def plot(runs, models, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    colours = {"spgnn --init pyg": "tab:blue", "spgnn --init dgl": "tab:orange", "PyG": "tab:gray"}
+    for ax, model in zip(axes[0], models):
+        for r in (r for r in runs if r["model"] == model):
+            ax.plot(r["train_s"], r["test_acc"], color=colours[r["system"]], lw=1,
+                    label=r["system"] if r["seed"] == runs[0]["seed"] else None)
+        ax.axhline(next(r["target"] for r in runs if r["model"] == model), color="k", ls=":", lw=1)
+        ax.set_title(model)
+        ax.set_xlabel("training seconds (evaluation excluded)")
+        ax.set_ylabel("test accuracy")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
