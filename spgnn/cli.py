@@ -17,6 +17,7 @@ from .config import TrainConfig
 from .errors import SpgnnError
 from .graph.datasets import load_dataset
 from .layers.conv import LAYERS
+from .layers.init import CHOSEN, SCHEMES
 from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
