@@ -132,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     _calibrate_parser(sub)
     _partition_parser(sub)
     _cost_parser(sub)
+    _plot_parser(sub)
     return parser
 
 
@@ -244,6 +245,7 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
       "the graph (methods block, random, ldg, fennel)")
     a("--chunk", type=int, default=1 << 22, help="--out-of-core: edges (and feature rows) read at a time")
     a("--json", default=None, help="write the metrics here as JSON")
+    a("--plot", default=None, help="draw the metrics as bar charts to this image file (.png; needs matplotlib)")
     return p
 
 
@@ -290,8 +292,28 @@ def partition(args, argv) -> int:
                               info.get("seed", args.seed), g)
         print(f"saved {path}: use it with spgnn train --dataset {args.dataset} --partition {path} "
               f"on {args.nparts} processes", flush=True)
+    result = {"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows}
     if args.json:
-        _write_json(args.json, {"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows}, default=str)
+        _write_json(args.json, result, default=str)
+    if args.plot:
+        from . import plot
+        print(f"wrote {plot.save(plot.partition_figure(result), args.plot)}", flush=True)
+    return 0
+
+
+def _plot_parser(sub) -> argparse.ArgumentParser:
+    p = _subparser(sub, "plot", "chart run reports", "Draw the reports of spgnn train --output side by side: loss "
+                   "and accuracy curves, bytes per phase and layer per rank, measured beside predicted bytes, peak "
+                   "RSS and graph bytes per rank, epoch time (see spgnn/plot.py; needs matplotlib).")
+    p.add_argument("reports", nargs="+", metavar="REPORT.json", help="reports of spgnn train --output")
+    p.add_argument("--output", required=True, help="the image file to write (.png, or .pdf/.svg)")
+    return p
+
+
+def plot_command(args, argv) -> int:
+    from . import plot
+    path = plot.save(plot.report_figure(plot.read_reports(args.reports)), args.output)
+    print(f"wrote {path}", flush=True)
     return 0
 
 
@@ -350,7 +372,8 @@ def cost_command(args, argv) -> int:
     return 0
 
 
-COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cost": cost_command}
+COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cost": cost_command,
+            "plot": plot_command}
 
 
 def _error(message: str) -> None:

@@ -1,0 +1,183 @@
+"""Charts of run reports (``spgnn train --output``) and of partition comparisons (``spgnn partition --compare``).
+
+`report_figure` draws, for one or more reports, each labelled by algorithm, partition and P:
+
+* loss per epoch, overlaid;
+* validation (dashed) and test (solid) accuracy per evaluated epoch, overlaid;
+* bytes each rank sent, by phase and layer (stacked; "forward L0" is layer 0's forward products);
+* each rank's bytes sent, measured beside the cost model's prediction (where the report has one);
+* each rank's peak RSS beside the bytes of the graph it holds;
+* the median epoch time and the numba start-up per run.
+
+`partition_figure` draws one bar chart per metric of ``spgnn partition --compare``. Both need matplotlib
+(``pip install 'spgnn[plot]'``) and return the figure, whose axes carry exactly the numbers given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .errors import SpgnnError
+
+MiB = 2**20
+MARKERS = "osv^dxP*"
+PARTITION_METRICS = {    # key: axis title
+    "edge_cut_fraction": "edge cut (fraction of edges)", "comm_volume": "1d-halo volume (rows per SpMM)",
+    "comm_volume_max_recv": "max rows a part receives", "replication_factor": "replication factor",
+    "vertex_imbalance": "vertex imbalance", "nnz_imbalance": "nnz imbalance", "seconds": "partitioning time (s)",
+}
+
+
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend, or SpgnnError saying how to install it."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SpgnnError("plots need matplotlib, which is not installed: pip install 'spgnn[plot]' "
+                         "(or pip install matplotlib)") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
+
+
+def read_reports(paths: list[str]) -> list[dict]:
+    """The JSON reports at `paths`; SpgnnError naming a file that is missing or is no spgnn train report."""
+    reports = []
+    for p in paths:
+        try:
+            r = json.loads(Path(p).read_text())
+        except (OSError, ValueError) as e:
+            raise SpgnnError(f"cannot read report {p}: {e}") from None
+        if not isinstance(r, dict) or not {"config", "epochs", "comm", "memory"} <= set(r):
+            raise SpgnnError(f"{p} is not a report of spgnn train --output (it lacks config, epochs, comm or memory)")
+        reports.append(r)
+    return reports
+
+
+def label(report: dict) -> str:
+    """"1d-halo · block · P=4" (sampled runs: the sampler instead of the algorithm)."""
+    cfg = report["config"]
+    how = f"minibatch {cfg['sampler']}" if cfg.get("sampler") else cfg["algo"]
+    return f"{how} · {cfg['partition']} · P={report['world_size']}"
+
+
+def labels(reports: list[dict]) -> list[str]:
+    """"k: `label`" for the k-th report (the bar charts name its ranks "k·r0", "k·r1", …)."""
+    return [f"{i + 1}: {label(r)}" for i, r in enumerate(reports)]
+
+
+def phase_bytes(report: dict) -> list[dict[str, int]]:
+    """Per rank: {"forward L0": bytes sent, "optimizer": ..., ...}, phase and layer from the ledger."""
+    out = []
+    for rank in report["comm"]["per_rank"]:
+        rows: dict[str, int] = {}
+        for row in rank.get("table", []):
+            key = row["phase"] + ("" if row["layer"] is None else f" L{row['layer']}")
+            rows[key] = rows.get(key, 0) + row["sent_bytes"]
+        out.append(rows)
+    return out
+
+
+def report_figure(reports: list[dict]):
+    """The figure of `reports` (see the module docstring)."""
+    plt = pyplot()
+    names = labels(reports)
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9))
+    ax = axes[0, 0]
+    for i, (name, r) in enumerate(zip(names, reports)):      # a marker per run: equal curves stay visible
+        ax.plot([e["epoch"] for e in r["epochs"]], [e["loss"] for e in r["epochs"]], label=name,
+                **markers(i, len(r["epochs"])))
+    ax.set(title="training loss", xlabel="epoch", ylabel="loss")
+    ax.legend(fontsize=7)
+
+    ax = axes[0, 1]
+    for i, (name, r) in enumerate(zip(names, reports)):
+        evaluated = [e for e in r["epochs"] if "test_acc" in e]
+        style = dict(color=f"C{i}") | markers(i, len(evaluated))
+        ax.plot([e["epoch"] for e in evaluated], [e["test_acc"] for e in evaluated], label=f"{name} test", **style)
+        ax.plot([e["epoch"] for e in evaluated], [e["val_acc"] for e in evaluated], ls="--", label=f"{name} val",
+                **style)
+    ax.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+    ax.legend(fontsize=7)
+
+    ax = axes[0, 2]
+    per_rank = [(name, rank, rows) for name, r in zip(names, reports) for rank, rows in enumerate(phase_bytes(r))]
+    keys = sorted({k for _, _, rows in per_rank for k in rows})
+    bottom = np.zeros(len(per_rank))
+    for j, k in enumerate(keys):
+        mib = np.array([rows.get(k, 0) for _, _, rows in per_rank]) / MiB
+        ax.bar(range(len(per_rank)), mib, bottom=bottom, label=k, color=plt.get_cmap("tab20")(j % 20))
+        bottom += mib
+    ax.set_xticks(range(len(per_rank)), [tick(name, rank) for name, rank, _ in per_rank], fontsize=7)
+    ax.set(title="bytes sent by phase and layer", ylabel="MiB")
+    ax.legend(fontsize=6, ncol=2)
+
+    pred = [{p["rank"]: p["sent_bytes"] for p in (r.get("predicted") or {}).get("per_rank", [])} for r in reports]
+    sent = [(name, m["rank"], m["sent_bytes"], pr.get(m["rank"], np.nan))
+            for name, r, pr in zip(names, reports, pred) for m in r["comm"]["per_rank"]]
+    pairs(axes[1, 0], [tick(n, k) for n, k, _, _ in sent], {"measured": [s[2] / MiB for s in sent],
+          "predicted": [s[3] / MiB for s in sent]}, "bytes sent per rank: measured and predicted", "MiB")
+    mem = [(name, m) for name, r in zip(names, reports) for m in r["memory"]["per_rank"]]
+    pairs(axes[1, 1], [tick(n, m["rank"]) for n, m in mem],
+          {"peak RSS": [m["peak_rss_bytes"] / MiB for _, m in mem],
+           "graph bytes held": [m.get("graph_bytes", np.nan) / MiB for _, m in mem]}, "memory per rank", "MiB")
+    epoch_ms = [1e3 * (r.get("median_epoch_s") or np.nan) for r in reports]
+    jit_ms = [1e3 * max(r.get("jit_s", {}).get("per_rank", [np.nan])) for r in reports]
+    pairs(axes[1, 2], [n.split(":")[0] for n in names], {"median epoch": epoch_ms,
+          "numba start-up (not in epochs)": jit_ms}, "time per run", "ms")
+    axes[1, 2].set_yscale("log")
+    fig.tight_layout()
+    return fig
+
+
+def markers(i: int, points: int) -> dict:
+    """Run i's marker, every tenth point, staggered between runs so that equal curves stay apart."""
+    every = max(1, points // 10)
+    return {"marker": MARKERS[i % len(MARKERS)], "markersize": 4, "markevery": (i % every, every)}
+
+
+def tick(name: str, rank: int) -> str:
+    """"2·r1": rank 1 of the second report."""
+    return f"{name.split(':')[0]}·r{rank}"
+
+
+def pairs(ax, ticks: list[str], series: dict[str, list[float]], title: str, unit: str) -> None:
+    """Bars of two series side by side at each tick (a NaN value draws no bar)."""
+    xs = np.arange(len(ticks))
+    for i, (name, values) in enumerate(series.items()):
+        ax.bar(xs + (i - 0.5) * 0.4, values, 0.4, label=name)
+    ax.set_xticks(xs, ticks, fontsize=7)
+    ax.set(title=title, ylabel=unit)
+    ax.legend(fontsize=7)
+
+
+def partition_figure(result: dict):
+    """One bar per method for each metric in `PARTITION_METRICS` (`result`: ``spgnn partition --json``)."""
+    plt = pyplot()
+    rows = result["rows"]
+    keys = [k for k in PARTITION_METRICS if any(r.get(k) is not None for r in rows)]
+    fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.6), squeeze=False)
+    methods = [r["method"] for r in rows]
+    for ax, k in zip(axes[0], keys):
+        ax.bar(range(len(rows)), [r.get(k) or 0 for r in rows], color=[f"C{i}" for i in range(len(rows))])
+        ax.set_xticks(range(len(rows)), methods, rotation=45, fontsize=8)
+        ax.set_title(PARTITION_METRICS[k], fontsize=9)
+    fig.suptitle(f"{result['graph']} (n={result['n']:,}, nnz={result['nnz']:,}), {rows[0]['nparts']} parts")
+    fig.tight_layout()
+    return fig
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write `fig` as an image (format from the suffix, PNG by default) and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(path, dpi=110)
+    except (OSError, ValueError) as e:
+        raise SpgnnError(f"cannot write the plot to {path}: {e}") from None
+    finally:
+        pyplot().close(fig)
+    return path

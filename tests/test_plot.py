@@ -1,0 +1,107 @@
+"""spgnn plot and spgnn partition --plot: every panel is drawn from the numbers it is given, the image is
+written, and a missing matplotlib or a file that is no report gives one clear line."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from spgnn.cli import main
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.train.fullbatch import Trainer
+from tests.graphs import small_graph
+
+pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install .[plot])")
+from spgnn import plot  # noqa: E402
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def _report(comm, algo):
+    cfg = TrainConfig(algo=algo, hidden=8, epochs=4, eval_every=2, partition="random")
+    return Trainer(cfg, comm, graph=small_graph(n=80, seed=2)).run(log=None)
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return [run_local(_report, 2, algo)[0] for algo in ("1d-halo", "2d")]
+
+
+def axis(fig, title):
+    return next(ax for ax in fig.axes if ax.get_title() == title)
+
+
+def heights(ax, label):
+    """Bar heights of the series `label` (NaN where no bar was drawn)."""
+    container = next(c for c in ax.containers if c.get_label() == label)
+    return np.array([b.get_height() for b in container])
+
+
+def test_report_figure_carries_every_number(reports):
+    fig = plot.report_figure(reports)
+    names = plot.labels(reports)
+    assert names == ["1: 1d-halo · random · P=2", "2: 2d · random · P=2"]
+    lines = {ln.get_label(): ln for ln in axis(fig, "training loss").lines}
+    acc = {ln.get_label(): ln for ln in axis(fig, "accuracy").lines}
+    for name, r in zip(names, reports):
+        assert np.allclose(lines[name].get_ydata(), [e["loss"] for e in r["epochs"]])
+        evaluated = [e for e in r["epochs"] if "test_acc" in e]
+        assert [e["epoch"] for e in evaluated] == [0, 2, 3]
+        assert np.allclose(acc[f"{name} test"].get_ydata(), [e["test_acc"] for e in evaluated])
+        assert np.allclose(acc[f"{name} val"].get_ydata(), [e["val_acc"] for e in evaluated])
+    ranks = [m for r in reports for m in r["comm"]["per_rank"]]
+    MiB = 2**20
+    stacked = axis(fig, "bytes sent by phase and layer")
+    totals = sum(np.array([b.get_height() for b in c]) for c in stacked.containers)
+    assert np.allclose(totals, [m["sent_bytes"] / MiB for m in ranks])
+    forward0 = [sum(t["sent_bytes"] for t in m["table"] if t["phase"] == "forward" and t["layer"] == 0)
+                for m in ranks]
+    assert np.allclose(heights(stacked, "forward L0"), np.array(forward0) / MiB) and min(forward0) > 0
+    sent = axis(fig, "bytes sent per rank: measured and predicted")
+    assert np.allclose(heights(sent, "measured"), [m["sent_bytes"] / MiB for m in ranks])
+    predicted = [p["sent_bytes"] / MiB for r in reports for p in r["predicted"]["per_rank"]]
+    assert np.allclose(heights(sent, "predicted"), predicted)
+    memory = [m for r in reports for m in r["memory"]["per_rank"]]
+    mem = axis(fig, "memory per rank")
+    assert np.allclose(heights(mem, "peak RSS"), [m["peak_rss_bytes"] / MiB for m in memory])
+    assert np.allclose(heights(mem, "graph bytes held"), [m["graph_bytes"] / MiB for m in memory])
+    assert [t.get_text() for t in mem.get_xticklabels()] == ["1·r0", "1·r1", "2·r0", "2·r1"]
+    times = axis(fig, "time per run")
+    assert np.allclose(heights(times, "median epoch"), [1e3 * r["median_epoch_s"] for r in reports])
+
+
+def test_plot_command_writes_the_image(tmp_path, reports, capsys):
+    paths = []
+    for i, r in enumerate(reports):
+        paths.append(tmp_path / f"r{i}.json")
+        paths[-1].write_text(json.dumps(r))
+    out = tmp_path / "figs" / "runs.png"
+    assert main(["plot", *map(str, paths), "--output", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG) and out.stat().st_size > 20_000
+    (tmp_path / "bad.json").write_text('{"epochs": []}')
+    assert main(["plot", str(tmp_path / "bad.json"), "--output", str(out)]) == 2
+    assert "is not a report of spgnn train --output" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "absent.json"), "--output", str(out)]) == 2
+    assert "cannot read report" in capsys.readouterr().err
+
+
+def test_partition_compare_plot(tmp_path):
+    out, js = tmp_path / "parts.png", tmp_path / "parts.json"
+    assert main(["partition", "--nparts", "3", "--compare", "block,random,ldg", "--plot", str(out),
+                 "--json", str(js)]) == 0
+    assert out.read_bytes().startswith(PNG)
+    result = json.loads(js.read_text())
+    fig = plot.partition_figure(result)
+    for key, title in plot.PARTITION_METRICS.items():
+        ax = axis(fig, title)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["block", "random", "ldg"]
+        assert np.allclose([b.get_height() for b in ax.containers[0]], [r[key] for r in result["rows"]]), key
+
+
+def test_missing_matplotlib_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SpgnnError, match=r"plots need matplotlib.*pip install 'spgnn\[plot\]'"):
+        plot.pyplot()
