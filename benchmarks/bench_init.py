@@ -1,7 +1,7 @@
 """Time to a fixed test accuracy from each peer library's initialisation, and against PyTorch Geometric.
 
     python benchmarks/bench_init.py [--dataset amazon-computers] [--data-dir DATA] [--models sage,gat,gcn]
-        [--seeds 0,1,2] [--epochs 60] [--out results/bench_init.json]
+        [--seeds 0,1,2] [--epochs 120] [--out results/bench_init.json]
 
 Per model and seed, on one process, full-batch, the same split (the dataset's seeded per-class split), the same
 hyper-parameters (Adam lr 0.01, weight decay 5e-4, dropout 0.5, row-normalised features), three runs go in
@@ -12,7 +12,8 @@ lockstep (epoch e of each before epoch e+1 of any, so that machine noise hits th
 * PyG's own layers (GCNConv, SAGEConv, GATConv with PyG's initialisation; torch.optim.Adam).
 
 A run's clock is its training time only (forward, backward, optimizer step; evaluation excluded). Its time to
-target is the training seconds up to the first epoch whose test accuracy reaches the model's target
+target is the training seconds up to the first epoch whose test accuracy, averaged over the last ``--window``
+epochs (it jumps by points from epoch to epoch with 20 training nodes a class), reaches the model's target
 (``--targets``). Table 1 compares the two initialisations (``spgnn.layers.init.CHOSEN`` is set from it), table 2
 spgnn with its chosen one against PyG. JSON to --out, test accuracy against seconds to the PNG beside it.
 """
@@ -91,8 +92,8 @@ class PygRun:
 
 
 def seconds_to(run: dict, target: float):
-    """(epochs, training seconds) until the test accuracy first reaches `target`; (None, None): never."""
-    hit = np.flatnonzero(np.asarray(run["test_acc"]) >= target)
+    """(epochs, training seconds) until the smoothed test accuracy first reaches `target`; (None, None): never."""
+    hit = np.flatnonzero(np.asarray(run["smoothed_test_acc"]) >= target)
     return (int(hit[0]) + 1, run["train_s"][hit[0]]) if len(hit) else (None, None)
 
 
@@ -110,8 +111,9 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="amazon-computers")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--models", default="sage,gat,gcn")
-    p.add_argument("--targets", default="gcn:0.85,sage:0.85,gat:0.85", help="test accuracy to reach, per model")
-    p.add_argument("--epochs", type=int, default=60)
+    p.add_argument("--targets", default="gcn:0.75,sage:0.8,gat:0.75", help="test accuracy to reach, per model")
+    p.add_argument("--window", type=int, default=5, help="epochs in the trailing mean of the test accuracy")
+    p.add_argument("--epochs", type=int, default=120)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--threads", type=int, default=None, help="torch/numba threads (default: all cores)")
     p.add_argument("--out", default="results/bench_init.json")
@@ -129,7 +131,7 @@ def main(argv=None) -> int:
                        for s in ("pyg", "dgl")}
             systems["PyG"] = PygRun(g, cfg)
             t0 = time.perf_counter()
-            curves = [curve(rec, 1) for rec in lockstep(list(systems.values()), args.epochs)]
+            curves = [curve(rec, args.window) for rec in lockstep(list(systems.values()), args.epochs)]
             for name, c in zip(systems, curves):
                 r = {"model": model, "seed": seed, "system": name, "target": targets[model]} | c
                 r["epochs_to_target"], r["time_to_target_s"] = seconds_to(r, targets[model])
@@ -178,12 +180,12 @@ def plot(runs, models, path: Path) -> None:
     colours = {"spgnn --init pyg": "tab:blue", "spgnn --init dgl": "tab:orange", "PyG": "tab:gray"}
     for ax, model in zip(axes[0], models):
         for r in (r for r in runs if r["model"] == model):
-            ax.plot(r["train_s"], r["test_acc"], color=colours[r["system"]], lw=1,
+            ax.plot(r["train_s"], r["smoothed_test_acc"], color=colours[r["system"]], lw=1,
                     label=r["system"] if r["seed"] == runs[0]["seed"] else None)
         ax.axhline(next(r["target"] for r in runs if r["model"] == model), color="k", ls=":", lw=1)
         ax.set_title(model)
         ax.set_xlabel("training seconds (evaluation excluded)")
-        ax.set_ylabel("test accuracy")
+        ax.set_ylabel("test accuracy (trailing mean)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 SCHEMES = ("pyg", "dgl")
-CHOSEN = {"gcn": "pyg", "sage": "dgl", "gat": "pyg"}
+CHOSEN = {"gcn": "pyg", "sage": "dgl", "gat": "dgl"}
 RELU_GAIN = math.sqrt(2.0)        # torch.nn.init.calculate_gain("relu"), DGL's gain
 
 
