@@ -44,8 +44,10 @@ def _train_parser(sub) -> argparse.ArgumentParser:
                    "Launch with --nprocs N, mpirun -np N, torchrun --nproc-per-node N, or as a single process.")
     a = p.add_argument
     a("--dataset", default=d.dataset, help="a known name (cora, citeseer, amazon-computers, amazon-photo, "
-      "coauthor-cs, squirrel), rmat:SCALE[:EDGEFACTOR], sbm:..., a path to a dataset file or folder, or a "
-      "partitioned dataset folder (spgnn partition --output DIR), of which each process reads its part only")
+      "coauthor-cs, squirrel), rmat:SCALE[:EDGEFACTOR], sbm:..., a path to a dataset file or folder (an OGB "
+      "node-property folder such as ogbn_arxiv/, PATH:TYPE for another of its splits; Planetoid files; .npz; an "
+      "edge list), or a partitioned dataset folder (spgnn partition --output DIR), of which each process reads "
+      "its part only")
     a("--data-dir", default=d.data_dir, help="where named datasets are looked up (else $SPGNN_DATA_DIR, "
       "./datasets, ~/.cache/spgnn/datasets); cora is bundled")
     a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
