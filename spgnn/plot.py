@@ -111,7 +111,7 @@ def report_figure(reports: list[dict]):
         mib = np.array([rows.get(k, 0) for _, _, rows in per_rank]) / MiB
         ax.bar(range(len(per_rank)), mib, bottom=bottom, label=k, color=plt.get_cmap("tab20")(j % 20))
         bottom += mib
-    ax.set_xticks(range(len(per_rank)), [tick(name, rank) for name, rank, _ in per_rank], fontsize=7)
+    set_ticks(ax, [tick(name, rank) for name, rank, _ in per_rank])
     ax.set(title="bytes sent by phase and layer", ylabel="MiB")
     ax.legend(fontsize=6, ncol=2)
 
@@ -144,12 +144,18 @@ def tick(name: str, rank: int) -> str:
     return f"{name.split(':')[0]}·r{rank}"
 
 
+def set_ticks(ax, ticks: list[str], most: int = 32) -> None:
+    """Label the bars `ticks`; of many ranks, every k-th, so that labels stay readable at hundreds of ranks."""
+    every = -(-len(ticks) // most)
+    ax.set_xticks(range(0, len(ticks), every), ticks[::every], fontsize=7, rotation=90 if every > 1 else 0)
+
+
 def pairs(ax, ticks: list[str], series: dict[str, list[float]], title: str, unit: str) -> None:
     """Bars of two series side by side at each tick (a NaN value draws no bar)."""
     xs = np.arange(len(ticks))
     for i, (name, values) in enumerate(series.items()):
         ax.bar(xs + (i - 0.5) * 0.4, values, 0.4, label=name)
-    ax.set_xticks(xs, ticks, fontsize=7)
+    set_ticks(ax, ticks)
     ax.set(title=title, ylabel=unit)
     ax.legend(fontsize=7)
 
