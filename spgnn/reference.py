@@ -19,7 +19,8 @@ class SerialSpMM(RowLayout):
     def __init__(self, adj, dtype=torch.float32):
         coo = adj.tocoo()
         idx = torch.as_tensor(np.vstack([coo.row, coo.col]), dtype=torch.int64)
-        self.a = torch.sparse_coo_tensor(idx, torch.as_tensor(coo.data), coo.shape, dtype=dtype).coalesce()
+        self.a = torch.sparse_coo_tensor(idx, torch.as_tensor(coo.data), coo.shape, dtype=dtype,
+                                         check_invariants=True).coalesce()
         self.edges = self.a.indices()                  # (rows i, cols j) of the edges j → i
         self.comm = Comm(0, 1)
         self.n = adj.shape[0]
