@@ -1,6 +1,6 @@
 """Data from the field's formats: OGB node-property-prediction folders (written here in OGB's exact layout, in
-its three forms) and PyTorch Geometric ``Data`` objects (to a Graph and back, and trained on, against PyG's own
-layers on the same Data)."""
+its three forms; read whole, or streamed for out-of-core partitioning) and PyTorch Geometric ``Data`` objects
+(to a Graph and back, and trained on, against PyG's own layers on the same Data)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.graph.datasets import DATA_DIR_ENV, load_dataset
+from spgnn.graph.datasets import DATA_DIR_ENV, load_dataset, read_edge_list
+from spgnn.graph.ogb import read_ogb, to_edge_folder
 from spgnn.graph.pyg import from_pyg, to_pyg
 from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
@@ -147,6 +148,34 @@ def test_ogb_bad_folders_say_what_is_wrong(tmp_path):
     (folder / "raw" / "edge.csv.gz").write_bytes(b"not gzip")
     with pytest.raises(SpgnnError, match="cannot read .*edge.csv.gz"):
         load_dataset(str(folder))
+
+
+@pytest.mark.parametrize("form", ["csv", "binary"])
+def test_ogb_folder_streams_to_an_edge_folder(tmp_path, form):
+    """Seven rows at a time (the binary edge_index's src/dst boundary falls inside a block), the edge-list
+    folder holds the graph read_ogb reads."""
+    folder = write_ogb(tmp_path / "ogbn_tiny", form)
+    out = to_edge_folder(folder, tmp_path / "edges", chunk=7)
+    a, b = read_ogb(folder), read_edge_list(out)
+    assert b.name == a.name and (a.adj != b.adj).nnz == 0
+    assert np.array_equal(a.x.view(np.uint32), b.x.view(np.uint32))
+    for k in ("y", "train_mask", "val_mask", "test_mask"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+
+
+def _ooc_losses(comm, dataset):
+    cfg = TrainConfig(dataset=dataset, hidden=8, epochs=3, partition="block", algo="1d-halo")
+    return [e["loss"] for e in Trainer(cfg, comm).run(log=None)["epochs"]]
+
+
+def test_ogb_folder_partitions_out_of_core(tmp_path):
+    folder = write_ogb(tmp_path / "ogbn_tiny", "binary")
+    out = tmp_path / "parts"
+    assert main(["partition", "--out-of-core", "--dataset", str(folder), "--nparts", "2", "--method", "block",
+                 "--output", str(out), "--chunk", "16"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ogbn_tiny", "parts"]       # no temporary left
+    assert np.allclose(run_local(_ooc_losses, 2, str(out))[0], run_local(_ooc_losses, 2, str(folder))[0],
+                       rtol=1e-6, atol=0)
 
 
 # ----------------------------------------------------------------------------------------------------------

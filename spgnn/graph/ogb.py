@@ -18,7 +18,11 @@ graph, the edges are symmetrised (OGB's GNN baselines do the same) and self-loop
 
 from __future__ import annotations
 
+import gzip
+import itertools
+import json
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -162,3 +166,86 @@ def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
     y = _labels(data["labels"], masks, folder)
     return assemble(name, edge_index[0], edge_index[1], np.asarray(x, np.float32), y,
                     masks=(masks["train"], masks["val"], masks["test"]))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# streaming to an edge-list folder (for spgnn partition --out-of-core)
+
+def _csv_blocks(path: Path, dtype, chunk: int):
+    """Successive blocks of at most `chunk` rows of a headerless CSV (gzip'd or not), as 2-D arrays."""
+    with reading(path), (gzip.open(path, "rt") if path.suffix == ".gz" else path.open()) as f:
+        while lines := list(itertools.islice(f, chunk)):
+            yield np.loadtxt(lines, dtype=dtype, delimiter=",", ndmin=2)
+
+
+def _npy_blocks(npz: Path, name: str, items: int, rows: bool):
+    """(shape, successive flat blocks) of array `name` in `npz`, read through its (compressed) zip member without
+    loading the array: blocks of `items` rows when `rows`, else of `items` elements."""
+    with reading(npz), zipfile.ZipFile(npz) as z, z.open(f"{name}.npy") as f:
+        version = np.lib.format.read_magic(f)
+        header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = header(f)
+        if fortran:
+            raise SpgnnError(f"cannot stream {npz}:{name}: stored in Fortran order")
+        step = items * (int(np.prod(shape[1:])) if rows else 1) * dtype.itemsize
+        while data := f.read(step):
+            yield shape, np.frombuffer(data, dtype)
+
+
+def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str | None = None,
+                   chunk: int = 1 << 20) -> Path:
+    """Write OGB `folder` as an edge-list folder `out` (edges.npy [E, 2], features.npy, labels.npy, the split's
+    masks, meta.json), `chunk` rows at a time, so that no more than O(n) of it is held: the form
+    ``spgnn partition --out-of-core`` reads. Raw CSV and binary folders only (the ogb cache is one pickle)."""
+    folder, out = Path(folder), Path(out)
+    raw = folder / "raw"
+    out.mkdir(parents=True, exist_ok=True)
+    if _file(raw, "edge") is not None:
+        n, e = (int(_csv(_file(raw, s), np.int64)[0]) for s in ("num-node-list", "num-edge-list"))
+        edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
+        at = 0
+        for block in _csv_blocks(_file(raw, "edge"), np.int64, chunk):
+            edges[at:at + len(block)] = block
+            at += len(block)
+        feats, at = None, 0
+        for block in _csv_blocks(_file(raw, "node-feat"), np.float32, chunk):
+            if feats is None:
+                feats = np.lib.format.open_memmap(out / "features.npy", "w+", np.float32, (n, block.shape[1]))
+            feats[at:at + len(block)] = block
+            at += len(block)
+        labels = _csv(_file(raw, "node-label"), np.float64)
+    elif (raw / "data.npz").is_file():
+        with reading(raw / "data.npz"), np.load(raw / "data.npz", allow_pickle=False) as npz:
+            n = int(npz["num_nodes_list"][0])         # only this member is decompressed
+        at, edges, feats = 0, None, None
+        for shape, flat in _npy_blocks(raw / "data.npz", "edge_index", chunk, rows=False):
+            if edges is None:
+                e = shape[1]
+                edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
+            while len(flat):                 # the flat array is src[0..e) then dst[0..e)
+                col, start = divmod(at, e)
+                take = min(len(flat), e - start)
+                edges[start:start + take, col] = flat[:take]
+                flat, at = flat[take:], at + take
+        at = 0
+        for shape, flat in _npy_blocks(raw / "data.npz", "node_feat", chunk, rows=True):
+            if feats is None:
+                feats = np.lib.format.open_memmap(out / "features.npy", "w+", np.float32, shape)
+            rows = flat.reshape(-1, shape[1])
+            feats[at:at + len(rows)] = rows
+            at += len(rows)
+        with reading(raw / "node-label.npz"), np.load(raw / "node-label.npz", allow_pickle=False) as npz:
+            labels = npz["node_label"]
+    else:
+        raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz)")
+    if edges is None or feats is None or len(feats) != n:
+        raise SpgnnError(f"{folder}: the edges or node features are missing, or the features do not have the {n} "
+                         f"rows num-node-list says")
+    masks = _split(folder, split, n)
+    np.save(out / "labels.npy", _labels(labels, masks, folder).astype(np.int64))
+    for key, m in masks.items():
+        np.save(out / f"{key}_mask.npy", m)
+    (out / "meta.json").write_text(json.dumps({"name": folder.name.replace("_", "-"), "directed": False}))
+    edges.flush()
+    feats.flush()
+    return out

@@ -1,4 +1,5 @@
-"""Out-of-core partitioning: an edge-list folder to a partitioned dataset without holding the graph.
+"""Out-of-core partitioning: an edge-list folder (or an OGB folder, streamed into one first by
+`spgnn.graph.ogb.to_edge_folder`) to a partitioned dataset without holding the graph.
 
 The folder holds ``edges.npy`` ([E, 2] integers) or ``edges.txt``/``edges.csv`` (``src dst`` lines, ``#``
 comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional ``{train,val,test}_mask.npy`` and
@@ -31,6 +32,7 @@ import scipy.sparse as sp
 from ..errors import SpgnnError
 from ..graph.build import class_labels, per_class_split, split_masks
 from ..graph.datasets import edge_delimiter
+from ..graph.ogb import is_ogb, to_edge_folder
 from . import streaming
 from .partition import block, fill_empty
 from .partitioned import write
@@ -218,6 +220,11 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
     partitioned dataset `output`, reading `chunk` edges at a time."""
     if method not in METHODS:
         raise SpgnnError(f"--out-of-core partitions with {', '.join(METHODS)}, not {method!r}")
+    if is_ogb(folder):          # streamed to an edge-list folder beside the output first
+        Path(output).resolve().parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="spgnn-ogb-", dir=Path(output).resolve().parent) as tmp:
+            return partition_edge_folder(to_edge_folder(folder, tmp, chunk=chunk), output, P, method, seed, chunk,
+                                         **params)
     src = EdgeFolder(folder, chunk)
     if src.n >= 2**31:
         raise SpgnnError(f"{folder}: {src.n} nodes; out-of-core partitioning handles fewer than 2^31")
