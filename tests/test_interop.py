@@ -163,6 +163,16 @@ def test_ogb_folder_streams_to_an_edge_folder(tmp_path, form):
         assert np.array_equal(getattr(a, k), getattr(b, k)), k
 
 
+def test_ogb_stream_refuses_a_short_file(tmp_path):
+    folder = write_ogb(tmp_path / "ogbn_tiny", "csv")
+    np.savetxt(folder / "raw" / "node-feat.csv.gz", np.zeros((N - 1, F)), delimiter=",")
+    with pytest.raises(SpgnnError, match=f"fewer than num-node-list and num-edge-list announce \\({N} nodes\\)"):
+        to_edge_folder(folder, tmp_path / "edges", chunk=7)
+    np.savetxt(folder / "raw" / "node-feat.csv.gz", np.zeros((N + 1, F)), delimiter=",")
+    with pytest.raises(SpgnnError, match=f"more than the {N} rows"):
+        to_edge_folder(folder, tmp_path / "edges", chunk=7)
+
+
 def _ooc_losses(comm, dataset):
     cfg = TrainConfig(dataset=dataset, hidden=8, epochs=3, partition="block", algo="1d-halo")
     return [e["loss"] for e in Trainer(cfg, comm).run(log=None)["epochs"]]

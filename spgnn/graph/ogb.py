@@ -192,6 +192,14 @@ def _npy_blocks(npz: Path, name: str, items: int, rows: bool):
             yield shape, np.frombuffer(data, dtype)
 
 
+def _fill(target: np.ndarray, at: int, block: np.ndarray, where: Path) -> int:
+    """target[at:at + len(block)] = block; the next row. SpgnnError if the file holds more rows than announced."""
+    if at + len(block) > len(target):
+        raise SpgnnError(f"{where}: more than the {len(target)} rows num-node-list / num-edge-list announce")
+    target[at:at + len(block)] = block
+    return at + len(block)
+
+
 def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str | None = None,
                    chunk: int = 1 << 20) -> Path:
     """Write OGB `folder` as an edge-list folder `out` (edges.npy [E, 2], features.npy, labels.npy, the split's
@@ -205,14 +213,12 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
         edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
         at = 0
         for block in _csv_blocks(_file(raw, "edge"), np.int64, chunk):
-            edges[at:at + len(block)] = block
-            at += len(block)
-        feats, at = None, 0
+            at = _fill(edges, at, block, _file(raw, "edge"))
+        edges_done, feats, rows = at == e, None, 0
         for block in _csv_blocks(_file(raw, "node-feat"), np.float32, chunk):
             if feats is None:
                 feats = np.lib.format.open_memmap(out / "features.npy", "w+", np.float32, (n, block.shape[1]))
-            feats[at:at + len(block)] = block
-            at += len(block)
+            rows = _fill(feats, rows, block, _file(raw, "node-feat"))
         labels = _csv(_file(raw, "node-label"), np.float64)
     elif (raw / "data.npz").is_file():
         with reading(raw / "data.npz"), np.load(raw / "data.npz", allow_pickle=False) as npz:
@@ -224,23 +230,23 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
                 edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
             while len(flat):                 # the flat array is src[0..e) then dst[0..e)
                 col, start = divmod(at, e)
+                if col > 1:
+                    raise SpgnnError(f"{raw / 'data.npz'}: edge_index holds more than its 2 × {e} ids")
                 take = min(len(flat), e - start)
                 edges[start:start + take, col] = flat[:take]
                 flat, at = flat[take:], at + take
-        at = 0
+        edges_done, rows = edges is not None and at == 2 * len(edges), 0
         for shape, flat in _npy_blocks(raw / "data.npz", "node_feat", chunk, rows=True):
             if feats is None:
                 feats = np.lib.format.open_memmap(out / "features.npy", "w+", np.float32, shape)
-            rows = flat.reshape(-1, shape[1])
-            feats[at:at + len(rows)] = rows
-            at += len(rows)
+            rows = _fill(feats, rows, flat.reshape(-1, shape[1]), raw / "data.npz")
         with reading(raw / "node-label.npz"), np.load(raw / "node-label.npz", allow_pickle=False) as npz:
             labels = npz["node_label"]
     else:
         raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz)")
-    if edges is None or feats is None or len(feats) != n:
-        raise SpgnnError(f"{folder}: the edges or node features are missing, or the features do not have the {n} "
-                         f"rows num-node-list says")
+    if not edges_done or feats is None or rows != n:
+        raise SpgnnError(f"{folder}: the edges or node features are missing or fewer than num-node-list and "
+                         f"num-edge-list announce ({n} nodes)")
     masks = _split(folder, split, n)
     np.save(out / "labels.npy", _labels(labels, masks, folder).astype(np.int64))
     for key, m in masks.items():
