@@ -54,17 +54,48 @@ def _csv(path: Path, dtype, ndmin: int = 1) -> np.ndarray:
         return np.loadtxt(path, dtype=dtype, delimiter=",", ndmin=ndmin)
 
 
+def _form(folder: Path) -> str:
+    """"csv", "binary" or "processed": the form OGB `folder` is in, once the files that form needs are there;
+    SpgnnError for a heterogeneous folder, missing files or no graph at all."""
+    raw = folder / "raw"
+    if (raw / "triplet-type-list.csv.gz").is_file() or (raw / "edge_index_dict.npz").is_file():
+        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbn-mag); spgnn trains homogeneous graphs")
+    if _file(raw, "edge") is not None:
+        missing = [f"{s}.csv.gz" for s in ("num-node-list", "num-edge-list", "node-label") if _file(raw, s) is None]
+        if missing:
+            raise SpgnnError(f"{raw}: missing {', '.join(missing)} (an OGB raw folder holds edge, num-node-list, "
+                             f"num-edge-list, node-feat and node-label .csv.gz files)")
+        return "csv"
+    if (raw / "data.npz").is_file():
+        if not (raw / "node-label.npz").is_file():
+            raise SpgnnError(f"{raw}: missing node-label.npz (the labels of a binary OGB dataset)")
+        return "binary"
+    if (folder / "processed" / "data_processed").is_file():
+        return "processed"
+    raise SpgnnError(f"{folder}: no OGB graph found (raw/edge.csv.gz, raw/data.npz or processed/data_processed)")
+
+
+def _counts(nodes, edges, folder: Path) -> tuple[int, int]:
+    """(n, E) of the one graph num-node-list and num-edge-list describe; SpgnnError when they list several."""
+    nodes, edges = np.asarray(nodes).ravel(), np.asarray(edges).ravel()
+    if nodes.size != 1 or edges.size != 1:
+        raise SpgnnError(f"{folder} holds {nodes.size} graphs: a node-property-prediction dataset holds one "
+                         f"(graph-property datasets, ogbg-*, are not for node classification)")
+    return int(nodes[0]), int(edges[0])
+
+
+def _name(folder: Path) -> str:
+    """ogbn_arxiv → ogbn-arxiv."""
+    return folder.name.replace("_", "-")
+
+
 def _raw_csv(raw: Path) -> dict:
-    need = {s: _file(raw, s) for s in ("edge", "num-node-list", "num-edge-list", "node-label")}
-    missing = [f"{s}.csv.gz" for s, p in need.items() if p is None]
-    if missing:
-        raise SpgnnError(f"{raw}: missing {', '.join(missing)} (an OGB raw folder holds edge, num-node-list, "
-                         f"num-edge-list, node-feat and node-label .csv.gz files)")
     feat = _file(raw, "node-feat")
-    return {"edge_index": _csv(need["edge"], np.int64, 2).T, "num_nodes_list": _csv(need["num-node-list"], np.int64),
-            "num_edges_list": _csv(need["num-edge-list"], np.int64),
+    return {"edge_index": _csv(_file(raw, "edge"), np.int64, 2).T,
+            "num_nodes_list": _csv(_file(raw, "num-node-list"), np.int64),
+            "num_edges_list": _csv(_file(raw, "num-edge-list"), np.int64),
             "node_feat": None if feat is None else _csv(feat, np.float32, 2),
-            "labels": _csv(need["node-label"], np.float64)}
+            "labels": _csv(_file(raw, "node-label"), np.float64)}
 
 
 def _raw_binary(raw: Path) -> dict:
@@ -75,8 +106,6 @@ def _raw_binary(raw: Path) -> dict:
         out = {k: npz[k] for k in ("edge_index", "num_nodes_list", "num_edges_list")}
         out["node_feat"] = npz["node_feat"] if "node_feat" in npz.files else None
     labels = raw / "node-label.npz"
-    if not labels.is_file():
-        raise SpgnnError(f"{raw}: missing node-label.npz (the labels of a binary OGB dataset)")
     with reading(labels), np.load(labels, allow_pickle=False) as npz:
         if "node_label" not in npz.files:
             raise SpgnnError(f"cannot read {labels}: no array 'node_label' (found {', '.join(npz.files)})")
@@ -136,24 +165,13 @@ def _labels(raw_labels, masks: dict, where: Path) -> np.ndarray:
 def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
     """The graph of an OGB node-property-prediction folder with its official split (see the module docstring)."""
     folder = Path(folder)
-    raw = folder / "raw"
-    if (raw / "triplet-type-list.csv.gz").is_file() or (raw / "edge_index_dict.npz").is_file():
-        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbn-mag); spgnn trains homogeneous graphs")
-    if _file(raw, "edge") is not None:
-        data = _raw_csv(raw)
-    elif (raw / "data.npz").is_file():
-        data = _raw_binary(raw)
-    elif (folder / "processed" / "data_processed").is_file():
-        data = _processed(folder / "processed" / "data_processed")
-    else:
-        raise SpgnnError(f"{folder}: no OGB graph found (raw/edge.csv.gz, raw/data.npz or processed/data_processed)")
-    nodes, edges = np.asarray(data["num_nodes_list"]).ravel(), np.asarray(data["num_edges_list"]).ravel()
-    if nodes.size != 1 or edges.size != 1:
-        raise SpgnnError(f"{folder} holds {nodes.size} graphs: a node-property-prediction dataset holds one "
-                         f"(graph-property datasets, ogbg-*, are not for node classification)")
-    n, edge_index = int(nodes[0]), np.asarray(data["edge_index"])
-    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.shape[1] != int(edges[0]):
-        raise SpgnnError(f"{folder}: the edge list has shape {edge_index.shape}, expected (2, {int(edges[0])}) as "
+    read = {"csv": lambda: _raw_csv(folder / "raw"), "binary": lambda: _raw_binary(folder / "raw"),
+            "processed": lambda: _processed(folder / "processed" / "data_processed")}
+    data = read[_form(folder)]()
+    n, e = _counts(data["num_nodes_list"], data["num_edges_list"], folder)
+    edge_index = np.asarray(data["edge_index"])
+    if edge_index.ndim != 2 or edge_index.shape[0] != 2 or edge_index.shape[1] != e:
+        raise SpgnnError(f"{folder}: the edge list has shape {edge_index.shape}, expected (2, {e}) as "
                          f"num-edge-list says")
     x = data["node_feat"]
     if x is None:
@@ -162,9 +180,8 @@ def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
         raise SpgnnError(f"{folder}: node features have shape {np.shape(x)}, expected ({n}, F) as num-node-list "
                          f"says")
     masks = _split(folder, split, n)
-    name = folder.name.replace("_", "-")
     y = _labels(data["labels"], masks, folder)
-    return assemble(name, edge_index[0], edge_index[1], np.asarray(x, np.float32), y,
+    return assemble(_name(folder), edge_index[0], edge_index[1], np.asarray(x, np.float32), y,
                     masks=(masks["train"], masks["val"], masks["test"]))
 
 
@@ -206,27 +223,32 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
     masks, meta.json), `chunk` rows at a time, so that no more than O(n) of it is held: the form
     ``spgnn partition --out-of-core`` reads. Raw CSV and binary folders only (the ogb cache is one pickle)."""
     folder, out = Path(folder), Path(out)
-    raw = folder / "raw"
+    raw, form = folder / "raw", _form(folder)
+    if form == "processed":
+        raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz), "
+                         f"not the ogb package's processed/ cache")
     out.mkdir(parents=True, exist_ok=True)
-    if _file(raw, "edge") is not None:
-        n, e = (int(_csv(_file(raw, s), np.int64)[0]) for s in ("num-node-list", "num-edge-list"))
+    if form == "csv":
+        n, e = _counts(*(_csv(_file(raw, s), np.int64) for s in ("num-node-list", "num-edge-list")), folder)
         edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
         at = 0
         for block in _csv_blocks(_file(raw, "edge"), np.int64, chunk):
             at = _fill(edges, at, block, _file(raw, "edge"))
-        edges_done, feats, rows = at == e, None, 0
-        for block in _csv_blocks(_file(raw, "node-feat"), np.float32, chunk):
+        edges_done, feats, rows, feat = at == e, None, 0, _file(raw, "node-feat")
+        for block in _csv_blocks(feat, np.float32, chunk) if feat is not None else ():
             if feats is None:
                 feats = np.lib.format.open_memmap(out / "features.npy", "w+", np.float32, (n, block.shape[1]))
-            rows = _fill(feats, rows, block, _file(raw, "node-feat"))
+            rows = _fill(feats, rows, block, feat)
         labels = _csv(_file(raw, "node-label"), np.float64)
-    elif (raw / "data.npz").is_file():
+    else:
         with reading(raw / "data.npz"), np.load(raw / "data.npz", allow_pickle=False) as npz:
-            n = int(npz["num_nodes_list"][0])         # only this member is decompressed
+            n, e = _counts(npz["num_nodes_list"], npz["num_edges_list"], folder)    # only these are decompressed
         at, edges, feats = 0, None, None
         for shape, flat in _npy_blocks(raw / "data.npz", "edge_index", chunk, rows=False):
             if edges is None:
-                e = shape[1]
+                if tuple(shape) != (2, e):
+                    raise SpgnnError(f"{folder}: the edge list has shape {shape}, expected (2, {e}) as "
+                                     f"num-edge-list says")
                 edges = np.lib.format.open_memmap(out / "edges.npy", "w+", np.int64, (e, 2))
             while len(flat):                 # the flat array is src[0..e) then dst[0..e)
                 col, start = divmod(at, e)
@@ -242,8 +264,6 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
             rows = _fill(feats, rows, flat.reshape(-1, shape[1]), raw / "data.npz")
         with reading(raw / "node-label.npz"), np.load(raw / "node-label.npz", allow_pickle=False) as npz:
             labels = npz["node_label"]
-    else:
-        raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz)")
     if not edges_done or feats is None or rows != n:
         raise SpgnnError(f"{folder}: the edges or node features are missing or fewer than num-node-list and "
                          f"num-edge-list announce ({n} nodes)")
@@ -251,7 +271,7 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
     np.save(out / "labels.npy", _labels(labels, masks, folder).astype(np.int64))
     for key, m in masks.items():
         np.save(out / f"{key}_mask.npy", m)
-    (out / "meta.json").write_text(json.dumps({"name": folder.name.replace("_", "-"), "directed": False}))
+    (out / "meta.json").write_text(json.dumps({"name": _name(folder), "directed": False}))
     edges.flush()
     feats.flush()
     return out
