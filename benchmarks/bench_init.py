@@ -31,7 +31,7 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 import torch.nn.functional as F
-from bench_time_to_accuracy import curve, lockstep
+from bench_time_to_accuracy import curve, lockstep, reach
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
@@ -91,12 +91,6 @@ class PygRun:
         return {f"{k}_acc": float((pred[m] == self.y[m]).float().mean()) for k, m in self.masks.items()}
 
 
-def seconds_to(run: dict, target: float):
-    """(epochs, training seconds) until the smoothed test accuracy first reaches `target`; (None, None): never."""
-    hit = np.flatnonzero(np.asarray(run["smoothed_test_acc"]) >= target)
-    return (int(hit[0]) + 1, run["train_s"][hit[0]]) if len(hit) else (None, None)
-
-
 def median(values):
     """The median, None (never) counting as infinite; None when the median is."""
     m = float(np.median([np.inf if v is None else v for v in values]))
@@ -111,7 +105,7 @@ def tables(runs: list[dict], models: list[str], targets: dict, args) -> None:
     """Table 1 (the two initialisations) and table 2 (spgnn against PyG), times to each model's target."""
     for r in runs:
         r["target"] = targets[r["model"]]
-        r["epochs_to_target"], r["time_to_target_s"] = seconds_to(r, r["target"])
+        r["epochs_to_target"], r["time_to_target_s"] = reach(r, r["target"])
     print(f"\n{args.dataset}, one process, full-batch, seeds {args.seeds}, targets {targets}; medians over seeds, "
           f"a seed that never reached the target in {args.epochs} epochs counting as infinite ('never')\n")
     print("Table 1: spgnn from each library's initialisation\n\n| model | target | init | epochs to target | "
@@ -170,12 +164,11 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             curves = [curve(rec, args.window) for rec in lockstep(list(systems.values()), args.epochs)]
             for name, c in zip(systems, curves):
-                r = {"model": model, "seed": seed, "system": name, "target": targets[model]} | c
-                r["epochs_to_target"], r["time_to_target_s"] = seconds_to(r, targets[model])
-                runs.append(r)
-                print(f"{model} seed {seed} {name:16}: {r['ms_per_epoch']:7.1f} ms/epoch, target "
-                      f"{targets[model]:.2f} after {r['epochs_to_target']} epochs, {fmt(r['time_to_target_s'], ' s')}"
-                      f", last test acc {r['test_acc'][-1]:.4f}", flush=True)
+                runs.append({"model": model, "seed": seed, "system": name} | c)
+                epochs, seconds = reach(c, targets[model])
+                print(f"{model} seed {seed} {name:16}: {c['ms_per_epoch']:7.1f} ms/epoch, target "
+                      f"{targets[model]:.2f} after {epochs} epochs, {fmt(seconds, ' s')}, last test acc "
+                      f"{c['test_acc'][-1]:.4f}", flush=True)
             print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
     tables(runs, models, targets, args)
     out = Path(args.out)
