@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 import spgnn
-from spgnn.graph import NORMALIZATIONS, load_dataset
+from spgnn.graph import load_dataset, normalize
 from spgnn.sampling import make_sampler
 
 
@@ -25,7 +25,7 @@ def show_bulk(args) -> None:
     """k minibatches of 64 training nodes in one call and one at a time: the same blocks, and the time of each
     (after a first call, which compiles the kernels)."""
     g = load_dataset(args.dataset)
-    sampler = make_sampler(args.sampler, NORMALIZATIONS["mean"](g.adj))
+    sampler = make_sampler(args.sampler, normalize(g.adj, "mean"))
     train = np.random.default_rng(0).permutation(np.flatnonzero(g.train_mask))
     seeds = [train[i * 64:(i + 1) * 64] for i in range(args.bulk)]
     sampler.sample(seeds, list(range(args.bulk)))                   # compiles the kernels (numba), once

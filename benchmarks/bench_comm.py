@@ -307,7 +307,7 @@ def extrapolate() -> dict:
     picks per P, the overall pick with α scaled by ALPHA_SCALE, and the 1.5D crossover degrees."""
     out = {}
     for name, (n, nnz, classes) in OGB.items():
-        model = cost.ModelShape((PLAN_F,) + (HIDDEN,) * (PLAN_LAYERS - 1) + (classes,))
+        model = cost.ModelCost.of_config(TrainConfig(hidden=HIDDEN, layers=PLAN_LAYERS), PLAN_F, classes)
         rows = cost.plan_table(n, nnz, PLAN_PS, model)
         scaled = cost.plan_table(n, nnz, PLAN_PS, model, alpha_beta=SCALED_ALPHA_BETA)
         for r in rows + scaled:

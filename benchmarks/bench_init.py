@@ -38,7 +38,7 @@ from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
 from spgnn.graph.pyg import to_pyg
-from spgnn.layers.init import CHOSEN
+from spgnn.layers import CHOSEN
 from spgnn.train.fullbatch import Trainer
 
 SHAPES = {"gcn": dict(layers=2, hidden=128), "sage": dict(layers=3, hidden=256), "gat": dict(layers=2, hidden=8)}

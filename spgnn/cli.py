@@ -13,11 +13,11 @@ from pathlib import Path
 from . import spmm
 from .comm import calibrate as calibration
 from .comm import launch
-from .config import TrainConfig
+from .config import TrainConfig, plugin_options
 from .errors import SpgnnError
 from .graph.datasets import load_dataset
-from .layers.conv import LAYERS
-from .layers.init import CHOSEN, SCHEMES
+from .layers.init import SCHEMES
+from .layers.registry import CHOSEN, LAYERS
 from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
@@ -52,17 +52,16 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "./datasets, ~/.cache/spgnn/datasets); cora is bundled")
     a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
       "once and reused (else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions)")
-    a("--model", default=d.model, choices=sorted(LAYERS), help="layer type")
+    a("--model", default=d.model, choices=sorted(LAYERS), help="the model: its layer kind ("
+      + "; ".join(f"{name}: {cls.summary}" for name, cls in LAYERS.items()) + ")")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: "
       + ", ".join(f"{name} {cls.summary}" for name, cls in spmm.ALGORITHMS.items()) + "; auto picks the algorithm "
       "and grid with the lowest predicted communication time (see spgnn cost)")
-    for o in spmm.options().values():
-        a(o.flag, type=o.type, default=getattr(d, o.name), help=o.help)
+    for o in plugin_options().values():
+        a(o.flag, type=o.type, default=o.default, help=o.help)
     a("--partition", default=d.partition, help=f"vertex partition: {', '.join(available())}, or a path to "
       "a partition saved by spgnn partition (.npz) or a .npy/.txt part vector (one part id per node)")
     a("--layers", type=int, default=d.layers, help="number of GNN layers")
-    a("--heads", type=int, default=d.heads, help="gat: attention heads of each hidden layer (concatenated)")
-    a("--out-heads", type=int, default=d.out_heads, help="gat: attention heads of the last layer (averaged)")
     a("--batch-norm", action="store_true", help="global batch normalization after each hidden layer")
     a("--init", default=d.init, choices=["auto", *SCHEMES], help="initial parameters as PyTorch Geometric (pyg) or "
       "DGL (dgl) draws them for the layer; auto: per layer kind, the one that reaches a given test accuracy sooner ("
@@ -157,7 +156,8 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
 
 
 def train(args, argv) -> int:
-    cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in TrainConfig.__dataclass_fields__})
+    known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
+    cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
@@ -335,7 +335,7 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--hidden", type=int, default=128, help="hidden width")
     a("--classes", type=int, default=128, help="output classes (--nodes mode)")
     a("--layers", type=int, default=3, help="GNN layers")
-    a("--model", default="gcn", choices=["gcn", "sage"], help="layer type")
+    a("--model", default="gcn", choices=sorted(LAYERS), help="the model (its layers must declare their costs)")
     a("--calibration", default=None, help="α-β figures from spgnn calibrate --output (default: gloo, 2 cores)")
     a("--output", default=None, help="write the table as JSON here")
     return p
@@ -357,8 +357,8 @@ def cost_command(args, argv) -> int:
                 rows.append({"P": P, **option, "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
                              "seconds": max(cost.seconds(led, ab) for led in ledgers)})
     elif args.nodes and args.nnz:
-        widths = (args.features,) + (args.hidden,) * (args.layers - 1) + (args.classes,)
-        model = cost.ModelShape(widths, 2 if args.model == "sage" else 1)
+        cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers)
+        model = cost.ModelCost.of_config(cfg, args.features, args.classes)
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab)
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")

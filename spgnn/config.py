@@ -1,18 +1,20 @@
 """`TrainConfig`: everything that defines a training run (the ``spgnn train`` options), and its validation.
 
-Its fields are the ones below plus every registered algorithm's `spgnn.spmm.Option` (``--replication`` of
-1.5d, ``--grid`` of 2d and 3d, ``--prefetch`` of sar, and those of plugins), so that an algorithm brings its
-own options to the config, the command line and ``--algo auto``.
+Its fields are the ones below plus the `spgnn.Option`s of every registered algorithm (``--replication`` of 1.5d,
+``--grid`` of 2d and 3d, ``--prefetch`` of sar, and those of plugins) and every registered layer (``--heads`` of
+GAT, ``--steps`` and ``--alpha`` of APPNP, …). Those are read from the registries when a config is made or read,
+not when this module is imported, so a plug-in registered later (by ``@register`` in a user's script) brings its
+options all the same: ``TrainConfig(algo="mine", my_option=3).my_option``.
 """
 
 from __future__ import annotations
 
-from dataclasses import make_dataclass
+from dataclasses import dataclass, field
 
 from . import spmm
 from .comm.launch import TRANSPORTS
 from .errors import SpgnnError
-from .layers import LAYERS
+from .layers import registry as layers
 from .layers.init import SCHEMES
 
 FIELDS = [          # (name, type, default), in the order of ``spgnn train --help``
@@ -29,8 +31,6 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("weight_decay", float, 5e-4),
     ("epochs", int, 200),
     ("seed", int, 0),
-    ("heads", int, 8),
-    ("out_heads", int, 1),
     ("batch_norm", bool, False),
     ("init", str, "auto"),
     ("device", str, "cpu"),
@@ -46,13 +46,80 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
 ]
 
 
+def plugin_options() -> dict:
+    """Every registered algorithm's and layer's `Option` by name."""
+    return spmm.options() | layers.options()
+
+
+class _Config:
+    """The methods of `TrainConfig` (a dataclass of `FIELDS` and `options`, made below)."""
+
+    def __init__(self, **values):
+        known = {name for name, _, _ in FIELDS}
+        for name, _, default in FIELDS:
+            object.__setattr__(self, name, values.pop(name, default))
+        options = dict(values.pop("options", None) or {})
+        if values:
+            plugin = plugin_options()
+            unknown = [k for k in values if k not in plugin]
+            if unknown:
+                raise SpgnnError(f"unknown option {unknown[0]!r}: TrainConfig takes {', '.join(sorted(known))} and the "
+                                 f"options of registered algorithms and layers ({', '.join(plugin)})")
+            options |= values
+        object.__setattr__(self, "options", options)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "options":
+            raise AttributeError(name)
+        option = plugin_options().get(name)
+        if option is None:
+            raise AttributeError(f"TrainConfig has no option {name!r}")
+        return self.options.get(name, option.default)
+
+    def __setattr__(self, name, value):
+        if name in FIELD_NAMES:
+            object.__setattr__(self, name, value)
+        else:
+            self.options[name] = value
+
+    def __eq__(self, other):
+        return isinstance(other, TrainConfig) and self.as_dict() == other.as_dict()
+
+    def __repr__(self):
+        return "TrainConfig(" + ", ".join(f"{k}={v!r}" for k, v in self.as_dict().items()) + ")"
+
+    def __reduce__(self):
+        return (_rebuild, (self.as_dict(),))
+
+    def as_dict(self) -> dict:
+        """Every field and every registered plug-in option, flat (as the report and checkpoints keep them)."""
+        out = {name: getattr(self, name) for name in FIELD_NAMES}
+        return out | {name: getattr(self, name) for name in plugin_options()} | self.options
+
+    def validate(self) -> TrainConfig:
+        """Raise SpgnnError for option values no run can use (before any process starts); returns self."""
+        return validate(self)
+
+
+def _rebuild(values: dict) -> TrainConfig:
+    fixed = {k: v for k, v in values.items() if k in FIELD_NAMES}
+    return TrainConfig(**fixed, options={k: v for k, v in values.items() if k not in FIELD_NAMES})
+
+
+FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
+TrainConfig = dataclass(init=False, eq=False, repr=False)(type("TrainConfig", (_Config,), {
+    "__annotations__": {name: kind for name, kind, _ in FIELDS} | {"options": dict},
+    **{name: default for name, _, default in FIELDS}, "options": field(default_factory=dict),
+    "__doc__": "Everything that defines a training run: the ``spgnn train`` options, every registered algorithm's "
+               "and layer's included (`spgnn.Option`s: kept in `options`, read and set as attributes)."}))
+TrainConfig.__module__ = __name__        # pickled by reference (to spawned ranks) from here
+
+
 def validate(self):
     """Raise SpgnnError for option values no run can use (before any process starts); returns self."""
+    model = layers.get_layer(self.model)
     checks = [
-        (self.model in LAYERS, f"--model must be one of {', '.join(LAYERS)}, got {self.model!r}"),
         (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
-        (min(self.heads, self.out_heads) >= 1, f"--heads and --out-heads must be at least 1, got "
-                                               f"{self.heads} and {self.out_heads}"),
         (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
         (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
         (self.lr > 0, f"--lr must be positive, got {self.lr}"),
@@ -72,23 +139,21 @@ def validate(self):
             raise SpgnnError(message)
     for option in spmm.options().values():
         option.check(getattr(self, option.name))
-    if self.algo != "auto" and self.batch_norm and not spmm.get(self.algo).whole_rows:
-        raise SpgnnError(f"--batch-norm needs whole rows, which --algo {self.algo} splits by columns: use another "
-                         "--algo")
-    if self.model == "gat" and self.algo not in spmm.attention_algorithms():
-        raise SpgnnError(f"--model gat needs attention, which --algo {self.algo} does not support: use "
-                         f"--algo {' or '.join(spmm.attention_algorithms())}")
+    for option in model.options:
+        option.check(getattr(self, option.name))
+    stray = [o for name, o in layers.options().items() if name not in {x.name for x in model.options}
+             and name not in spmm.options() and getattr(self, name) != o.default]
+    if stray:
+        raise SpgnnError(f"{stray[0].flag} applies to --model {' and '.join(layers.declaring(stray[0].name))}, not "
+                         f"{self.model}")
+    if self.algo != "auto":
+        cls = spmm.get(self.algo)
+        needs = sorted(model.needs) + (["whole_rows"] if self.batch_norm else [])
+        for need in needs:
+            if not getattr(cls, need):
+                what = "--batch-norm" if need == "whole_rows" and self.batch_norm and "whole_rows" not in model.needs \
+                    else f"--model {self.model}"
+                offer = [n for n, c in spmm.ALGORITHMS.items() if getattr(c, need)]
+                raise SpgnnError(f"{what} needs {need.replace('_', ' ')}, which --algo {self.algo} does not offer: "
+                                 f"use --algo {' or '.join(offer)}")
     return self
-
-
-def _fields() -> list[tuple]:
-    """The fields above, then each algorithm option's (name, type, default)."""
-    return FIELDS + [(o.name, o.type if o.default is not None else o.type | None, o.default)
-                     for o in spmm.options().values()]
-
-
-TrainConfig = make_dataclass("TrainConfig", _fields(), namespace={
-    "validate": validate,
-    "__doc__": "Everything that defines a training run: the ``spgnn train`` options, every registered algorithm's "
-               "included (`spgnn.spmm.Option`)."})
-TrainConfig.__module__ = __name__        # pickled by reference (to spawned ranks) from here

@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass, replace
 
 import numpy as np
+import torch
+from torch import nn
 
 from . import spmm
 from .comm.comm import Ledger, ring_words
@@ -30,9 +32,8 @@ from .comm.grid import format_grid
 from .comm.halo import Halo
 from .errors import SpgnnError
 from .graph import graph as graphs
-from .layers.conv import LAYERS, spmm_width
-
-MODELLED = ("gcn", "sage")      # models whose layers communicate only through `DistSpMM.spmm`
+from .graph.adjacency import get_adjacency
+from .layers.registry import Dense, Spmm
 
 # Seconds per latency step and per byte for torch.distributed/gloo over loopback, measured on 2 cores with 64 MB
 # a rank at P = 2 (broadcast 0.96, all-reduce 0.38, all-to-all 0.57, all-gather 0.15 GB/s; 100 µs a call, where
@@ -62,13 +63,12 @@ class BlockStats:
         return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj))
 
     @classmethod
-    def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm: str) -> BlockStats:
-        """The statistics of the normalised A from those of the raw A (`diagonal[p]`: its self-loops in part
-        p): GCN and self-loops fill the diagonal; mean normalisation is not symmetric."""
-        block_nnz = np.array(block_nnz, dtype=np.int64)
-        if norm in ("gcn", "self-loops"):
-            block_nnz[np.diag_indices_from(block_nnz)] += np.asarray(sizes) - np.asarray(diagonal)
-        return cls(np.asarray(sizes), np.asarray(halo), block_nnz, bool(symmetric) and norm != "mean")
+    def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm) -> BlockStats:
+        """The statistics of A normalised by the adjacency `norm` (`spgnn.graph.adjacency.Adjacency.block_nnz`)
+        from those of the raw A (`diagonal[p]`: its self-loops in part p)."""
+        adjacency = get_adjacency(norm)
+        return cls(np.asarray(sizes), np.asarray(halo), adjacency.block_nnz(block_nnz, sizes, diagonal),
+                   bool(symmetric) and adjacency.symmetric)
 
     @classmethod
     def expected(cls, n: int, nnz: int, P: int) -> BlockStats:
@@ -81,52 +81,85 @@ class BlockStats:
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """What the cost model needs to know of a GCN or GraphSAGE model: layer widths [f_0, f_1, …, f_L], the
-    dense products H·W each layer makes (GCN 1, GraphSAGE 2: neighbours and root) and the normalisation of A
-    (GCN's needs the degrees of remote columns at set-up)."""
+class ModelCost:
+    """What the cost model needs of a model: per layer (in ledger-layer order) the operations its layers declare
+    (`spgnn.layers.Layer.costs`: `Spmm`, `Dense`, `AllReduce`), the width of its output (the classes) and its
+    parameter count (the gradient all-reduce)."""
 
-    widths: tuple
-    linears: int = 1
-    norm: str = "gcn"
+    layers: tuple
+    classes: int
+    n_params: int
+    needs: frozenset = frozenset()
 
     @classmethod
-    def of(cls, cfg, graph) -> ModelShape:
-        """The model `cfg` describes on `graph` (a Graph or a `spgnn.partition.share.GraphInfo`)."""
-        widths = (graph.num_features,) + (cfg.hidden,) * (cfg.layers - 1) + (graph.num_classes,)
-        return cls(widths, 2 if cfg.model == "sage" else 1, LAYERS[cfg.model].adjacency)
+    def of(cls, model) -> ModelCost:
+        """The costs `model` declares: a `spgnn.layers.GNN` (its layers and batch norms), or any module made of
+        `spgnn.layers.Layer`s applied once each in the order they were registered. SpgnnError naming the first
+        layer that declares no cost, or a module with parameters outside any layer."""
+        from .layers.registry import Layer
+
+        layers = list(model.layers) if hasattr(model, "layers") and isinstance(model.layers, nn.ModuleList) \
+            else [m for m in model.modules() if isinstance(m, Layer)]
+        norms = list(getattr(model, "norms", None) or [])
+        covered = {id(p) for m in layers + norms for p in m.parameters()}
+        stray = next((k for k, p in model.named_parameters() if id(p) not in covered), None)
+        if not layers or stray is not None:
+            raise SpgnnError(f"the cost model cannot see {'parameter ' + repr(stray) if stray else 'any layer'} of "
+                             f"{type(model).__name__}: build it from spgnn.layers.Layer modules (e.g. spgnn.layers."
+                             "Linear for a dense product) that declare costs()")
+        out, grad = [], False
+        for i, layer in enumerate(layers):
+            ops = layer.costs(grad)
+            if ops is None:
+                raise SpgnnError(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
+                                 "declares no cost (Layer.costs), so the cost model cannot predict it: name an --algo "
+                                 "instead of auto")
+            if i < len(norms):
+                ops = list(ops) + norms[i].costs(True)
+            out.append(tuple(ops))
+            grad = grad or any(p.requires_grad for p in layer.parameters())
+        needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
+        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs)
+
+    @classmethod
+    def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
+        """The costs of the built-in model `cfg` describes (``--model``, widths, options)."""
+        from .layers.stack import config_model
+
+        with torch.random.fork_rng():
+            return cls.of(config_model(cfg, f_in, classes))
 
     @property
-    def spmm_widths(self) -> list[int]:
-        """Columns of each layer's sparse product."""
-        return [spmm_width(a, b) for a, b in zip(self.widths[:-1], self.widths[1:])]
-
-    @property
-    def input_backward(self) -> bool:
-        """Whether layer 0's sparse product has a backward: only when it multiplies by W first (Â·(X·W));
-        Â·X needs no gradient, the features X being data."""
-        return spmm_width(*self.widths[:2]) < self.widths[0]
-
-    @property
-    def n_params(self) -> int:
-        """float32 parameters: W (f_in×f_out, `linears` of them) and b (f_out) a layer."""
-        return sum(self.linears * a * b + b for a, b in zip(self.widths[:-1], self.widths[1:]))
+    def adjacencies(self) -> list[str]:
+        """The adjacencies its sparse products multiply by, in order of first use."""
+        return list(dict.fromkeys(op.adjacency for ops in self.layers for op in ops if isinstance(op, Spmm)))
 
 
-def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, setup=True) -> Ledger:
+def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, setup=True) -> Ledger:
     """The ledger `rank` records for the algorithm's setup, `epochs` training steps and `evals`
-    evaluations of `model`, keyed like `Comm`'s: per layer its SpMM and dense products forward and
-    backward, then the log-softmax, the gradient all-reduce and the loss sum; an evaluation is the
-    forward, the argmax and the accuracy sums."""
+    evaluations of `model`, keyed like `Comm`'s: per layer each declared operation forward and backward, the
+    log-softmax and the loss sum, then the gradient all-reduce; an evaluation is the forward, the argmax and
+    the accuracy sums. `stats`: the block statistics of A under each adjacency the model uses ({name: BlockStats})."""
     ledger = Ledger()
-    widths, classes = model.spmm_widths, model.widths[-1]
-    spmm_cost = {w: cls.spmm_cost(stats, shape, rank, w) for w in set(widths)}
-    linear = [cls.dense_cost(stats, shape, rank, "linear", a, b) for a, b in zip(model.widths[:-1], model.widths[1:])]
-    softmax = cls.dense_cost(stats, shape, rank, "log_softmax", classes)
-    argmax = cls.dense_cost(stats, shape, rank, "argmax", classes)
+    first = next(iter(stats.values()))
+    memo = {}
 
-    def record(phase, layer, calls, times=1):
-        for op, group, sent, recv, messages in calls * times:
+    def cost(op) -> dict:
+        if op not in memo:
+            if isinstance(op, Spmm):
+                memo[op] = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
+            elif isinstance(op, Dense):
+                memo[op] = cls.dense_cost(first, shape, rank, "linear", op.f_in, op.f_out)
+            else:
+                g, me = cls.member(shape, cls.rows_group_name, rank)
+                b = ring_words(op.words, g, me) * op.itemsize
+                call = [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))]
+                memo[op] = {"forward": call, "backward": call if op.backward else [], "eval": [] if op.train_only
+                            else call}
+        return memo[op]
+
+    def record(phase, layer, calls):
+        for op, group, sent, recv, messages in calls:
             ledger.record((phase, layer, op, group), sent, recv, messages, 0.0)
 
     g, me = cls.member(shape, cls.rows_group_name, rank)
@@ -136,23 +169,27 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, 
         record(phase, None, [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))])
 
     def forward(phase):
-        for layer, w in enumerate(widths):
-            record(phase, layer, spmm_cost[w]["forward"])
-            record(phase, layer, linear[layer]["forward"], model.linears)
+        for layer, ops in enumerate(model.layers):
+            for op in ops:
+                calls = cost(op)
+                record(phase, layer, calls["eval"] if phase == "eval" and "eval" in calls else calls["forward"])
 
+    softmax = cls.dense_cost(first, shape, rank, "log_softmax", model.classes)
+    argmax = cls.dense_cost(first, shape, rank, "argmax", model.classes)
     if setup:
-        record("setup", None, setup_cost(cls, stats, shape, rank, model.norm))
+        for name, s in stats.items():
+            record("setup", None, setup_cost(cls, s, shape, rank, name))
     for _ in range(epochs):
         forward("forward")
         record("forward", None, softmax["forward"])
+        all_reduce("forward", 1, 8)                     # the loss sum (Comm.all_sum: float64)
         record("backward", None, softmax["backward"])
-        for layer, w in enumerate(widths):
-            if layer or model.input_backward:
-                record("backward", layer, spmm_cost[w]["backward"])
-            record("backward", layer, linear[layer]["backward"], model.linears)
+        for layer, ops in enumerate(model.layers):
+            for op in ops:
+                if not isinstance(op, Spmm) or op.backward:
+                    record("backward", layer, cost(op)["backward"])
         if g > 1:                                       # all_reduce_gradients skips a group of one
             all_reduce("optimizer", model.n_params, 4)
-        all_reduce("optimizer", 1, 8)                   # the loss sum (Comm.all_sum: float64)
     for _ in range(evals):
         forward("eval")
         record("eval", None, argmax["forward"])
@@ -160,12 +197,14 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelShape, epochs=1, evals=1, 
     return ledger
 
 
-def setup_cost(cls, stats, shape, rank, norm: str) -> list:
-    """What `rank` moves to build the layout from its block row: the `Halo` set-up in the algorithm's parts
-    group (when it uses it or GCN needs remote degrees), the degrees (float32), then its own redistribution."""
+def setup_cost(cls, stats, shape, rank, norm) -> list:
+    """What `rank` moves to build the layout of adjacency `norm` from its block row: the `Halo` set-up in the
+    algorithm's parts group (when it uses it or the adjacency needs remote degrees), the degrees (float32), then
+    its own redistribution."""
     part, group = cls.part_of(shape, tuple(int(x) for x in np.unravel_index(rank, shape))), cls.parts_group
-    calls = Halo.cost(stats.halo, part, group) if cls.uses_halo or norm == "gcn" else []
-    if norm == "gcn":
+    remote = get_adjacency(norm).remote_degrees
+    calls = Halo.cost(stats.halo, part, group) if cls.uses_halo or remote else []
+    if remote:
         calls += Halo.gather_cost(stats.halo, part, group, 4)
     return calls + cls.setup_cost(stats, shape, rank)
 
@@ -215,18 +254,19 @@ def candidates(P: int) -> list[dict]:
             for values in cls.candidates(P)]
 
 
-def choose(cfg, graph, P: int, stats_of, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
+def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
-    rank), and the table of what was compared. `graph`: a Graph or `spgnn.partition.share.GraphInfo` (for the
-    widths); `stats_of(cls, shape, model)`: the block statistics of the normalised A for that layout, or None
-    when the layout does not fit the data (not compared). `hint` ends the error when nothing fits."""
+    rank) for `model`, and the table of what was compared. `stats_of(cls, shape, adjacencies)`: {name: the block
+    statistics of A under that adjacency} for that layout, or None when the layout does not fit the data (not
+    compared). Layouts that do not offer what the model needs are not compared. `hint` ends the error when
+    nothing fits."""
     table = []
     for option in candidates(P):
-        c, cls = replace(cfg, **option), spmm.get(option["algo"])
-        if cfg.batch_norm and not cls.whole_rows:
-            continue                                    # batch norm needs whole rows
-        shape, model = cls.grid_for(P, **option), ModelShape.of(c, graph)
-        stats = stats_of(cls, shape, model)
+        cls = spmm.get(option["algo"])
+        if any(not getattr(cls, need) for need in model.needs):
+            continue
+        shape = cls.grid_for(P, **option)
+        stats = stats_of(cls, shape, model.adjacencies)
         if stats is None:
             continue
         ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
@@ -243,7 +283,7 @@ def choose(cfg, graph, P: int, stats_of, alpha_beta=None, hint: str = "") -> tup
     return replace(cfg, **{k: best[k] for k in keys}), table
 
 
-def plan_table(n: int, nnz: int, Ps, model: ModelShape, alpha_beta=None, ranks: int = 8) -> list[dict]:
+def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8) -> list[dict]:
     """Predicted per-epoch communication (one training step) of every modelled algorithm and grid for a
     graph known by n and nnz (`BlockStats.expected`), at each P in `Ps`: the largest over the first
     `ranks` ranks of bytes received and of seconds. Parts are equal, so those ranks stand for all
@@ -253,7 +293,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelShape, alpha_beta=None, ranks: 
         for option in candidates(P):
             cls = spmm.get(option["algo"])
             shape = cls.grid_for(P, **option)
-            stats = BlockStats.expected(n, nnz, cls.num_parts(shape))
+            stats = dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
             ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(P, ranks))]
             rows.append({"P": P, **option, "shape": format_grid(shape),
                          "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),

@@ -14,8 +14,9 @@ from .comm.comm import Comm
 from .comm.grid import format_grid
 from .config import TrainConfig
 from .errors import SpgnnError
+from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
-from .graph.graph import NORMALIZATIONS, Graph
+from .graph.graph import Graph
 from .partition import partitioned
 from .partition.partition import get_partitioner, make_partition
 
@@ -50,42 +51,52 @@ def _fits(cls, shape: tuple, n: int) -> tuple:
     return shape
 
 
-def block_stats(g: Graph, partition, norm: str) -> cost.BlockStats:
-    """The exact block statistics of g's adjacency normalised by `norm`, renumbered by `partition`."""
-    return cost.BlockStats.of(partition.renumber(NORMALIZATIONS[norm](g.adj)), partition)
+def block_stats(g: Graph, partition, norm) -> cost.BlockStats:
+    """The exact block statistics of g's adjacency normalised by the adjacency `norm`, renumbered by `partition`."""
+    return cost.BlockStats.of(partition.renumber(normalize(g.adj, norm)), partition)
+
+
+def model_cost(cfg: TrainConfig, info, costs_of=None) -> cost.ModelCost:
+    """The model's `cost.ModelCost` on a graph `info` (a Graph or GraphInfo): `costs_of(info)`, or the built-in
+    model cfg describes."""
+    return costs_of(info) if costs_of is not None else cost.ModelCost.of_config(cfg, info.num_features,
+                                                                             info.num_classes)
 
 
 def graph_stats(cfg: TrainConfig, g: Graph):
     """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks (each
     count of blocks partitioned and each normalisation measured once, however many layouts share it)."""
-    stats = {}
+    stats, partitions = {}, {}
 
-    def stats_of(cls, shape, model):
+    def stats_of(cls, shape, adjacencies):
         B = cls.num_parts(_fits(cls, shape, g.n))
-        if (B, model.norm) not in stats:
-            stats[B, model.norm] = block_stats(g, make_partition(cfg.partition, g.adj, B, cfg.seed), model.norm)
-        return stats[B, model.norm]
+        if B not in partitions:
+            partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed)
+        for a in adjacencies:
+            if (B, a) not in stats:
+                stats[B, a] = block_stats(g, partitions[B], a)
+        return {a: stats[B, a] for a in adjacencies}
     return stats_of
 
 
-def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None) -> tuple[TrainConfig, list[dict]]:
+def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None, costs_of=None) -> tuple[TrainConfig, list[dict]]:
     """`cost.choose` for graph `g` in memory: (cfg with the predicted fastest algorithm and grid, the table)."""
-    return cost.choose(cfg, g, P, graph_stats(cfg, g), alpha_beta)
+    return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta)
 
 
-def resolve(cfg: TrainConfig, P: int, g) -> tuple[TrainConfig, tuple, list | None]:
+def resolve(cfg: TrainConfig, P: int, g, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
     """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes."""
     compared = None
     if cfg.algo == "auto":
-        cfg, compared = choose(cfg, g, P, _calibration(cfg))
+        cfg, compared = choose(cfg, g, P, _calibration(cfg), costs_of)
     return cfg, _shape(spmm.get(cfg.algo), P, cfg, g.n), compared
 
 
-def plan(cfg: TrainConfig, P: int, graph=None, parts=None) -> Plan:
+def plan(cfg: TrainConfig, P: int, graph=None, parts=None, costs_of=None) -> Plan:
     """The run's `Plan` for a graph held in memory (`parts` overrides cfg.partition). Raises SpgnnError for
     bad data, options or partitions, before any communication."""
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    cfg, shape, compared = resolve(cfg, P, g)
+    cfg, shape, compared = resolve(cfg, P, g, costs_of)
     partition = make_partition(cfg.partition if parts is None else parts, g.adj,
                                spmm.get(cfg.algo).num_parts(shape), cfg.seed)
     return Plan(g, cfg, partition, shape, compared)
@@ -95,19 +106,17 @@ def predict(cfg: TrainConfig, graph, P: int, epochs: int = 1, evals: int = 1, se
     """One predicted ledger per rank for `cfg` trained on `graph` with P processes."""
     p = plan(cfg, P, graph)
     cls = spmm.get(p.cfg.algo)
-    if p.cfg.model not in cost.MODELLED:
-        raise SpgnnError(f"the cost model covers --model {' or '.join(cost.MODELLED)}, not {p.cfg.model}")
-    model = cost.ModelShape.of(p.cfg, p.graph)
-    stats = block_stats(p.graph, p.partition, model.norm)
+    model = model_cost(p.cfg, p.graph)
+    stats = {a: block_stats(p.graph, p.partition, a) for a in model.adjacencies}
     return [cost.epoch_ledger(cls, stats, p.shape, r, model, epochs, evals, setup) for r in range(P)]
 
 
-def partition_to_cache(cfg: TrainConfig, P: int) -> Path:
+def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
     """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
     the cache (`spgnn.partition.partitioned.cached`; reused when there); returns the folder. The one place a process
     holds the whole graph."""
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    cfg, shape, _ = resolve(cfg, P, g)
+    cfg, shape, _ = resolve(cfg, P, g, costs_of)
     return cached_partition(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
 
 
@@ -137,10 +146,11 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
 def parts_stats(parts):
     """`cost.choose`'s statistics for a partitioned dataset: its own, for the layouts whose row blocks are its
     parts (None for the others)."""
-    return lambda cls, shape, model: parts.stats(model.norm) if cls.num_parts(shape) == parts.nparts else None
+    return lambda cls, shape, adjacencies: {a: parts.stats(a) for a in adjacencies} \
+        if cls.num_parts(shape) == parts.nparts else None
 
 
-def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list | None]:
+def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
     """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
     compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
     compared, K = None, parts.nparts
@@ -150,7 +160,8 @@ def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list
                          f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
                          "partition --output")
     if cfg.algo == "auto":
-        cfg, compared = cost.choose(cfg, parts.info, P, parts_stats(parts), _calibration(cfg),
+        model = model_cost(cfg, parts.info, costs_of)
+        cfg, compared = cost.choose(cfg, P, parts_stats(parts), model, _calibration(cfg),
                                     f": {getattr(parts, 'path', 'the dataset')} holds {K} parts, so name an --algo or "
                                     f"run on {K} processes")
     cls = spmm.get(cfg.algo)
@@ -164,19 +175,19 @@ def fit_parts(cfg: TrainConfig, P: int, parts) -> tuple[TrainConfig, tuple, list
     return cfg, shape, compared
 
 
-def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None):
+def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=None):
     """(cfg resolved, the parts: `InMemoryParts` of `graph` or a `PartitionedDataset`, grid shape, what auto
     compared). A dataset that is no partitioned folder is partitioned by rank 0 into the cache while the
     others wait (`partition_to_cache`), then every rank opens the folder."""
     P = comm.world_size
     if graph is not None:
-        p = plan(cfg, P, graph, parts)
+        p = plan(cfg, P, graph, parts, costs_of)
         return p.cfg, partitioned.InMemoryParts(graph, p.partition), p.shape, p.compared
     if parts is not None:
         raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
                          "cfg.partition")
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else \
-        on_rank0(comm, lambda: str(partition_to_cache(cfg, P)))
+        on_rank0(comm, lambda: str(partition_to_cache(cfg, P, costs_of)))
     ds = partitioned.PartitionedDataset(folder)
-    cfg, shape, compared = fit_parts(cfg, P, ds)
+    cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
     return cfg, ds, shape, compared

@@ -4,16 +4,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from spgnn.graph.graph import NORMALIZATIONS
-from spgnn.layers.conv import GNN
+from spgnn.layers import build_model
 from spgnn.reference import SerialSpMM
 
 
 def reference_grads(g, model="gcn", layers=2, hidden=8, dropout=0.5, seed=3, epoch=2, **options):
-    """`options`: GNN's heads, out_heads, batch_norm."""
+    """`options`: `build_model`'s batch_norm and the layer's own options (heads, out_heads, …)."""
     torch.manual_seed(seed)
-    net = GNN(model, g.num_features, hidden, g.num_classes, layers, dropout, seed, **options)
-    algo = SerialSpMM(NORMALIZATIONS[net.adjacency](g.adj))
+    net = build_model(model, g.num_features, g.num_classes, hidden, layers, dropout, seed, **options)
+    algo = SerialSpMM(g.adj, raw=True)
     x = torch.as_tensor(g.x).clone().requires_grad_(True)
     net.train()
     logits = net(algo, x, torch.arange(g.n), epoch)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.graph import add_self_loops
-from spgnn.layers.conv import GATConv
+from spgnn.layers import GATConv
 from spgnn.layers.norm import BatchNorm
 from spgnn.reference import SerialSpMM
 from tests.graphs import small_graph

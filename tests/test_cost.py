@@ -73,7 +73,7 @@ def test_planning_reproduces_the_expected_crossover():
     model prefers replication (1.5D) or a 3D grid, which cut H's broadcast; on the sparse graph 3D is the
     fastest at P = 1024 (CAGNET's finding); the sparsity-aware halo exchange receives the fewest bytes at
     P = 4096 but pays a latency for each of its P − 1 peers; 1D broadcast moves n·f a product."""
-    model = cost.ModelShape((128, 128, 128))
+    model = cost.ModelCost.of_config(TrainConfig(hidden=128, layers=2), 128, 128)
     dense = cost.plan_table(100_000, 50_000_000, [64], model)
     sparse = cost.plan_table(2_449_029, 123_718_280, [1024, 4096], model)
 

@@ -11,8 +11,7 @@ from torch import nn
 
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.layers.conv import GNN, GATConv, GCNConv, SAGEConv
-from spgnn.layers.init import CHOSEN
+from spgnn.layers import CHOSEN, GATConv, GCNConv, SAGEConv, build_model
 
 pyg = pytest.importorskip("torch_geometric.nn", reason="PyTorch Geometric is not installed (pip install .[test])")
 F_IN, F_OUT, HEADS = 23, 9, 4
@@ -69,7 +68,7 @@ def test_dgl_scheme_equals_dgl_reset_parameters(kind, cls):
 def test_auto_takes_the_chosen_scheme_per_layer():
     def model(kind, init="auto"):
         torch.manual_seed(7)
-        return GNN(kind, F_IN, 8, 3, layers=2, heads=2, init=init)
+        return build_model(kind, F_IN, 3, 8, layers=2, heads=2, init=init)
 
     for kind in ("gcn", "sage", "gat"):
         auto, chosen = model(kind), model(kind, CHOSEN[kind])

@@ -145,8 +145,6 @@ def mean_norm(adj: sp.spmatrix) -> sp.csr_matrix:
     return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
 
 
-NORMALIZATIONS = {"gcn": gcn_norm, "mean": mean_norm, "self-loops": add_self_loops}
-
 
 def row_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Each feature row divided by its sum (rows summing to zero are left as they are); `out=x` in place."""

@@ -1,6 +1,21 @@
-"""GNN layers written once against the distributed-SpMM interface: GCN, GraphSAGE and GAT (`conv`) and
-batch normalisation with global statistics (`norm`)."""
+"""Layers that describe themselves (`registry`: `Layer`, `register_layer`, entry-point group ``spgnn.layers``), one
+file each: GCN (`gcn`), GraphSAGE (`sage`), GAT (`gat`), GIN (`gin`), APPNP (`appnp`), GCNII (`gcnii`), the dense
+`Linear` (`linear`); global batch normalisation (`norm`); the built-in model, a stack of them (`stack`)."""
 
-from .conv import GNN, LAYERS, GATConv, GCNConv, SAGEConv, spmm_width
+from . import appnp, gat, gcn, gcnii, gin, sage  # noqa: F401  (built-ins register themselves as they are imported)
+from .appnp import APPNP
+from .gat import GATConv
+from .gcn import GCNConv
+from .gcnii import GCN2Conv
+from .gin import GINConv
+from .linear import Linear, spmm_width
+from .norm import BatchNorm
+from .registry import CHOSEN, LAYERS, AllReduce, Dense, Layer, Spmm, get_layer, register_layer
+from .registry import load_entry_points as _load_entry_points
+from .sage import SAGEConv
+from .stack import GNN, build_model
 
-__all__ = ["GATConv", "GCNConv", "GNN", "LAYERS", "SAGEConv", "spmm_width"]
+_load_entry_points()
+
+__all__ = ["APPNP", "CHOSEN", "AllReduce", "BatchNorm", "Dense", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN",
+           "LAYERS", "Layer", "Linear", "SAGEConv", "Spmm", "build_model", "get_layer", "register_layer", "spmm_width"]

@@ -10,9 +10,9 @@ GAT     W, a_src, a_dst Glorot-uniform, b = 0         W, a_src, a_dst Xavier-nor
 ======  ============================================  ====================================================
 
 Each function draws in its library's layout (a Linear's weight is f_out×f_in; spgnn's is its transpose) and
-order, so that from one torch seed it gives the values of that library's ``reset_parameters()``. `CHOSEN` is
-the scheme each layer uses by default: the one that reached a fixed test accuracy sooner
-(``benchmarks/bench_init.py``).
+order, so that from one torch seed it gives the values of that library's ``reset_parameters()``. A layer's
+`default_init` (`spgnn.layers.CHOSEN`) is the scheme ``--init auto`` takes: the one that reached a fixed test
+accuracy sooner (``benchmarks/bench_init.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import torch
 from torch import nn
 
 SCHEMES = ("pyg", "dgl")
-CHOSEN = {"gcn": "pyg", "sage": "dgl", "gat": "dgl"}
 RELU_GAIN = math.sqrt(2.0)        # torch.nn.init.calculate_gain("relu"), DGL's gain
 
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..comm.autograd import all_reduce
+from .registry import AllReduce
 
 
 class BatchNorm(nn.Module):
@@ -26,7 +27,13 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(f))
         self.register_buffer("running_var", torch.ones(f))
 
+    def costs(self, grad_in: bool = True) -> list:
+        """The row count (float64, forward only), then the column sums and the variances (forward and backward)."""
+        f = self.weight.numel()
+        return [AllReduce(1, 8, backward=False), AllReduce(f), AllReduce(f)]
+
     def forward(self, algo, x: torch.Tensor) -> torch.Tensor:
+        algo.require("whole_rows", "batch normalization")
         if not self.training:
             return (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps) * self.weight + self.bias
         group = algo.rows_group()

@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph import graph as graphs
-from ..sparse.csr import row_ids
+from ..sparse.csr import with_unit_diagonal
 
 SPLITS = ("train", "val", "test")
 
@@ -91,25 +91,12 @@ class Share:
         """Free the features (once a layout has taken what it keeps of them)."""
         self.x = None
 
-    def normalized(self, kind: str, halo=None) -> sp.csr_matrix:
-        """The block row of Â for normalisation `kind` ("gcn", "mean", "self-loops"), float32, sorted:
-        GCN D^-½(A+I)D^-½ with d of remote columns from their owners through `halo` (`spgnn.comm.halo.Halo`),
-        mean D^-1·A, self-loops A with its diagonal set to one (as `spgnn.graph.NORMALIZATIONS`)."""
-        a = self.adj
-        if kind == "mean":
-            return sp.csr_matrix(sp.diags(graphs.mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
-        a = with_unit_diagonal(a, self.rows.start)
-        if kind == "self-loops":
-            return a
-        if kind != "gcn":
-            raise ValueError(f"unknown normalisation {kind!r}")
-        dinv = graphs.gcn_dinv(self.degree)
-        remote = graphs.gcn_dinv(halo.fetch(self.degree)) if halo is not None and halo.group.size > 1 else \
-            np.zeros(0, np.float32)
-        col = np.concatenate([dinv, remote])[halo.local_columns(a.indices) if halo is not None else
-                                             a.indices - self.rows.start]
-        row = np.repeat(dinv, np.diff(a.indptr))
-        return sp.csr_matrix((row * col, a.indices, a.indptr), shape=a.shape)
+    def normalized(self, adjacency, halo=None) -> sp.csr_matrix:
+        """The block row of Â for `adjacency` (an `spgnn.graph.adjacency.Adjacency` or its name), float32,
+        sorted; the degrees of remote columns, where it needs them, from their owners through `halo`."""
+        from ..graph.adjacency import get_adjacency
+
+        return get_adjacency(adjacency).block_row(self, halo)
 
 
 def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
@@ -134,27 +121,6 @@ def block_row(adj, partition, part: int) -> sp.csr_matrix:
     a = sp.csr_matrix((a.data.astype(np.float32), partition.inv[a.indices], a.indptr), shape=a.shape)
     a.sort_indices()
     return a
-
-
-def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
-    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
-    to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
-    m, indptr = a.shape[0], a.indptr.astype(np.int64)
-    diag = (first + np.arange(m)).astype(a.indices.dtype)
-    row = row_ids(indptr, np.int32 if m < 2**31 else np.int64)
-    below = np.bincount(row, weights=a.indices < diag[row], minlength=m).astype(np.int64)   # entries left of it
-    del row
-    at = indptr[:-1] + below                                   # where the diagonal entry is or goes
-    present = np.zeros(m, bool)
-    inside = at < indptr[1:]
-    present[inside] = a.indices[at[inside]] == diag[inside]
-    data = a.data.astype(np.float32, copy=True)
-    data[at[present]] = 1.0
-    missing = np.flatnonzero(~present)
-    indices = np.insert(a.indices, at[missing], diag[missing])
-    data = np.insert(data, at[missing], np.float32(1.0))
-    indptr = indptr + np.concatenate([[0], np.cumsum(~present)])
-    return sp.csr_matrix((data, indices, indptr), shape=a.shape)
 
 
 def gcn_degree(a: sp.csr_matrix, first: int) -> np.ndarray:

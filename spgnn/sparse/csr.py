@@ -120,3 +120,24 @@ def column_blocks(m, offsets, which=None) -> dict:
 def csr_bytes(blocks) -> int:
     """Bytes of local CSR blocks and of the transposes cached on them."""
     return sum(b.nbytes + (b._cache["T"].nbytes if "T" in b._cache else 0) for b in blocks if b is not None)
+
+
+def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
+    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
+    to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
+    m, indptr = a.shape[0], a.indptr.astype(np.int64)
+    diag = (first + np.arange(m)).astype(a.indices.dtype)
+    row = row_ids(indptr, np.int32 if m < 2**31 else np.int64)
+    below = np.bincount(row, weights=a.indices < diag[row], minlength=m).astype(np.int64)   # entries left of it
+    del row
+    at = indptr[:-1] + below                                   # where the diagonal entry is or goes
+    present = np.zeros(m, bool)
+    inside = at < indptr[1:]
+    present[inside] = a.indices[at[inside]] == diag[inside]
+    data = a.data.astype(np.float32, copy=True)
+    data[at[present]] = 1.0
+    missing = np.flatnonzero(~present)
+    indices = np.insert(a.indices, at[missing], diag[missing])
+    data = np.insert(data, at[missing], np.float32(1.0))
+    indptr = indptr + np.concatenate([[0], np.cumsum(~present)])
+    return sp.csr_matrix((data, indices, indptr), shape=a.shape)

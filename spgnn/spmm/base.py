@@ -19,6 +19,7 @@ from ..comm.comm import Comm, Group
 from ..comm.grid import ProcessGrid
 from ..comm.halo import Halo
 from ..errors import SpgnnError
+from ..graph.adjacency import get_adjacency
 from ..partition.partition import Partition
 from ..sparse import attention
 from . import registry
@@ -36,16 +37,19 @@ class Block:
     node_ids: np.ndarray
     symmetric: bool
     halo: Halo | None = None
+    adjacency: str | None = None
 
     @property
     def n(self) -> int:
         return self.a.shape[1]
 
     @classmethod
-    def of(cls, share, norm: str, halo: Halo | None) -> Block:
-        """The block row of `share` normalised by `norm` (GCN's remote degrees through `halo`)."""
-        return cls(share.normalized(norm, halo), share.info.offsets, share.part, share.node_ids,
-                   share.info.symmetric and norm != "mean", halo)
+    def of(cls, share, adjacency, halo: Halo | None) -> Block:
+        """The block row of `share` normalised by `adjacency` (an `Adjacency` or its name; remote degrees
+        through `halo`)."""
+        adjacency = get_adjacency(adjacency)
+        return cls(share.normalized(adjacency, halo), share.info.offsets, share.part, share.node_ids,
+                   share.info.symmetric and adjacency.symmetric, halo, adjacency.name)
 
 
 class RowLayout:
@@ -53,6 +57,22 @@ class RowLayout:
     but 2D/3D, which split the columns too (`spgnn.spmm.summa`). Needs `comm` and `device`."""
 
     device = "cpu"
+    whole_rows = True           # each rank holds whole rows of H (False: split by columns too)
+    attention = False           # implements `attend` (runs GAT)
+    adjacency = None            # the name of the adjacency its sparse product multiplies by (None: as given)
+
+    def require(self, need: str, what: str) -> None:
+        """SpgnnError unless this layout offers `need` ("whole_rows", "attention"), which `what` needs."""
+        if not getattr(self, need):
+            offer = [n for n, c in registry.ALGORITHMS.items() if getattr(c, need)]
+            raise SpgnnError(f"{what} needs {need.replace('_', ' ')}, which --algo {self.name} does not offer: "
+                             f"use --algo {' or '.join(offer)}")
+
+    def check_adjacency(self, adjacency) -> None:
+        """SpgnnError unless `adjacency` (a name, an `Adjacency` or None) is the one this layout multiplies by."""
+        if adjacency is not None and self.adjacency is not None and get_adjacency(adjacency).name != self.adjacency:
+            raise SpgnnError(f"this layout multiplies by adjacency {self.adjacency!r}, not "
+                             f"{get_adjacency(adjacency).name!r}: build it with that adjacency too")
 
     def scatter(self, x) -> torch.Tensor:
         """This rank's block of an n×f dense input given as its part's rows x (n_p×f, numpy or tensor): the
@@ -67,6 +87,10 @@ class RowLayout:
     def columns(self, f: int) -> slice:
         """The columns of an n×f dense matrix that this rank holds."""
         return slice(0, f)
+
+    def column_group(self):
+        """The ranks that hold the other column blocks of this rank's rows (None: it holds whole rows)."""
+        return None
 
     def cols(self, t: torch.Tensor) -> torch.Tensor:
         """This rank's columns of a per-column vector (a bias): t[..., columns(len)]."""
@@ -89,8 +113,6 @@ class DistSpMM(RowLayout):
     summary = ""                # what it does, in a phrase (``spgnn train --help``)
     options: tuple = ()         # its `Option`s: TrainConfig fields and ``spgnn train`` flags
     grid_names: tuple = ("part",)
-    whole_rows = True           # each rank holds whole rows of H (False: split by columns too)
-    attention = False           # implements `attend` (runs GAT)
 
     @classmethod
     def grid_shape(cls, P: int, **shape_options) -> tuple:
@@ -146,16 +168,16 @@ class DistSpMM(RowLayout):
         self.n, self.offsets, self.part = block.n, block.offsets, block.part
         self.sizes = np.diff(self.offsets)
         self.rows = slice(int(self.offsets[self.part]), int(self.offsets[self.part + 1]))
-        self.node_ids = block.node_ids
+        self.node_ids, self.adjacency = block.node_ids, block.adjacency
 
     @classmethod
-    def from_share(cls, share, norm: str, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
+    def from_share(cls, share, norm, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
         """The algorithm from this rank's `spgnn.partition.share.Share` (part ``part_of(grid.shape, grid.coord)``)
-        with A normalised by `norm`: the `Halo` (when the layout or GCN's degrees need it), the normalised block
-        row, then the layout's own set-up, all in phase "setup"."""
+        with A normalised by `norm` (an `Adjacency` or its name): the `Halo` (when the layout or the adjacency's
+        remote degrees need it), the normalised block row, then the layout's own set-up, all in phase "setup"."""
         with comm.phase("setup"):
             halo = Halo(share.indices, share.info.offsets, share.part, comm, grid.group(cls.parts_group)) \
-                if cls.uses_halo or norm == "gcn" else None
+                if cls.uses_halo or get_adjacency(norm).remote_degrees else None
             return cls(Block.of(share, norm, halo), comm, grid, device, **options)
 
     @classmethod
@@ -223,8 +245,10 @@ class DistSpMM(RowLayout):
         return shape[d], int(np.unravel_index(rank, shape)[d])
 
     # -- products -------------------------------------------------------------------------------------
-    def spmm(self, h: torch.Tensor) -> torch.Tensor:
-        """Z = A·H for the local rows; differentiable (backward dH = Aᵀ·dZ)."""
+    def spmm(self, h: torch.Tensor, adjacency=None) -> torch.Tensor:
+        """Z = A·H for the local rows; differentiable (backward dH = Aᵀ·dZ). `adjacency`: the one the caller
+        means (checked against the layout's)."""
+        self.check_adjacency(adjacency)
         return autograd_comm.linear_map(h, self.comm, self._forward, self._backward)
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:

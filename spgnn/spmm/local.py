@@ -19,11 +19,13 @@ class LocalSpMM(RowLayout):
 
     name = "local"
 
-    def __init__(self, block, comm: Comm, device: str = "cpu"):
+    def __init__(self, block, comm: Comm, device: str = "cpu", adjacency: str | None = None):
+        """`adjacency`: the name of the adjacency B was sampled or built from (None: not checked)."""
         self.b, self.comm, self.device = CSR.from_scipy(sp.csr_matrix(block)), comm, device
-        self.n, self.rows = block.shape[0], slice(0, block.shape[0])
+        self.n, self.rows, self.adjacency = block.shape[0], slice(0, block.shape[0]), adjacency
 
-    def spmm(self, h: torch.Tensor) -> torch.Tensor:
+    def spmm(self, h: torch.Tensor, adjacency=None) -> torch.Tensor:
+        self.check_adjacency(adjacency)
         return linear_map(h, self.comm, lambda t: kernels.spmm(self.b, t), lambda g: kernels.spmm(self.b.T, g))
 
     def linear(self, h, w, b=None):

@@ -236,6 +236,9 @@ class SUMMA(DistSpMM):
     def columns(self, f):
         return column_slice(f, self.grid.shape[1], self.j)
 
+    def column_group(self):
+        return self.grid_row
+
     def label_rows(self, y, f):
         cols = self.columns(f)
         return (y >= cols.start) & (y < cols.stop)

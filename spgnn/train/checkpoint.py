@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import pickle
 import zipfile
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -31,7 +30,7 @@ from ..errors import SpgnnError
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
-MODEL_FIELDS = ("model", "layers", "hidden", "heads", "out_heads", "batch_norm")
+MODEL_FIELDS = ("model", "layers", "hidden", "batch_norm")     # and the options the model's layer declares
 
 
 def identity(cfg, info) -> dict:
@@ -41,9 +40,12 @@ def identity(cfg, info) -> dict:
         from ..partition.partition import graph_hash as hash_of
 
         graph_hash = hash_of(info.adj)
+    from ..layers.registry import get_layer
+
+    fields = MODEL_FIELDS + tuple(o.name for o in get_layer(cfg.model).options)
     return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
-            "model": {k: getattr(cfg, k) for k in MODEL_FIELDS} | {"features": int(info.num_features),
-                                                                   "classes": int(info.num_classes)}}
+            "model": {k: getattr(cfg, k) for k in fields} | {"features": int(info.num_features),
+                                                             "classes": int(info.num_classes)}}
 
 
 def writable(folder, resuming: bool = False) -> Path:
@@ -86,8 +88,8 @@ def load(folder, mine: dict) -> dict:
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
     for what, fix in (("graph", "resume on the data it was trained on"),
-                      ("model", "resume with the same --model, --layers, --hidden, --heads, --out-heads and "
-                                "--batch-norm")):
+                      ("model", "resume with the same --model, --layers, --hidden, --batch-norm and the model's "
+                                "own options (such as --heads)")):
         theirs = state["identity"][what]
         if theirs != mine[what]:
             differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
@@ -105,4 +107,4 @@ def state_of(run, epoch: int, records: list, best: dict, mine: dict) -> dict:
             "progress": {"epochs": records, "best": best, "counters": run.counters()},
             "identity": mine,
             "partition": partition,
-            "config": asdict(run.cfg)}
+            "config": run.cfg.as_dict()}

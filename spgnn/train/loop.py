@@ -7,17 +7,15 @@ leaves out the seconds numba spent in it compiling kernels or loading them from 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..comm.agree import agree
-from ..comm.comm import Comm
 from ..config import TrainConfig
 from ..jit import compile_seconds
-from ..layers import GNN
+from ..layers.stack import config_model
 from ..memory import peak_rss_bytes
 from . import checkpoint
 from .optim import Adam
@@ -33,8 +31,7 @@ class Run:
         """The model cfg describes, its weights drawn from cfg.seed (so equal on every rank), and its Adam."""
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
-        self.model = GNN(cfg.model, num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout, cfg.seed,
-                         cfg.heads, cfg.out_heads, cfg.batch_norm, cfg.init).to(cfg.device)
+        self.model = config_model(cfg, num_features, num_classes).to(cfg.device)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def run(self, log=print) -> dict:
@@ -87,7 +84,7 @@ class Run:
         everyone = self.comm.all_gather_object(self.rank_report())
         times = [e["time_s"] for e in epochs]
         return {
-            "config": asdict(self.cfg),
+            "config": self.cfg.as_dict(),
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": self.graph_report(),
@@ -99,19 +96,6 @@ class Run:
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
         } | self.run_report(everyone, epochs)
-
-
-def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
-    """Sum the parameter gradients over `group` in one flat all-reduce (missing gradients count as zero)."""
-    if group.size == 1:
-        return
-    params = list(model.parameters())
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
-    comm.all_reduce(flat, group)
-    offset = 0
-    for p in params:
-        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
-        offset += p.numel()
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,

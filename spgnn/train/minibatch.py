@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
@@ -36,18 +36,21 @@ from ..comm.comm import Comm
 from ..comm.grid import ProcessGrid
 from ..comm.halo import Halo
 from ..config import TrainConfig
+from ..distgraph import all_reduce_gradients
 from ..errors import SpgnnError
+from ..graph.adjacency import normalize
 from ..graph.datasets import load_dataset
-from ..graph.graph import NORMALIZATIONS, row_normalize
+from ..graph.graph import row_normalize
 from ..graph.pyg import as_graph
 from ..hashing import mix_key
+from ..layers.registry import LAYERS, get_layer
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
 from ..sampling.sampler import Minibatch, make_sampler, parse_sampler
 from ..spmm.base import Block
 from ..spmm.halo import OneDHalo
 from ..spmm.local import LocalSpMM
-from .loop import Run, all_reduce_gradients
+from .loop import Run
 
 
 def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -65,8 +68,9 @@ def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None
     checked against the replication of a split graph)."""
     _, sizes = parse_sampler(sampler)
     cfg = replace(cfg, layers=len(sizes)).validate()
-    if cfg.model not in ("gcn", "sage"):
-        raise SpgnnError(f"--sampler trains gcn or sage models, not {cfg.model!r}")
+    if not get_layer(cfg.model).sampled:
+        raise SpgnnError(f"--sampler trains models whose layers run on sampled blocks "
+                         f"({', '.join(k for k, c in LAYERS.items() if c.sampled)}), not {cfg.model!r}")
     if bulk < 1:
         raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
     if not split_graph and cfg.replication > 1:
@@ -108,11 +112,12 @@ class MinibatchTrainer(Run):
         self.cfg, self.comm, self.info = cfg, comm, g
         self.spec, self.batch_size, self.bulk = sampler, batch_size, bulk
         self.build_model(g.num_features, g.num_classes)
+        self.adjacency = self.model.adjacencies[0]      # sampled layers share one (the sampler's)
         if split_graph:
             self._split(parts)
         else:
             self.layout, self.full = None, None       # the full-graph operator, made at the first evaluation
-            self.adj = NORMALIZATIONS[self.model.adjacency](g.adj)
+            self.adj = normalize(g.adj, self.adjacency)
             x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
             self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
             self.sampler = make_sampler(sampler, self.adj)
@@ -124,7 +129,7 @@ class MinibatchTrainer(Run):
         """The split graph from this rank's share (a block partition, so ids are the original ones): its block
         row of N for the sampler, its feature rows for the fetches and a 1d-halo layout for evaluation; the
         training nodes and their labels all-gathered over the replica column (phase setup)."""
-        cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.model.adjacency
+        cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.adjacency
         self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
         share = agree(comm, lambda: parts.share(self.layout.block))
         column = self.layout.column
@@ -177,7 +182,7 @@ class MinibatchTrainer(Run):
         x = self._timed("features", "gather", lambda: self.features(inputs))
         if mb is not None:
             y = self.labels(mb.seeds)
-            algos = [LocalSpMM(b, self.comm, self.cfg.device) for b in mb.blocks]
+            algos = [LocalSpMM(b, self.comm, self.cfg.device, self.adjacency) for b in mb.blocks]
             ids = [torch.as_tensor(v) for v in mb.nodes[:-1]]
             with self.comm.phase("forward"):
                 logits = self.model(algos, x, ids, self.steps_done)
@@ -218,7 +223,7 @@ class MinibatchTrainer(Run):
             if self.layout is not None:
                 return self.model(self.full, self.x, self.local["node_ids"])
             if self.full is None:
-                self.full = LocalSpMM(self.adj, self.comm, self.cfg.device)
+                self.full = LocalSpMM(self.adj, self.comm, self.cfg.device, self.adjacency)
             return self.model(self.full, self.x, torch.arange(self.info.n))
 
     def evaluate(self) -> dict:
@@ -251,7 +256,7 @@ class MinibatchTrainer(Run):
         split, ranks = self.layout is not None, [r["comm"] for r in everyone]
         sampled = sum(r["minibatches"] for r in ranks)
         return {
-            "config": asdict(self.cfg) | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
+            "config": self.cfg.as_dict() | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
                                           "split_graph": split, "replication": self.layout.c if split else None},
             "grid": {"algo": "minibatch, graph " + ("split 1.5D (P/c row blocks × c replicas)" if split else
                                                     "replicated"),

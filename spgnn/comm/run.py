@@ -1,0 +1,23 @@
+"""`run`: a user's program ``main(comm, *args)`` on every rank, however the job was launched."""
+
+from __future__ import annotations
+
+from . import launch
+
+
+def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.0, transport: str = "auto"):
+    """``main(comm, *args)`` on every rank of the job: under mpirun, torchrun or srun each process is a rank and
+    this one's result is returned; launched plainly, on `nprocs` local processes (rank 0's result is returned;
+    `main` must then be a module-level function and `args` picklable) or, with nprocs 1, in this process.
+    `timeout`: seconds before a stalled collective fails."""
+    if launch.detect().kind == "single" and nprocs > 1:
+        return launch.run_local(main, nprocs, *args, timeout_s=timeout)[0]
+    comm = launch.init(device, timeout, transport)
+    try:
+        out = main(comm, *args)
+    except BaseException:
+        launch.abort(1)
+        launch.leave()
+        raise
+    launch.shutdown()
+    return out

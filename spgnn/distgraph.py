@@ -1,0 +1,365 @@
+"""`DistGraph`: a rank's share of a graph laid out for a distributed SpMM algorithm, and the operations a layer,
+a loss and a training loop need on that layout, so that a user's own ``nn.Module`` and loop run on any layout.
+
+Whatever the layout, a rank holds the rows ``node_ids`` (original ids) of the graph; on 2D/3D layouts only a block
+of the columns of every n×f matrix (``columns(f)``), so that H·W is ``linear`` (the blocks' partial products
+summed), a row-wise operation (log-softmax, the loss, the argmax, concatenation, slicing) communicates along the
+grid row, and a row's loss is counted by the rank holding its label's column. Each operation here does that, or
+refuses the layout with one line (attention on a layout without it, whole rows on 2D/3D); none is silently wrong.
+
+    g = DistGraph(comm, dataset="cora", algo="2d", adjacency="gcn")      # every rank, collectively
+    model = g.prepare(MyModel(g.num_features, 64, g.num_classes))       # same weights everywhere (checked)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    for epoch in range(200):
+        opt.zero_grad()
+        loss = g.cross_entropy(model(g, g.x), "train")    # the global mean over the training nodes
+        loss.backward()
+        g.sync_gradients(model)                           # sum over the ranks that hold disjoint rows
+        opt.step()
+
+The loss's value is the global one on every rank; its gradient is this rank's share, so that the summed
+parameter gradients are the single-process ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+
+from . import spmm
+from .comm import autograd as autograd_comm
+from .comm.agree import agree
+from .comm.comm import Comm
+from .comm.grid import ProcessGrid
+from .config import TrainConfig
+from .errors import SpgnnError
+from .graph.adjacency import get_adjacency
+from .graph.graph import row_normalize
+from .graph.pyg import as_graph
+from .plan import open_parts
+
+SPLITS = ("train", "val", "test")
+
+
+class DistGraph:
+    """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
+
+    The graph comes as `TrainConfig` says (a partitioned folder, a named or generated dataset through the partition
+    cache) or from `graph` in memory (a `spgnn.Graph` or PyG ``Data``, `parts` overriding cfg.partition); keyword
+    `options` override cfg's fields (``DistGraph(comm, dataset="cora", algo="2d")``). `adjacency`: the adjacencies
+    the model multiplies by (a name, an `Adjacency`, or a list; default: those of `model`, else "gcn"), each laid
+    out at set-up. `model`: an ``nn.Module`` or a function (features, classes) → module, whose layers' declared
+    costs ``algo="auto"`` ranks the layouts by."""
+
+    def __init__(self, comm: Comm | None = None, cfg: TrainConfig | None = None, *, graph=None, parts=None,
+                 adjacency=None, model=None, **options):
+        self.comm = comm = comm if comm is not None else Comm(0, 1)
+        cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
+        self._model, self._costs = model, None
+        if cfg.algo == "auto" and model is None:
+            raise SpgnnError("algo='auto' ranks the layouts by the model's declared costs: pass DistGraph(..., "
+                             "model=your model, or a function (features, classes) → model)")
+        self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, as_graph(graph), parts,
+                                                                self.model_cost if model is not None else None)
+        cfg, self.info = self.cfg, self.parts.info
+        names = self._adjacencies(adjacency)
+        cls = spmm.get(cfg.algo)
+        self.grid = ProcessGrid(comm, shape, cls.grid_names, cfg.device, cls.planes())
+        share = agree(comm, lambda: self.parts.share(cls.part_of(shape, self.grid.coord)))
+        self.layouts = {a: cls.from_share(share, a, comm, self.grid, cfg.device, **cls.constructor_options(cfg))
+                        for a in names}
+        self.algo = self.layouts[names[0]]
+        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
+        share.drop_features()
+        self.x = self.algo.scatter(x)
+        del x
+        self.y = torch.as_tensor(share.y).to(cfg.device)
+        self.node_ids = torch.as_tensor(share.node_ids)
+        self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in SPLITS}
+        self.counts = dict(self.info.counts)
+        self._pending, self._prepared = set(), {}
+
+    # -- what it holds ----------------------------------------------------------------------------------
+    @property
+    def num_features(self) -> int:
+        return self.info.num_features
+
+    @property
+    def num_classes(self) -> int:
+        return self.info.num_classes
+
+    @property
+    def n(self) -> int:
+        return self.info.n
+
+    @property
+    def device(self) -> str:
+        return self.cfg.device
+
+    def graph_bytes(self) -> int:
+        """Bytes of the graph this rank holds: each layout's blocks of A and halo plans, its feature rows (and
+        columns), labels, masks and node ids."""
+        kept = [self.x, self.y, self.node_ids, *self.masks.values()]
+        return sum(a.graph_bytes() for a in self.layouts.values()) + sum(t.numel() * t.element_size() for t in kept)
+
+    def _built(self, info=None) -> torch.nn.Module:
+        """The model given at construction (built by its function, torch's random state left as it was)."""
+        if not isinstance(self._model, torch.nn.Module):
+            info = info or self.info
+            with torch.random.fork_rng():
+                self._model = self._model(info.num_features, info.num_classes)
+        return self._model
+
+    def model_cost(self, info=None):
+        """The `spgnn.cost.ModelCost` of the model given at construction."""
+        if self._costs is None:
+            from .cost import ModelCost
+
+            self._costs = ModelCost.of(self._built(info))
+        return self._costs
+
+    def _adjacencies(self, adjacency) -> list[str]:
+        if adjacency is None and self._model is not None:
+            from .layers.registry import Layer
+
+            adjacency = [m.adjacency for m in self._built().modules() if isinstance(m, Layer) and m.adjacency]
+        if adjacency is None:
+            adjacency = "gcn"
+        names = [get_adjacency(a).name for a in ([adjacency] if isinstance(adjacency, str) or
+                                                  not hasattr(adjacency, "__iter__") else adjacency)]
+        if not names:
+            raise SpgnnError("DistGraph needs at least one adjacency to lay out: pass adjacency='gcn' (or another)")
+        return list(dict.fromkeys(names))
+
+    # -- the layout interface layers are written against -------------------------------------------------
+    def layout(self, adjacency=None):
+        """The algorithm object that multiplies by `adjacency` (default: the first)."""
+        if adjacency is None:
+            return self.algo
+        name = get_adjacency(adjacency).name
+        if name not in self.layouts:
+            raise SpgnnError(f"adjacency {name!r} was not laid out: build the DistGraph with adjacency="
+                             f"{[*self.layouts, name]!r}")
+        return self.layouts[name]
+
+    def spmm(self, h: torch.Tensor, adjacency="gcn") -> torch.Tensor:
+        """Z = Â·H for this rank's rows (and columns), Â the `adjacency`; differentiable."""
+        return self.layout(adjacency).spmm(h)
+
+    def attend(self, v, s_src, s_dst, slope: float, dropout: float = 0.0, key: int = 0, adjacency="self-loops"):
+        """Attention over the pattern of `adjacency` (`spgnn.spmm.DistSpMM.attend`); refused by layouts without it."""
+        self.algo.require("attention", "attention")
+        return self.layout(adjacency).attend(v, s_src, s_dst, slope, dropout, key)
+
+    def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """H·W (+ b), W f_in×f_out replicated on every rank."""
+        return self.algo.linear(h, w, b)
+
+    def columns(self, f: int) -> slice:
+        """The columns of an n×f matrix this rank holds."""
+        return self.algo.columns(f)
+
+    def cols(self, t: torch.Tensor) -> torch.Tensor:
+        """This rank's columns of a per-column vector (a bias)."""
+        return self.algo.cols(t)
+
+    def scatter(self, x) -> torch.Tensor:
+        """This rank's block of an n×f input given as its rows (n_p×f)."""
+        return self.algo.scatter(x)
+
+    def layer(self, i: int):
+        """Context in which the collectives count as layer i's in the ledger."""
+        return self.algo.layer(i)
+
+    def require(self, need: str, what: str) -> None:
+        """Refuse with one line when the layout does not offer `need` ("whole_rows", "attention") to `what`."""
+        self.algo.require(need, what)
+
+    def rows_group(self):
+        """The ranks whose rows (as `label_rows` counts them) cover every row once: where global sums add up."""
+        return self.algo.rows_group()
+
+    def grad_group(self):
+        """The ranks over which parameter gradients are summed."""
+        return self.algo.grad_group()
+
+    @property
+    def whole_rows(self) -> bool:
+        return self.algo.whole_rows
+
+    @property
+    def attention(self) -> bool:
+        return self.algo.attention
+
+    # -- row-wise operations -----------------------------------------------------------------------------
+    def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
+        """Row-wise log-softmax over all columns (the column blocks' log-sum-exps combined on 2D/3D)."""
+        return self.algo.log_softmax(h)
+
+    def _mask(self, mask) -> torch.Tensor:
+        if isinstance(mask, str):
+            if mask not in self.masks:
+                raise SpgnnError(f"unknown mask {mask!r}: choose one of {', '.join(self.masks)} or pass a boolean "
+                                 "tensor over this rank's rows")
+            return self.masks[mask]
+        mask = torch.as_tensor(mask, device=self.y.device)
+        if mask.dtype != torch.bool or mask.shape != self.y.shape:
+            raise SpgnnError(f"a mask must be a boolean tensor of shape {tuple(self.y.shape)} (this rank's rows), "
+                             f"got {mask.dtype} {tuple(mask.shape)}")
+        return mask
+
+    def _count(self, mask, m) -> int:
+        return self.counts[mask] if isinstance(mask, str) else int(self.all_sum([float(m.sum())])[0])
+
+    def cross_entropy(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
+        """(1/|M|) Σ_{v∈M} −log softmax(logits_v)[y_v] over the global rows of `mask` (a split name or a boolean
+        tensor over this rank's rows): its value the global loss on every rank, its gradient this rank's share."""
+        mine = self._mask(mask) & self.algo.label_rows(self.y, self.num_classes)
+        first = self.columns(self.num_classes).start
+        local = F.nll_loss(self.log_softmax(logits)[mine], self.y[mine] - first, reduction="sum") \
+            / max(self._count(mask, mine), 1)
+        (total,) = self.all_sum([local.item()])
+        return local + (total - local.detach())
+
+    def predictions(self, logits: torch.Tensor) -> torch.Tensor:
+        """The predicted class (the global column of the row's largest logit, the first on a tie) of each row."""
+        return self.algo.argmax(logits, self.num_classes)
+
+    def accuracy(self, logits: torch.Tensor, masks=SPLITS) -> dict:
+        """{"<mask>_acc": global share of correct predictions} for each split name in `masks`, in one sum."""
+        pred, mine = self.predictions(logits), self.algo.label_rows(self.y, self.num_classes)
+        correct = [float((pred[self._mask(k) & mine] == self.y[self._mask(k) & mine]).sum()) for k in masks]
+        totals = self.all_sum(correct)
+        return {f"{k}_acc": c / max(self.counts[k], 1) for k, c in zip(masks, totals)}
+
+    def all_sum(self, values) -> list[float]:
+        """Σ over the ranks of `rows_group` of each value (float64)."""
+        return self.comm.all_sum(list(values), self.rows_group())
+
+    def _widths(self, hs, widths) -> list[int]:
+        if widths is not None:
+            return list(widths)
+        if self.whole_rows:
+            return [h.shape[1] for h in hs]
+        return [int(w) for w in self.comm.all_sum([h.shape[1] for h in hs], self.algo.column_group())]
+
+    def _whole(self, h: torch.Tensor, f: int) -> torch.Tensor:
+        """All f columns of this rank's rows of a column-split matrix, gathered along the grid row."""
+        from .spmm.summa import column_sizes
+
+        C = self.grid.shape[1]
+        return autograd_comm.all_gather(h.t(), self.comm, self.algo.column_group(), column_sizes(f, C)).t()
+
+    def select(self, hs, start: int, stop: int, widths=None) -> torch.Tensor:
+        """Columns start … stop−1 of [H_1 | H_2 | …] (global column indices), as this rank holds that n×(stop−start)
+        matrix; `widths`: the f_k of the H_k (found by one small sum along the grid row on 2D/3D when not given)."""
+        hs = list(hs) if isinstance(hs, (list, tuple)) else [hs]
+        widths = self._widths(hs, widths)
+        if not 0 <= start <= stop <= sum(widths):
+            raise SpgnnError(f"columns {start}:{stop} lie outside the {sum(widths)} columns given")
+        if self.whole_rows:
+            return torch.cat(hs, 1)[:, start:stop]
+        whole = torch.cat([self._whole(h, f) for h, f in zip(hs, widths)], 1)[:, start:stop]
+        return whole[:, self.columns(stop - start)]
+
+    def cat(self, hs, widths=None) -> torch.Tensor:
+        """[H_1 | H_2 | …] as this rank holds it (``torch.cat`` of column blocks would interleave them on 2D/3D)."""
+        widths = self._widths(list(hs), widths)
+        return self.select(hs, 0, sum(widths), widths)
+
+    def narrow(self, h: torch.Tensor, start: int, length: int, width: int | None = None) -> torch.Tensor:
+        """Columns start … start+length−1 of H (`width` its global column count)."""
+        return self.select([h], start, start + length, None if width is None else [width])
+
+    # -- the model -----------------------------------------------------------------------------------------
+    def prepare(self, model: torch.nn.Module, optimizer=None) -> torch.nn.Module:
+        """`model` on this layout's device, checked once: its layers' needs are offered and their adjacencies laid
+        out, and its parameters are equal on every rank (else one line naming the first that differs). From then on
+        a step of `optimizer` (any ``torch.optim.Optimizer``) whose gradients were not summed by `sync_gradients`
+        is refused with one line."""
+        from .layers.registry import Layer
+
+        model = model.to(self.device)
+        for name, module in model.named_modules():
+            if isinstance(module, Layer):
+                for need in sorted(module.needs):
+                    self.require(need, f"layer {name or type(module).__name__} ({type(module).__name__})")
+                if module.adjacency is not None:
+                    self.layout(module.adjacency)
+        digest = {k: hashlib.sha1(p.detach().cpu().numpy().tobytes()).hexdigest() for k, p in model.named_parameters()}
+        every = self.comm.all_gather_object(digest)
+        differ = next((k for k in digest if any(d.get(k) != digest[k] for d in every)), None)
+        if differ is not None or any(d.keys() != digest.keys() for d in every):
+            raise SpgnnError(f"parameter {differ!r} of the model differs between ranks: seed torch (torch.manual_seed) "
+                             "before building the model, the same on every rank")
+        for name, p in model.named_parameters():
+            self._prepared[id(p)] = name
+            p.register_post_accumulate_grad_hook(lambda p: self._pending.add(id(p)))
+        if optimizer is not None:
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt))
+        return model
+
+    def _check_summed(self, optimizer) -> None:
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in self._prepared and p.grad is not None:
+                    raise SpgnnError("the optimizer holds a parameter that is not part of the model given to "
+                                     "DistGraph.prepare, so its gradient is never summed over the ranks: prepare the "
+                                     "module that owns it")
+                if id(p) in self._pending:
+                    raise SpgnnError(f"the gradient of parameter {self._prepared[id(p)]!r} was not summed over the "
+                                     "ranks: call g.sync_gradients(model) after loss.backward() and before "
+                                     "optimizer.step()")
+
+    def sync_gradients(self, model: torch.nn.Module) -> None:
+        """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce)."""
+        all_reduce_gradients(model, self.comm, self.grad_group())
+        self._pending.difference_update(id(p) for p in model.parameters())
+
+    # -- checkpoints -----------------------------------------------------------------------------------
+    def save_checkpoint(self, folder, model, optimizer, epoch: int, **extra) -> None:
+        """Rank 0 writes `model`'s and `optimizer`'s state, the epoch, `extra` (plain containers) and the graph's and
+        model's identity to folder/checkpoint.pt atomically; every rank returns once it is written. Weights are
+        the same on every rank, so the checkpoint resumes under any P, algorithm or grid."""
+        from .train import checkpoint
+
+        state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "progress": {"extra": extra}, "identity": self._identity(model), "partition": {}, "config": {}}
+        agree(self.comm, lambda: checkpoint.save(checkpoint.writable(folder, resuming=True), state), everyone=False)
+
+    def load_checkpoint(self, folder, model, optimizer) -> tuple[int, dict]:
+        """Restore `model` and `optimizer` from folder/checkpoint.pt (of this graph and a model of the same
+        parameter names and shapes, else one line); returns (the epoch saved, the `extra` saved)."""
+        from .train import checkpoint
+
+        state = agree(self.comm, lambda: checkpoint.load(folder, self._identity(model)))
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return state["epoch"], state["progress"].get("extra", {})
+
+    def _identity(self, model) -> dict:
+        from .train import checkpoint
+
+        mine = checkpoint.identity(self.cfg, self.info)
+        return mine | {"model": {k: list(p.shape) for k, p in model.state_dict().items()}}
+
+    def __repr__(self) -> str:
+        grid = "x".join(map(str, self.grid.shape))
+        return (f"DistGraph({self.info.name}: n={self.n}, {self.cfg.algo} on grid {grid},"
+                f" rank {self.comm.rank}, rows {len(self.node_ids)}, adjacency {list(self.layouts)})")
+
+
+def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
+    """Sum the parameter gradients over `group` in one flat all-reduce (missing gradients count as zero)."""
+    if group.size == 1:
+        return
+    params = list(model.parameters())
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    comm.all_reduce(flat, group)
+    offset = 0
+    for p in params:
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        offset += p.numel()

@@ -1,0 +1,46 @@
+"""GAT (Veličković et al.): H' = ‖_k Σ_{j→i} α^k_ij·W^k·h_j + b (or the mean over heads k), over A + I,
+α^k_ij = softmax_j LeakyReLU(a^k_src·W^k h_j + a^k_dst·W^k h_i) (PyG's GATConv with add_self_loops=True)."""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from ..options import Option
+from . import init as inits
+from .registry import Layer, register_layer
+
+
+@register_layer
+class GATConv(Layer):
+    """W is f_in×(H·f_out) (PyG's ``lin.weight`` transposed), a_src and a_dst are H×f_out; heads concatenated
+    (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives."""
+
+    name, summary, adjacency = "gat", "graph attention (Veličković et al.)", "self-loops"
+    needs, default_init, keyed = frozenset({"attention"}), "dgl", True
+    activation = staticmethod(F.elu)
+    options = (Option("heads", int, 8, "gat: attention heads of each hidden layer (concatenated)",
+                      valid=lambda v: v >= 1, must="at least 1"),
+               Option("out_heads", int, 1, "gat: attention heads of the last layer (averaged)",
+                      valid=lambda v: v >= 1, must="at least 1"))
+    draw = staticmethod(lambda scheme, f_in, f_out, heads, bias: inits.gat(f_in, f_out, heads, bias, scheme))
+
+    def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
+                 negative_slope: float = 0.2, init: str = "auto"):
+        super().__init__(f_in, heads * f_out if concat else f_out)
+        self.heads, self.channels, self.concat = heads, f_out, concat
+        self.dropout, self.negative_slope = dropout, negative_slope
+        self.initialise(init, f_in, f_out, heads, self.f_out)
+
+    def forward(self, g, h, key: int = 0):
+        v = g.linear(h, self.weight).view(-1, self.heads, self.channels)
+        out = g.attend(v, (v * self.att_src).sum(-1), (v * self.att_dst).sum(-1), self.negative_slope,
+                       self.dropout if self.training else 0.0, key)
+        return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
+
+    @classmethod
+    def stack(cls, f_in, hidden, classes, layers, init="auto", heads=8, out_heads=1, dropout=0.0, **options):
+        """Hidden layers concatenate `heads` heads of `hidden` features, the last averages `out_heads`;
+        attention dropout `dropout`."""
+        widths = [f_in] + [hidden * heads] * (layers - 1)
+        return [cls(a, hidden, heads, True, dropout, init=init) for a in widths[:-1]] + \
+            [cls(widths[-1], classes, out_heads, False, dropout, init=init)]

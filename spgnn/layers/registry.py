@@ -1,0 +1,189 @@
+"""Layers that describe themselves, and their registry, by the name ``--model`` takes.
+
+A layer is a `Layer` (an ``nn.Module`` whose ``forward(g, h, ...)`` computes on the rows and columns that the
+layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-process reference) that declares
+
+    adjacency       the `spgnn.graph.adjacency.Adjacency` it aggregates with (a name), or None
+    needs           what it needs of the layout: "whole_rows" (not the column blocks of 2D/3D), "attention"
+    sampled         whether it runs on sampled minibatch blocks
+    draw            its initial parameters as PyG ("pyg") and DGL ("dgl") draw them; `default_init` for "auto"
+    costs(grad_in)  what one application moves and multiplies: its sparse products (`Spmm`) and dense products
+                    (`Dense`), for the cost model; None when undeclared (then the cost model refuses it)
+    options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags
+    stack(...)      the layers of the model ``--model NAME`` builds (default: L layers of this kind)
+
+It is registered with the ``@register_layer`` decorator, or published by another package under the entry-point
+group ``spgnn.layers`` (``name = module:Class``), loaded when ``spgnn.layers`` is imported.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+
+import torch
+from torch import nn
+
+from ..errors import SpgnnError
+from ..graph.adjacency import get_adjacency
+from .init import SCHEMES
+
+LAYERS: dict = {}
+ENTRY_POINT_GROUP = "spgnn.layers"
+
+
+@dataclass(frozen=True)
+class Spmm:
+    """One sparse product Z = Â·H of `width` columns over adjacency `adjacency`; `backward`: its input needs a
+    gradient, so the backward runs dH = Âᵀ·dZ."""
+
+    width: int
+    adjacency: str
+    backward: bool
+
+
+@dataclass(frozen=True)
+class Dense:
+    """One dense product H·W with W f_in×f_out (its backward always runs: W needs a gradient)."""
+
+    f_in: int
+    f_out: int
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """One all-reduce of `words` words of `itemsize` bytes over the rows group (a global sum); `backward`: its
+    adjoint all-reduce runs too; `train_only`: not run in evaluation."""
+
+    words: int
+    itemsize: int = 4
+    backward: bool = True
+    train_only: bool = True
+
+
+class Layer(nn.Module):
+    """A GNN layer written against the layout interface (see the module docstring). Subclasses call
+    ``super().__init__(f_in, f_out)`` and set their parameters with `initialise`."""
+
+    name = ""
+    summary = ""
+    adjacency: str | None = None
+    needs: frozenset = frozenset()
+    sampled = False
+    options: tuple = ()
+    default_init = "pyg"
+    activation = staticmethod(torch.relu)   # what a stack applies after this layer (unless it is the last)
+    dropout_before = True                   # a stack's dropout applies to this layer's input
+    keyed = False                           # forward takes key= (a hash key for its own random draws)
+    initial = False                         # forward takes h0= (the stack's first layer's output)
+
+    def __init__(self, f_in: int, f_out: int):
+        super().__init__()
+        self.f_in, self.f_out = f_in, f_out
+
+    @staticmethod
+    def draw(scheme: str, *shape) -> dict:
+        """{parameter name: initial value} as the peer library `scheme` draws them for this layer."""
+        return {}
+
+    def initialise(self, init: str, *shape) -> None:
+        """Set the parameters `draw` gives for `init` ("pyg", "dgl", or "auto": `default_init`), in the order the
+        layer registers them."""
+        scheme = type(self).default_init if init == "auto" else init
+        if scheme not in SCHEMES:
+            raise SpgnnError(f"--init must be auto, {' or '.join(SCHEMES)}, got {init!r}")
+        for name, value in self.draw(scheme, *shape).items():
+            setattr(self, name, nn.Parameter(value.contiguous()))
+
+    def costs(self, grad_in: bool) -> list | None:
+        """The operations one application runs, in order (`Spmm`, `Dense`); `grad_in`: its input needs a
+        gradient. None: not declared."""
+        return None
+
+    @classmethod
+    def stack(cls, f_in: int, hidden: int, classes: int, layers: int, init: str = "auto", dropout: float = 0.0,
+              **options) -> list:
+        """The layers of ``--model NAME``: `layers` of this kind, f_in → hidden → … → classes, each given the
+        layer's own `options` (`dropout`: the model's, for layers that drop inside, e.g. attention)."""
+        widths = [f_in] + [hidden] * (layers - 1) + [classes]
+        return [cls(a, b, init=init, **options) for a, b in zip(widths[:-1], widths[1:])]
+
+
+def register_layer(cls):
+    """Class decorator: register layer `cls` under ``cls.name`` (a name registered twice is an error)."""
+    if not cls.name:
+        raise SpgnnError(f"layer {cls.__qualname__} has no name: set the class attribute `name`")
+    if cls.name in LAYERS and LAYERS[cls.name] is not cls:
+        raise SpgnnError(f"layer {cls.name!r} is registered already (by {LAYERS[cls.name].__module__}."
+                         f"{LAYERS[cls.name].__qualname__}): choose another name")
+    if cls.adjacency is not None:
+        get_adjacency(cls.adjacency)
+    unknown = set(cls.needs) - NEEDS
+    if unknown:
+        raise SpgnnError(f"layer {cls.name!r} needs {sorted(unknown)}, which no layout offers: needs are "
+                         f"{', '.join(sorted(NEEDS))}")
+    LAYERS[cls.name] = cls
+    return cls
+
+
+NEEDS = frozenset({"whole_rows", "attention"})
+
+
+def get_layer(name: str):
+    """The layer class registered as `name`."""
+    try:
+        return LAYERS[name]
+    except KeyError:
+        raise SpgnnError(f"unknown model {name!r}: choose one of {', '.join(LAYERS)} or register a layer with "
+                         "spgnn.register_layer") from None
+
+
+def options() -> dict:
+    """Every registered layer's options by name (layers may share one: their declarations must agree)."""
+    out = {}
+    for cls in LAYERS.values():
+        for o in cls.options:
+            first = out.setdefault(o.name, o)
+            if (first.type, first.default) != (o.type, o.default):
+                raise SpgnnError(f"option {o.flag} of --model {cls.name} disagrees with another layer's: "
+                                 f"{o.type.__name__} = {o.default!r} against {first.type.__name__} = {first.default!r}")
+    return out
+
+
+def declaring(name: str) -> list[str]:
+    """The layers that declare option `name`."""
+    return [k for k, cls in LAYERS.items() if any(o.name == name for o in cls.options)]
+
+
+class _Chosen(Mapping):
+    """{layer name: the init scheme "auto" takes for it}, read from the registry."""
+
+    def __getitem__(self, name):
+        return get_layer(name).default_init
+
+    def __iter__(self):
+        return iter(LAYERS)
+
+    def __len__(self):
+        return len(LAYERS)
+
+
+CHOSEN = _Chosen()
+
+
+def load_entry_points() -> None:
+    """Register the layers other packages publish under ``spgnn.layers`` (a broken one is skipped with a
+    warning that names it)."""
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in LAYERS:
+            continue
+        try:
+            cls = ep.load()
+            if getattr(cls, "name", None) != ep.name:
+                raise SpgnnError(f"it loads {cls!r}, whose name is not {ep.name!r}")
+            register_layer(cls)
+        except Exception as e:  # a third-party plugin: say which and carry on
+            warnings.warn(f"spgnn: layer {ep.name!r} (entry point {ep.value}) was not loaded: "
+                          f"{type(e).__name__}: {e}", stacklevel=2)

@@ -1,0 +1,77 @@
+"""`GNN`: the model ``--model NAME`` builds, a stack of layers with dropout before each and an activation
+between them, and `build_model`, which builds it from the layer registry.
+
+Dropout masks are a hash of (seed, epoch, layer, global node id, column), so the training curve does not
+depend on the number of processes or the partition.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ..hashing import dropout_mask, mix_key
+from .norm import BatchNorm
+from .registry import get_layer
+
+
+class GNN(nn.Module):
+    """Layers `layers` (`spgnn.layers.Layer`s) in order: dropout (probability `dropout`) before each that takes it
+    (`Layer.dropout_before`), the layer's `activation` after each but the last, global batch norm after each
+    hidden layer when `batch_norm`. Layer i runs in ledger layer i; a layer with `initial` gets the first layer's
+    output as h0, one that is `keyed` a hash key for its own random draws."""
+
+    def __init__(self, layers: list, dropout: float = 0.5, seed: int = 0, batch_norm: bool = False, name: str = ""):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.norms = nn.ModuleList(BatchNorm(layer.f_out) for layer in layers[:-1]) if batch_norm else None
+        self.dropout, self.seed, self.name = dropout, seed, name
+
+    @property
+    def adjacencies(self) -> list[str]:
+        """The adjacencies its layers aggregate with, in order of first use."""
+        return list(dict.fromkeys(layer.adjacency for layer in self.layers if layer.adjacency is not None))
+
+    def forward(self, g, h, node_ids=None, epoch: int = 0):
+        """Logits of the rows `g` gives this rank; `node_ids` (default ``g.node_ids``) their original ids, for the
+        dropout masks. Minibatch (`spgnn.train.minibatch`): `g` and `node_ids` are per-layer lists (layer i's
+        block, its input nodes)."""
+        n = len(self.layers)
+        gs = g if isinstance(g, list) else [g] * n
+        ids = node_ids if isinstance(node_ids, list) else [g.node_ids if node_ids is None else node_ids] * n
+        h0 = None
+        for i, layer in enumerate(self.layers):
+            g = gs[i]
+            if self.training and self.dropout > 0 and layer.dropout_before:
+                cols = g.columns(layer.f_in)
+                mask = dropout_mask(ids[i], cols.stop - cols.start, self.dropout, mix_key(self.seed, epoch, i),
+                                    cols.start)
+                h = h * mask.to(h.device, h.dtype)
+            extra = ({"key": mix_key(self.seed, epoch, i, 1)} if layer.keyed else {}) | \
+                ({"h0": h0} if layer.initial else {})
+            with g.layer(i):
+                h = layer(g, h, **extra)
+                if i < n - 1:
+                    h = h if self.norms is None else self.norms[i](g, h)
+                    h = h if layer.activation is None else layer.activation(h)
+            if i == 0:
+                h0 = h
+        return h
+
+
+def build_model(name: str, f_in: int, classes: int, hidden: int = 16, layers: int = 2, dropout: float = 0.5,
+                seed: int = 0, batch_norm: bool = False, init: str = "auto", **options) -> GNN:
+    """The `GNN` of ``--model name``: the registered layer's `stack` of `layers` layers from f_in features to
+    `classes` logits through `hidden` (its own options, e.g. GAT's heads, from `options`; the others ignored),
+    weights drawn from torch's current seed."""
+    cls = get_layer(name)
+    own = {o.name: options.get(o.name, o.default) for o in cls.options}
+    return GNN(cls.stack(f_in, hidden, classes, layers, init=init, dropout=dropout, **own), dropout, seed,
+               batch_norm, name)
+
+
+def config_model(cfg, f_in: int, classes: int) -> GNN:
+    """`build_model` for a `TrainConfig` (``--model``, ``--hidden``, ``--layers``, ``--dropout``, ``--seed``,
+    ``--batch-norm``, ``--init`` and the layer's own options)."""
+    cls = get_layer(cfg.model)
+    return build_model(cfg.model, f_in, classes, cfg.hidden, cfg.layers, cfg.dropout, cfg.seed, cfg.batch_norm,
+                       cfg.init, **{o.name: getattr(cfg, o.name) for o in cls.options})
