@@ -32,7 +32,7 @@ class JKResGCN(torch.nn.Module):
 
 
 def main(comm, args):
-    g = spgnn.DistGraph(comm, dataset=args.dataset, algo=args.algo, adjacency="gcn")
+    g = spgnn.DistGraph(comm, dataset=args.dataset, algo=args.algo, grid=args.grid, adjacency="gcn")
     torch.manual_seed(0)                       # the same weights on every rank (prepare checks)
     model = JKResGCN(g.num_features, args.hidden, g.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=5e-4)
@@ -58,6 +58,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="cora")
     p.add_argument("--algo", default="1d-halo", choices=sorted(spgnn.ALGORITHMS))
+    p.add_argument("--grid", default=None, help="2d: RxC, 3d: RxCxL (default: the most square or cubic)")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--nprocs", type=int, default=1, help="local processes (not needed under mpirun or torchrun)")

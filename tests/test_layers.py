@@ -1,0 +1,175 @@
+"""Layers that describe themselves: GIN, APPNP and GCNII equal PyTorch Geometric's GINConv (train_eps), APPNP and
+GCN2Conv on the same weights, forward and backward; every registered layer, on every algorithm whose layout
+offers what it needs, gives the single-process reference's logits, input and weight gradients, and its bytes
+equal the cost model's, call for call; the registry refuses what it cannot honour with one line."""
+
+import numpy as np
+import pytest
+import torch
+
+from spgnn import cost, spmm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.layers import APPNP, LAYERS, GCN2Conv, GINConv, Layer, register_layer
+from spgnn.reference import SerialSpMM
+from spgnn.train.fullbatch import Trainer
+from tests.graphs import small_graph
+from tests.reference_model import assert_close, reference_grads
+
+G = small_graph(n=41, f=7, classes=3, directed=True, seed=5)
+ALGOS = [("1d", {}), ("1d-halo", {}), ("1.5d", {"replication": 2}), ("2d", {"grid": "2x2"}), ("3d", {"grid": "1x2x2"}),
+         ("sar", {})]
+OPTIONS = {"gat": {"heads": 2}, "appnp": {"steps": 3}, "gcnii": {"alpha": 0.2}}
+
+
+def _edge_index(adj):
+    coo = adj.tocoo()      # A[dst, src]
+    return torch.as_tensor(np.vstack([coo.col, coo.row]), dtype=torch.int64)
+
+
+def _pyg_case(kind):
+    """(spgnn layer, its PyG twin with the same weights, a function calling either on x)."""
+    pyg = pytest.importorskip("torch_geometric.nn", reason="PyTorch Geometric is not installed (pip install .[test])")
+    ei, f = _edge_index(G.adj), G.num_features
+    torch.manual_seed(0)
+    if kind == "gin":
+        layer = GINConv(f, 5)
+        layer.eps.data.fill_(0.3)
+        mlp = torch.nn.Sequential(torch.nn.Linear(f, 5), torch.nn.ReLU(), torch.nn.Linear(5, 5))
+        twin = pyg.GINConv(mlp, train_eps=True)
+        for lin, i in ((mlp[0], 1), (mlp[2], 2)):
+            lin.weight.data = getattr(layer, f"weight{i}").data.T.clone()
+            lin.bias.data = getattr(layer, f"bias{i}").data.clone()
+        twin.eps.data.fill_(0.3)
+        return layer, twin, lambda m, x, x0: m(SerialSpMM(G.adj, raw=True), x) if m is layer else m(x, ei)
+    if kind == "appnp":
+        layer, twin = APPNP(f, steps=4, alpha=0.2), pyg.APPNP(K=4, alpha=0.2)
+        return layer, twin, lambda m, x, x0: m(SerialSpMM(G.adj, raw=True), x) if m is layer else m(x, ei)
+    layer = GCN2Conv(f, alpha=0.2, theta=0.5, layer=2)
+    twin = pyg.GCN2Conv(f, alpha=0.2, theta=0.5, layer=2, shared_weights=True)
+    twin.weight1.data = layer.weight.data.clone()
+    return layer, twin, lambda m, x, x0: m(SerialSpMM(G.adj, raw=True), x, x0) if m is layer else m(x, x0, ei)
+
+
+@pytest.mark.parametrize("kind", ["gin", "appnp", "gcnii"])
+def test_new_layers_equal_pyg(kind):
+    layer, twin, call = _pyg_case(kind)
+    x0 = torch.randn(G.n, G.num_features)
+    out = {}
+    for m in (layer, twin):
+        x = torch.as_tensor(G.x).clone().requires_grad_(True)
+        y = call(m, x, x0)
+        (y * torch.linspace(-1, 1, y.numel()).view_as(y)).sum().backward()
+        out[m is layer] = (y.detach().numpy(), x.grad.numpy(), sorted(p.grad.abs().sum().item()
+                                                                       for p in m.parameters()))
+    assert_close(out[True][0], out[False][0], f"{kind} output")
+    assert_close(out[True][1], out[False][1], f"{kind} input gradient")
+    assert np.allclose(out[True][2], out[False][2], rtol=1e-4), f"{kind} parameter gradients"
+
+
+def _cases():
+    """(layer, algorithm, options) for every registered layer on every algorithm that offers its needs."""
+    return [(name, algo, opts) for name, cls in LAYERS.items() for algo, opts in ALGOS
+            if all(getattr(spmm.get(algo), need) for need in cls.needs)]
+
+
+def _rank(comm):
+    out = []
+    for name, algo, opts in _cases():
+        cfg = TrainConfig(model=name, layers=2, hidden=6, dropout=0.5, seed=3, algo=algo, feature_norm="none",
+                          epochs=2, **opts, **OPTIONS.get(name, {}))
+        t = Trainer(cfg, comm, graph=G)
+        t.x.requires_grad_(True)
+        _, logits = t.forward_backward(epoch=2)
+        grads = {k: p.grad.numpy().copy() for k, p in t.model.named_parameters()}
+        cols, dx = (t.g.columns(G.num_features), t.g.columns(G.num_classes)), t.x.grad.numpy()
+        comm.ledger.reset()
+        t = Trainer(cfg, comm, graph=G)
+        t.run(log=None)
+        measured = sorted((*map(str, key), *row[:4]) for key, row in comm.ledger.rows.items())
+        predicted = None
+        if comm.rank == 0 and t.costs is not None:
+            model, stats = t.costs
+            predicted = [sorted((*map(str, key), *row[:4]) for key, row in cost.epoch_ledger(
+                type(t.algo), stats, t.grid.shape, r, model, 2, 3).rows.items()) for r in range(comm.world_size)]
+        out.append((t.node_ids.numpy(), cols, logits.numpy(), dx, grads, measured, predicted))
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return run_local(_rank, 4, timeout_s=600)
+
+
+def test_every_layer_on_every_algorithm_equals_the_reference(runs):
+    cases = _cases()
+    assert {name for name, _, _ in cases} == set(LAYERS)
+    for i, (name, algo, _) in enumerate(cases):
+        ref_logits, ref_dx, ref_grads = reference_grads(G, name, layers=2, hidden=6, dropout=0.5, seed=3, epoch=2,
+                                                        **OPTIONS.get(name, {}))
+        for ids, (fcols, ccols), logits, dx, grads, _, _ in (r[i] for r in runs):
+            where = f"{name} on {algo}"
+            assert_close(logits, ref_logits[ids][:, ccols], f"{where}: logits")
+            assert_close(dx, ref_dx[ids][:, fcols], f"{where}: input gradient", rtol=1e-4)
+            for k, gk in grads.items():
+                assert_close(gk, ref_grads[k], f"{where}: gradient of {k}", rtol=1e-4)
+
+
+def test_every_layer_moves_the_bytes_the_cost_model_predicts(runs):
+    for i, (name, algo, _) in enumerate(_cases()):
+        predicted = runs[0][i][6]
+        if LAYERS[name].costs is Layer.costs:
+            assert predicted is None, f"{name} declares no cost, yet the report predicts one"
+            continue
+        assert predicted is not None, f"{name} on {algo}: no prediction"
+        for r, run in enumerate(runs):
+            assert run[i][5] == predicted[r], f"{name} on {algo}, rank {r}: measured ≠ predicted"
+
+
+def test_registry_refuses_bad_declarations():
+    with pytest.raises(SpgnnError, match="layer 'gcn' is registered already"):
+        @register_layer
+        class Twice(Layer):
+            name = "gcn"
+    with pytest.raises(SpgnnError, match="unknown adjacency 'nope'"):
+        @register_layer
+        class Nowhere(Layer):
+            name, adjacency = "nowhere", "nope"
+    assert "nowhere" not in LAYERS
+    with pytest.raises(SpgnnError, match="unknown model 'nope'"):
+        TrainConfig(model="nope").validate()
+    with pytest.raises(SpgnnError, match="--model gat needs attention, which --algo 2d does not offer"):
+        TrainConfig(model="gat", algo="2d").validate()
+    with pytest.raises(SpgnnError, match="--steps applies to --model appnp, not gcn"):
+        TrainConfig(model="gcn", steps=3).validate()
+    with pytest.raises(SpgnnError, match="declares no cost"):
+        cost.ModelCost.of_config(TrainConfig(model="gat"), 5, 3)
+
+
+def test_a_layer_registered_later_brings_its_options():
+    """TrainConfig reads the registries when a config is made, so a layer (with an option) registered after
+    spgnn was imported runs from the config and the trainer like a built-in one."""
+    from spgnn.options import Option
+
+    @register_layer
+    class Scaled(GINConv):
+        name, summary = "scaled-gin", "GIN with its input scaled (a test's plug-in)"
+        options = (Option("scale", float, 1.0, "scaled-gin: input scale"),)
+
+        def __init__(self, f_in, f_out, init="auto", scale=1.0):
+            super().__init__(f_in, f_out, init)
+            self.scale = scale
+
+        def forward(self, g, h):
+            return super().forward(g, self.scale * h)
+
+    try:
+        cfg = TrainConfig(model="scaled-gin", scale=2.0, epochs=2, eval_every=0, hidden=4).validate()
+        from spgnn.comm.comm import Comm
+
+        t = Trainer(cfg, Comm(0, 1), graph=G)
+        assert t.model.layers[0].scale == 2.0
+        assert np.isfinite(t.run(log=None)["final"]["loss"])
+    finally:
+        LAYERS.pop("scaled-gin")

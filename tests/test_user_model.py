@@ -1,0 +1,128 @@
+"""A model of the user's own on any layout (algorithms/your_model.py, shown in the README): a GCN with residual
+connections and jumping knowledge, an ordinary loop and torch.optim.Adam on spgnn's public API. Its loss curve is
+the same on 1d-halo, 1.5d, 2d, 3d and sar at P = 4 as on one process, and equal to the same model written in
+plain PyTorch on the whole graph; what it does wrong is refused with one line."""
+
+import importlib.util
+from argparse import Namespace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import spgnn
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.errors import SpgnnError
+from spgnn.graph.adjacency import normalize
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import row_normalize
+
+PROGRAM = Path(__file__).parent.parent / "algorithms" / "your_model.py"
+LAYOUTS = [("1d-halo", None), ("1.5d", None), ("2d", "2x2"), ("3d", "1x2x2"), ("sar", None)]
+EPOCHS = 6
+
+
+def _program():
+    spec = importlib.util.spec_from_file_location("your_model", PROGRAM)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _args(algo, grid=None):
+    return Namespace(dataset="cora", algo=algo, grid=grid, hidden=8, epochs=EPOCHS, nprocs=1)
+
+
+def _rank(comm):
+    program = _program()
+    return {algo: program.main(comm, _args(algo, grid)) for algo, grid in LAYOUTS}
+
+
+def _plain_pytorch() -> list[float]:
+    """The same model and loop in plain PyTorch on the whole graph (torch.sparse, torch.cat, F.cross_entropy)."""
+    g = load_dataset("cora")
+    a = normalize(g.adj, "gcn").tocoo()
+    a = torch.sparse_coo_tensor(np.vstack([a.row, a.col]), a.data, a.shape, check_invariants=True).coalesce()
+    x, y, train = torch.as_tensor(row_normalize(g.x)), torch.as_tensor(g.y), torch.as_tensor(g.train_mask)
+    torch.manual_seed(0)
+    mine = _program().JKResGCN(g.num_features, 8, g.num_classes)           # only for its initial weights
+    ws = [(c.weight.detach().clone(), c.bias.detach().clone()) for c in mine.convs]
+    params = [torch.nn.Parameter(t) for w in ws for t in w]
+    params += [torch.nn.Parameter(mine.out.weight.detach().clone()), torch.nn.Parameter(mine.out.bias.detach().clone())]
+    opt = torch.optim.Adam(params, lr=0.01, weight_decay=5e-4)
+    losses = []
+    for _ in range(EPOCHS):
+        opt.zero_grad()
+        hs, h = [], x
+        for i in range(3):
+            z = torch.relu(torch.sparse.mm(a, h @ params[2 * i]) + params[2 * i + 1])
+            h = z + h if i else z
+            hs.append(h)
+        loss = F.cross_entropy((torch.cat(hs, 1) @ params[6] + params[7])[train], y[train])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_your_model_has_one_loss_curve_on_every_layout():
+    single = _program().main(Comm(0, 1), _args("1d-halo"))[0]
+    plain = _plain_pytorch()
+    np.testing.assert_allclose(single, plain, rtol=2e-5, err_msg="one process against plain PyTorch")
+    for algo, (losses, acc) in run_local(_rank, 4, timeout_s=600)[0].items():
+        np.testing.assert_allclose(losses, single, rtol=2e-5, err_msg=f"{algo} at P = 4 against one process")
+        assert 0 < acc["train_acc"] <= 1
+
+
+class RowWise(spgnn.Layer):
+    """A layer that needs whole rows (a row-wise normalisation, say)."""
+
+    needs = frozenset({"whole_rows"})
+
+
+def _prepared(comm, what):
+    g = spgnn.DistGraph(comm, dataset="cora", algo="2d" if what == "whole rows" else "1d-halo")
+    torch.manual_seed(comm.rank if what == "differ" else 0)
+    if what == "whole rows":
+        model = torch.nn.ModuleList([spgnn.GCNConv(g.num_features, 4), RowWise(4, 4)])
+    else:
+        model = _program().JKResGCN(g.num_features, 4, g.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    try:
+        model = g.prepare(model, opt)
+        if what == "unsummed":
+            g.cross_entropy(model(g, g.x)).backward()
+            opt.step()
+        if what == "adjacency":
+            g.spmm(g.x, "mean")
+    except SpgnnError as e:
+        return str(e)
+    return None
+
+
+@pytest.mark.parametrize("what,expected", [
+    ("differ", "parameter 'convs.0.weight' of the model differs between ranks"),
+    ("unsummed", "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients"),
+    ("adjacency", "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']"),
+    ("whole rows", "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo"),
+])
+def test_what_a_user_gets_wrong_is_refused_with_one_line(what, expected):
+    errors = run_local(_prepared, 2, what, timeout_s=300)
+    assert errors[0] is not None and errors[0].startswith(expected), errors[0]
+    assert errors[1] == errors[0]
+
+
+def test_layouts_refuse_what_they_cannot_do():
+    comm = Comm(0, 1)
+    g = spgnn.DistGraph(comm, dataset="cora", algo="1d")
+    with pytest.raises(SpgnnError, match="attention needs attention, which --algo 1d does not offer"):
+        g.attend(g.x.view(g.x.shape[0], 1, -1), g.x[:, :1], g.x[:, :1], 0.2)
+    with pytest.raises(SpgnnError, match="unknown adjacency 'nope'"):
+        g.spmm(g.x, "nope")
+    with pytest.raises(SpgnnError, match="algo='auto' ranks the layouts by the model's declared costs"):
+        spgnn.DistGraph(comm, dataset="cora", algo="auto")
+    with pytest.raises(SpgnnError, match="batch normalization needs whole rows, which --algo 2d does not offer"):
+        spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
