@@ -59,3 +59,34 @@ def test_cli_help_and_auto_take_it_from_the_registry(plugin):
     from spgnn import cost
 
     assert {"algo": "1d-allgather", "replication": 0, "grid": None} in cost.candidates(4)
+
+
+def test_an_algorithm_registered_after_import_brings_its_option():
+    """TrainConfig reads the registry when a config is made: an algorithm (with an option) registered in a user's
+    script after spgnn was imported trains with its option, and runs that do not use it are unaffected."""
+    from spgnn.comm.comm import Comm
+    from spgnn.errors import SpgnnError
+    from spgnn.options import Option
+    from tests.graphs import small_graph
+    from tests.plugin_algorithm import AllGather1D
+
+    class Tagged(AllGather1D):
+        name, summary = "1d-allgather-tagged", "all-gathers H (with a tag option)"
+        options = (Option("tag", int, 1, "1d-allgather-tagged: a tag", valid=lambda v: v >= 1, must="at least 1"),)
+
+        def __init__(self, block, comm, grid, device="cpu", tag=1):
+            super().__init__(block, comm, grid, device)
+            self.tag = tag
+
+    algorithms.register(Tagged)
+    try:
+        cfg = TrainConfig(algo=Tagged.name, tag=3, epochs=2, eval_every=0, hidden=4).validate()
+        t = Trainer(cfg, Comm(0, 1), graph=small_graph())
+        assert t.algo.tag == 3 and len(t.run(log=None)["epochs"]) == 2
+        assert TrainConfig().validate().tag == 1
+        with pytest.raises(SpgnnError, match="--tag must be at least 1, got 0"):
+            TrainConfig(algo=Tagged.name, tag=0).validate()
+    finally:
+        algorithms.ALGORITHMS.pop(Tagged.name)
+    with pytest.raises(AttributeError):
+        TrainConfig().tag

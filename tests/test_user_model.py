@@ -126,3 +126,37 @@ def test_layouts_refuse_what_they_cannot_do():
         spgnn.DistGraph(comm, dataset="cora", algo="auto")
     with pytest.raises(SpgnnError, match="batch normalization needs whole rows, which --algo 2d does not offer"):
         spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
+
+
+def _train(comm, folder, epochs, resume):
+    """The user's loop with checkpoints through the public API: resume from `folder` when asked, train to
+    `epochs` in all, save at the end; returns the losses of the epochs run here."""
+    g = spgnn.DistGraph(comm, dataset="cora", algo="1d-halo" if comm.world_size < 3 else "2d")
+    torch.manual_seed(0)
+    model = _program().JKResGCN(g.num_features, 8, g.num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = g.prepare(model, opt)
+    start = g.load_checkpoint(folder, model, opt)[0] + 1 if resume else 0
+    losses = []
+    for epoch in range(start, epochs):
+        opt.zero_grad()
+        loss = g.cross_entropy(model(g, g.x))
+        loss.backward()
+        g.sync_gradients(model)
+        opt.step()
+        losses.append(loss.item())
+    g.save_checkpoint(folder, model, opt, epochs - 1, note="user loop")
+    return losses
+
+
+def test_a_users_model_and_optimizer_resume_on_another_p(tmp_path):
+    """Saved at P = 2 after 3 epochs, resumed at P = 4 (on 2D) to 6: the loss curve of an uninterrupted run."""
+    whole = _train(Comm(0, 1), tmp_path / "whole", 6, False)
+    first = run_local(_train, 2, tmp_path / "ckpt", 3, False, timeout_s=300)[0]
+    rest = run_local(_train, 4, tmp_path / "ckpt", 6, True, timeout_s=300)[0]
+    np.testing.assert_allclose(first + rest, whole, rtol=2e-5)
+    assert len(rest) == 3
+    with pytest.raises(SpgnnError, match="is of another model"):
+        g = spgnn.DistGraph(Comm(0, 1), dataset="cora")
+        other = _program().JKResGCN(g.num_features, 4, g.num_classes)
+        g.load_checkpoint(tmp_path / "ckpt", other, torch.optim.Adam(other.parameters()))
