@@ -4,10 +4,12 @@ schedule the code runs, and how long that takes.
 Bytes and messages: every algorithm states what one SpMM of width f costs each rank
 (`DistSpMM.spmm_cost`), and what its dense operations cost (`DistSpMM.dense_cost`: H·W, log-softmax and
 argmax, which move data only in the column-split 2D/3D layouts), from the partition's block statistics
-(`BlockStats`: rows per part, the matrix of halo rows |R_ij|, the nonzeros of each block). `predict`
-assembles a run from them the way `Trainer` executes it (setup; per epoch the forward layer by layer, the
-backward, the gradient all-reduce and the loss sum; evaluations) into one `Ledger` per rank, keyed like
-the measured ledger, so a test can demand equality.
+(`BlockStats`: rows per part, the matrix of halo rows |R_ij|, the nonzeros of each block, under each adjacency).
+A model states what its layers do (`ModelCost`, from each `spgnn.layers.Layer.costs`: sparse products with their
+widths and adjacency, dense products, global sums); `epoch_ledger` assembles a run from both the way `Trainer`
+executes it (setup; per epoch the forward layer by layer, the loss sum, the backward, the gradient all-reduce;
+evaluations) into one `Ledger` per rank, keyed like the measured ledger, so a test can demand equality. A layer
+that declares no cost is refused, never modelled as another.
 
 Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: an all-to-all pays α for
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
@@ -112,8 +114,8 @@ class ModelCost:
             ops = layer.costs(grad)
             if ops is None:
                 raise SpgnnError(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
-                                 "declares no cost (Layer.costs), so the cost model cannot predict it: name an --algo "
-                                 "instead of auto")
+                                 "declares no cost (Layer.costs), so the cost model cannot predict it: --algo auto and "
+                                 "spgnn cost need a model whose layers declare theirs; name an --algo to train it")
             if i < len(norms):
                 ops = list(ops) + norms[i].costs(True)
             out.append(tuple(ops))
