@@ -1,9 +1,13 @@
-"""`Option`: a setting that a plug-in (an algorithm or a layer) brings to `TrainConfig` and the command line."""
+"""What the registries of plug-ins (algorithms, layers) share: `Option`, a setting a plug-in brings to
+`TrainConfig` and the command line; the options of a registry (`merged`, `declaring`); and loading the plug-ins
+other packages publish under an entry-point group (`load_entry_points`)."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import metadata
 
 from .errors import SpgnnError
 
@@ -32,3 +36,39 @@ class Option:
         """SpgnnError naming the flag when `value` is not usable."""
         if value != self.default and not self.valid(value):
             raise SpgnnError(f"{self.flag} must be {self.must}, got {value!r}")
+
+
+def merged(registry: dict, flag: str) -> dict[str, Option]:
+    """Every option the classes of `registry` declare, by name, in registration order. Classes may share an option
+    (a subclass inherits its parent's); declarations of one name must agree on type and default (`flag`: the
+    command-line flag naming a class, for the error)."""
+    out = {}
+    for cls in registry.values():
+        for o in cls.options:
+            first = out.setdefault(o.name, o)
+            if (first.type, first.default) != (o.type, o.default):
+                raise SpgnnError(f"option {o.flag} of {flag} {cls.name} disagrees with another's: "
+                                 f"{o.type.__name__} = {o.default!r} against {first.type.__name__} = {first.default!r}")
+    return out
+
+
+def declaring(registry: dict, name: str) -> list[str]:
+    """The names of the classes of `registry` that declare option `name`."""
+    return [k for k, cls in registry.items() if any(o.name == name for o in cls.options)]
+
+
+def load_entry_points(group: str, registry: dict, register, what: str) -> None:
+    """Register with `register` the classes other packages publish under the entry-point `group` (``name =
+    module:Class``, the class's `name` equal to the entry's); a broken one is skipped with a warning that names
+    it, so that it cannot stop the built-in ones."""
+    for ep in metadata.entry_points(group=group):
+        if ep.name in registry:
+            continue
+        try:
+            cls = ep.load()
+            if getattr(cls, "name", None) != ep.name:
+                raise SpgnnError(f"it loads {cls!r}, whose name is not {ep.name!r}")
+            register(cls)
+        except Exception as e:  # a third-party plugin: say which and carry on
+            warnings.warn(f"spgnn: {what} {ep.name!r} (entry point {ep.value}) was not loaded: "
+                          f"{type(e).__name__}: {e}", stacklevel=3)

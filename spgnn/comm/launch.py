@@ -261,10 +261,10 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue):
     shutdown()
 
 
-def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0) -> list:
+def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None) -> list:
     """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined by gloo; return the results by
-    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, and
-    the whole call fails after `timeout_s` rather than hang."""
+    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here; a collective
+    fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`) rather than hang."""
     import multiprocessing as mp
     import queue as queues
 
@@ -275,14 +275,19 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0) -> list:
              for r in range(nprocs)]
     for p in procs:
         p.start()
-    results, deadline = {}, time.monotonic() + timeout_s
+    limit = timeout_s if deadline_s is None else deadline_s
+    results, deadline = {}, time.monotonic() + limit
     try:
         while len(results) < nprocs:
             try:
-                rank, ok, value = q.get(timeout=max(0.1, deadline - time.monotonic()))
+                rank, ok, value = q.get(timeout=min(10.0, max(0.1, deadline - time.monotonic())))
             except queues.Empty:
-                raise RuntimeError(f"run_local: no result from ranks "
-                                   f"{sorted(set(range(nprocs)) - set(results))} within {timeout_s} s") from None
+                dead = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
+                if dead or time.monotonic() >= deadline:
+                    missing = sorted(set(range(nprocs)) - set(results))
+                    raise RuntimeError(f"run_local: no result from ranks {missing} "
+                                       + (f"(ranks {dead} exited)" if dead else f"within {limit} s")) from None
+                continue
             if not ok:
                 raise RuntimeError(f"rank {rank} failed: {value}")
             results[rank] = value

@@ -18,14 +18,13 @@ group ``spgnn.layers`` (``name = module:Class``), loaded when ``spgnn.layers`` i
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 
 import torch
 from torch import nn
 
+from .. import options as plugins
 from ..errors import SpgnnError
 from ..graph.adjacency import get_adjacency
 from .init import SCHEMES
@@ -141,20 +140,13 @@ def get_layer(name: str):
 
 
 def options() -> dict:
-    """Every registered layer's options by name (layers may share one: their declarations must agree)."""
-    out = {}
-    for cls in LAYERS.values():
-        for o in cls.options:
-            first = out.setdefault(o.name, o)
-            if (first.type, first.default) != (o.type, o.default):
-                raise SpgnnError(f"option {o.flag} of --model {cls.name} disagrees with another layer's: "
-                                 f"{o.type.__name__} = {o.default!r} against {first.type.__name__} = {first.default!r}")
-    return out
+    """Every registered layer's options by name (`spgnn.options.merged`)."""
+    return plugins.merged(LAYERS, "--model")
 
 
 def declaring(name: str) -> list[str]:
     """The layers that declare option `name`."""
-    return [k for k, cls in LAYERS.items() if any(o.name == name for o in cls.options)]
+    return plugins.declaring(LAYERS, name)
 
 
 class _Chosen(Mapping):
@@ -174,16 +166,5 @@ CHOSEN = _Chosen()
 
 
 def load_entry_points() -> None:
-    """Register the layers other packages publish under ``spgnn.layers`` (a broken one is skipped with a
-    warning that names it)."""
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in LAYERS:
-            continue
-        try:
-            cls = ep.load()
-            if getattr(cls, "name", None) != ep.name:
-                raise SpgnnError(f"it loads {cls!r}, whose name is not {ep.name!r}")
-            register_layer(cls)
-        except Exception as e:  # a third-party plugin: say which and carry on
-            warnings.warn(f"spgnn: layer {ep.name!r} (entry point {ep.value}) was not loaded: "
-                          f"{type(e).__name__}: {e}", stacklevel=2)
+    """Register the layers other packages publish under ``spgnn.layers``."""
+    plugins.load_entry_points(ENTRY_POINT_GROUP, LAYERS, register_layer, "layer")

@@ -9,11 +9,9 @@ option values it can run with on P processes (`candidates`).
 
 from __future__ import annotations
 
-import warnings
-from importlib import metadata
-
+from .. import options as plugins
 from ..errors import SpgnnError
-from ..options import Option  # noqa: F401  (algorithms declare theirs with it)
+from ..options import Option
 
 ALGORITHMS: dict = {}
 ENTRY_POINT_GROUP = "spgnn.algorithms"
@@ -41,34 +39,15 @@ def attention_algorithms() -> list[str]:
 
 
 def options() -> dict[str, Option]:
-    """Every registered algorithm's options by name, in registration order. Algorithms may share an option
-    (a subclass inherits its parent's); declarations of one name must agree on type and default."""
-    out = {}
-    for cls in ALGORITHMS.values():
-        for o in cls.options:
-            first = out.setdefault(o.name, o)
-            if (first.type, first.default) != (o.type, o.default):
-                raise SpgnnError(f"option {o.flag} of --algo {cls.name} disagrees with another algorithm's: "
-                                 f"{o.type.__name__} = {o.default!r} against {first.type.__name__} = {first.default!r}")
-    return out
+    """Every registered algorithm's options by name (`spgnn.options.merged`)."""
+    return plugins.merged(ALGORITHMS, "--algo")
 
 
 def declaring(name: str) -> list[str]:
     """The algorithms that declare option `name`."""
-    return [a for a, cls in ALGORITHMS.items() if any(o.name == name for o in cls.options)]
+    return plugins.declaring(ALGORITHMS, name)
 
 
 def load_entry_points() -> None:
-    """Register the algorithms other packages publish under ``spgnn.algorithms`` (a broken one is skipped
-    with a warning that names it, so that it cannot stop the built-in ones)."""
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in ALGORITHMS:
-            continue
-        try:
-            cls = ep.load()
-            if getattr(cls, "name", None) != ep.name:
-                raise SpgnnError(f"it loads {cls!r}, whose name is not {ep.name!r}")
-            register(cls)
-        except Exception as e:  # a third-party plugin: say which and carry on
-            warnings.warn(f"spgnn: algorithm {ep.name!r} (entry point {ep.value}) was not loaded: "
-                          f"{type(e).__name__}: {e}", stacklevel=2)
+    """Register the algorithms other packages publish under ``spgnn.algorithms``."""
+    plugins.load_entry_points(ENTRY_POINT_GROUP, ALGORITHMS, register, "algorithm")
