@@ -59,13 +59,14 @@ class DistGraph:
         self.comm = comm = comm if comm is not None else Comm(0, 1)
         cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
         self._model, self._costs = model, None
+        names = self._adjacencies(adjacency) if adjacency is not None else None      # checked before any work
         if cfg.algo == "auto" and model is None:
             raise SpgnnError("algo='auto' ranks the layouts by the model's declared costs: pass DistGraph(..., "
                              "model=your model, or a function (features, classes) → model)")
         self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, as_graph(graph), parts,
                                                                 self.model_cost if model is not None else None)
         cfg, self.info = self.cfg, self.parts.info
-        names = self._adjacencies(adjacency)
+        names = names or self._adjacencies(None)
         cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, shape, cls.grid_names, cfg.device, cls.planes())
         share = agree(comm, lambda: self.parts.share(cls.part_of(shape, self.grid.coord)))
