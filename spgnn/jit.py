@@ -32,12 +32,18 @@ except ImportError:  # pragma: no cover - numba is a dependency; this keeps impo
         return lambda fn: fn
 
 _compile_s = 0.0
+_dispatchers = []
 
 
 def compile_seconds() -> float:
     """Seconds this process has spent in calls of `kernel`s that added a compiled signature (compiling it,
     or loading it from numba's cache)."""
     return _compile_s
+
+
+def compiled() -> int:
+    """Signatures of `kernel`s this process compiled rather than loaded from numba's on-disk cache."""
+    return sum(sum(d.stats.cache_misses.values()) for d in _dispatchers)
 
 
 def kernel(**options):
@@ -47,6 +53,7 @@ def kernel(**options):
         dispatcher = njit(**options)(fn)
         if numba is None:
             return dispatcher
+        _dispatchers.append(dispatcher)
 
         @functools.wraps(fn)
         def call(*args):
@@ -115,4 +122,4 @@ def warm_up(sampler: str | None = None) -> None:
         make_sampler(f"{sampler.partition(':')[0]}:2", ring).sample([np.arange(2)], [1])
 
 
-__all__ = ["compile_seconds", "kernel", "lock_path", "machine_lock", "njit", "numba", "prange", "warm_up"]
+__all__ = ["compile_seconds", "compiled", "kernel", "lock_path", "machine_lock", "njit", "numba", "prange", "warm_up"]

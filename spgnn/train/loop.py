@@ -17,7 +17,7 @@ import torch
 from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..config import TrainConfig
-from ..jit import compile_seconds
+from ..jit import compile_seconds, compiled
 from ..layers import GNN
 from ..memory import peak_rss_bytes
 from ..progress import launcher_seconds, seconds, stage
@@ -77,7 +77,7 @@ class Run:
         """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()},
-                "jit_s": compile_seconds(), "stages": seconds()}
+                "jit_s": compile_seconds(), "compiled": compiled(), "stages": seconds()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -99,7 +99,7 @@ class Run:
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,
             "median_epoch_s": float(np.median(times)) if times else None,
-            "jit_s": {"per_rank": [r["jit_s"] for r in everyone]},
+            "jit_s": {"per_rank": [r["jit_s"] for r in everyone], "compiled": [r["compiled"] for r in everyone]},
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": launcher_seconds()},
