@@ -162,12 +162,11 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
 
 
 def _warm_kernels(device: str, sampler: str | None) -> None:
-    """numba's kernels for a run on `device` made ready for this machine's processes (`spgnn.jit.warm_up`, under
-    the machine's lock: compiled by the first process to come, loaded from numba's cache by the others)."""
+    """numba's kernels for a run on `device` compiled once for this machine's processes (`spgnn.jit.warm_up_once`:
+    by the first process to take the machine's lock; the others find them in numba's cache)."""
     if not device.startswith("cuda"):
-        with progress.stage("compiling kernels", "(numba; once a machine, then loaded from its cache)"), \
-                jit.machine_lock():
-            jit.warm_up(sampler)
+        with progress.stage("compiling kernels", "(numba; once a machine, then loaded from its cache)"):
+            jit.warm_up_once(sampler)
 
 
 def train(args, argv) -> int:

@@ -7,15 +7,19 @@ from numba's on-disk cache (later runs; tenths of a second), and the first paral
 thread pool. All of that is one-time start-up, not training.
 
 `warm_up` makes a run's kernels ready ahead of it, so that they are compiled once per machine, not once per
-process: the ``--nprocs`` parent calls it before starting the processes, which then load the kernels from
-numba's cache; under mpirun, torchrun or srun every process calls it holding `machine_lock`, so the first to
-get the lock compiles and the others, waiting on it, load.
+process; `warm_up_once` does so under `machine_lock` unless a process of this machine has done it already. The
+``--nprocs`` parent calls it before starting the processes, which then load the kernels from numba's cache; under
+mpirun, torchrun or srun every process calls it, so the first to get the lock compiles and the others, waiting
+on it, find the kernels compiled and load them on first use, at once.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -108,6 +112,7 @@ def warm_up(sampler: str | None = None) -> None:
     import torch
 
     from .hashing import dropout_mask
+    from .sampling.sampler import make_sampler
     from .sparse.csr import CSR
     from .sparse.kernels import spmm
 
@@ -117,9 +122,36 @@ def warm_up(sampler: str | None = None) -> None:
     spmm(CSR.from_scipy(ring), torch.ones(n, 2))
     dropout_mask(np.arange(n), 2, 0.5, key=1)
     if sampler:
-        from .sampling.sampler import make_sampler
-
         make_sampler(f"{sampler.partition(':')[0]}:2", ring).sample([np.arange(2)], [1])
 
 
-__all__ = ["compile_seconds", "compiled", "kernel", "lock_path", "machine_lock", "njit", "numba", "prange", "warm_up"]
+
+def _ready_marker(sampler: str | None) -> Path:
+    """The file beside `lock_path` saying `warm_up(sampler)` has run for these kernels: keyed by numba's and
+    Python's versions, numba's cache folder and the kernels' source files (numba recompiles when they change)."""
+    from . import hashing  # noqa: F401 - importing the kernels' modules registers them
+    from .sampling import sampler as _  # noqa: F401
+    from .sparse import kernels  # noqa: F401
+
+    files = sorted({d.py_func.__code__.co_filename for d in _dispatchers})
+    key = json.dumps([numba.__version__, sys.version, numba.config.CACHE_DIR, (sampler or "").partition(":")[0],
+                      [(f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files]])
+    return lock_path().with_name(f"spgnn-kernels-{hashlib.sha256(key.encode()).hexdigest()[:16]}.ready")
+
+
+def warm_up_once(sampler: str | None = None) -> bool:
+    """`warm_up(sampler)` holding `machine_lock`, unless a process of this machine has done it for these kernels
+    (then return at once: the kernels are in numba's cache); True when it ran here."""
+    if numba is None:
+        return False
+    with machine_lock():
+        marker = _ready_marker(sampler)
+        if marker.exists():
+            return False
+        warm_up(sampler)
+        marker.touch()
+        return True
+
+
+__all__ = ["compile_seconds", "compiled", "kernel", "lock_path", "machine_lock", "njit", "numba", "prange", "warm_up",
+           "warm_up_once"]

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 
+from spgnn import jit
 from spgnn.comm.launch import free_port
 from spgnn.config import TrainConfig
 from spgnn.jit import compile_seconds, kernel, lock_path, machine_lock
@@ -58,33 +59,23 @@ def test_epoch_time_leaves_numba_start_up_out():
     assert all(abs(r["time_s"] + r["jit_s"] - w) < 0.01 for r, w in zip(records, walls))
 
 
-def train(tmp_path, args, env=None, procs=1):
-    """`spgnn train ARGS` in `procs` processes (the torchrun environment when more than one) with an empty numba
-    cache; returns the report."""
+def train_by_hand(tmp_path, procs):
+    """`spgnn train` as `procs` processes started by hand (torchrun's environment) with an empty numba cache;
+    returns the report. (The --nprocs parent's compiling for its processes is tested in test_progress.py.)"""
     out = tmp_path / "r.json"
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), MASTER_ADDR="127.0.0.1", WORLD_SIZE=str(procs),
-               LOCAL_WORLD_SIZE=str(procs), MASTER_PORT=str(free_port())) if procs > 1 else \
-        dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    cmd = [sys.executable, "-m", "spgnn", "train", "--epochs", "1", "--quiet", "--output", str(out), *args]
-    ps = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)) if procs > 1 else env, stderr=subprocess.PIPE, text=True)
-          for r in range(procs)]
+               LOCAL_WORLD_SIZE=str(procs), MASTER_PORT=str(free_port()))
+    cmd = [sys.executable, "-m", "spgnn", "train", "--epochs", "1", "--quiet", "--output", str(out)]
+    ps = [subprocess.Popen(cmd, env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True) for r in range(procs)]
     for p in ps:
         assert p.wait(timeout=300) == 0, p.stderr.read()[-3000:]
     return json.loads(out.read_text())
 
 
-def test_nprocs_parent_compiles_for_its_processes(tmp_path):
-    """An empty cache: the --nprocs parent compiles the kernels (a stage of its own); its processes compile
-    none, they load them all from numba's cache, training included."""
-    r = train(tmp_path, ["--nprocs", "2"])
-    assert r["jit_s"]["compiled"] == [0, 0]
-    assert r["stages"]["launcher"]["compiling kernels"] > 0
-
-
 def test_launcher_processes_compile_once_under_the_machine_lock(tmp_path):
     """An empty cache and two processes started by hand (torchrun's environment): the first to take the machine's
     lock compiles the kernels, the other waits and loads them."""
-    r = train(tmp_path, [], procs=2)
+    r = train_by_hand(tmp_path, 2)
     first, second = sorted(r["jit_s"]["compiled"], reverse=True)
     assert first >= 2 and second == 0
     assert all(s["compiling kernels"] > 0 for s in r["stages"]["per_rank"])
@@ -113,3 +104,13 @@ def test_machine_lock_excludes_other_processes():
         held = subprocess.run([sys.executable, "-c", probe, str(lock_path())], timeout=60)
     free = subprocess.run([sys.executable, "-c", probe, str(lock_path())], timeout=60)
     assert (held.returncode, free.returncode) == (3, 0)
+
+
+def test_warm_up_once_a_machine_per_set_of_kernels(tmp_path, monkeypatch):
+    """warm_up_once warms and leaves a marker beside the lock; later calls find it and return at once, until
+    another sampler's kernels are asked for."""
+    monkeypatch.setattr(jit.numba.config, "CACHE_DIR", str(tmp_path))
+    assert lock_path().parent == tmp_path
+    assert [jit.warm_up_once(), jit.warm_up_once(), jit.warm_up_once("sage:5"), jit.warm_up_once("sage:10")] == \
+        [True, False, True, False]
+    assert len(list(tmp_path.glob("spgnn-kernels-*.ready"))) == 2

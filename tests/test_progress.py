@@ -17,14 +17,18 @@ SPGNN = [sys.executable, "-m", "spgnn", "train", "--epochs", "2", "--eval-every"
 
 
 def train(tmp_path, *args):
+    """`spgnn train ARGS` with empty partition and numba caches: (the finished process, the report)."""
     out = tmp_path / "r.json"
     res = subprocess.run(SPGNN + ["--output", str(out), *args], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, SPGNN_CACHE_DIR=str(tmp_path / "cache")))
+                         env=dict(os.environ, SPGNN_CACHE_DIR=str(tmp_path / "cache"),
+                                  NUMBA_CACHE_DIR=str(tmp_path / "numba")))
     assert res.returncode == 0, res.stderr[-3000:]
     return res, json.loads(out.read_text())
 
 
 def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
+    """--nprocs 2: the parent reads, partitions, writes the shares and compiles the kernels, then each process
+    sets up and evaluates; each stage is said once, started and done, and every process's seconds are kept."""
     res, r = train(tmp_path, "--nprocs", "2", "--partition", "random")
     lines = res.stdout.splitlines()
     for name, what in (("reading", "cora"), ("partitioning", "into 2 parts by random"), ("writing shares", "2 parts"),
@@ -45,6 +49,7 @@ def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
                                        "compiling kernels"}
     launcher = stages["launcher"]
     assert launcher["partition cache"] >= launcher["partitioning"] + launcher["writing shares"]   # nested
+    assert r["jit_s"]["compiled"] == [0, 0]     # the parent compiled the kernels; its processes only load them
 
 
 def test_quiet_silences_stages_and_keeps_their_seconds(tmp_path):
