@@ -14,13 +14,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import jit, progress
 from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..config import TrainConfig
-from ..jit import compile_seconds, compiled
+from ..jit import compile_seconds
 from ..layers import GNN
 from ..memory import peak_rss_bytes
-from ..progress import launcher_seconds, seconds, stage
 from . import checkpoint
 from .optim import Adam
 
@@ -62,7 +62,7 @@ class Run:
 
         records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                    records, best, save)
-        with stage("evaluating", "(final)"):
+        with progress.stage("evaluating", "(final)"):
             final = self.evaluate()
         return self.report(records, final, best)
 
@@ -77,7 +77,7 @@ class Run:
         """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()},
-                "jit_s": compile_seconds(), "compiled": compiled(), "stages": seconds()}
+                "jit_s": compile_seconds(), "compiled": jit.compiled(), "stages": progress.seconds()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -102,7 +102,7 @@ class Run:
             "jit_s": {"per_rank": [r["jit_s"] for r in everyone], "compiled": [r["compiled"] for r in everyone]},
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
-            "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": launcher_seconds()},
+            "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
         } | self.run_report(everyone, epochs)
 
 
