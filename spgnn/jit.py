@@ -125,7 +125,6 @@ def warm_up(sampler: str | None = None) -> None:
         make_sampler(f"{sampler.partition(':')[0]}:2", ring).sample([np.arange(2)], [1])
 
 
-
 def _ready_marker(sampler: str | None) -> Path:
     """The file beside `lock_path` saying `warm_up(sampler)` has run for these kernels: keyed by numba's and
     Python's versions, numba's cache folder and the kernels' source files (numba recompiles when they change)."""
