@@ -10,7 +10,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from . import spmm
+from . import jit, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .config import TrainConfig, plugin_options
@@ -94,7 +94,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--checkpoint-every", type=int, default=d.checkpoint_every, help="epochs between checkpoints")
     a("--resume", default=d.resume, help="continue the run checkpointed in this folder (to --epochs in all), under "
       "any number of processes, algorithm or grid; give the same folder to --checkpoint to keep it current")
-    a("--quiet", action="store_true", help="no per-epoch lines")
+    a("--quiet", action="store_true", help="no per-epoch lines, stage lines or progress bars")
     return p
 
 
@@ -137,10 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None):
+def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None, warm=lambda: None):
     """This process's `Comm` in the job (mpirun, torchrun or a single process), or, for --nprocs N from a
     plain shell, the exit code of N local copies of this command (after `check` has vetted the input; it may
-    return the command line the copies run instead)."""
+    return the command line the copies run instead). `warm()` runs once per machine's processes first: here
+    before the copies start, or in each process of a launcher's job, which the first to come does for all."""
     launched = launch.detect()
     launch.resolve_transport(transport, launched, device)
     if args.nprocs is not None:
@@ -148,11 +149,23 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
             raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
         if launched.kind == "single" and args.nprocs > 1:
             argv = check() or argv      # bad input: one message, before any process starts
-            return launch.spawn(argv, args.nprocs)
+            warm()
+            with progress.handed_on():
+                return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs")
+    if launched.kind not in ("single", "spawn"):
+        warm()
     return launch.init(device, timeout, transport)
+
+
+def _warm_kernels(device: str, sampler: str | None) -> None:
+    """numba's kernels for a run on `device` compiled once for this machine's processes (`spgnn.jit.warm_up_once`:
+    by the first process to take the machine's lock; the others find them in numba's cache)."""
+    if not device.startswith("cuda"):
+        with progress.stage("compiling kernels", "(numba; once a machine, then loaded from its cache)"):
+            jit.warm_up_once(sampler)
 
 
 def train(args, argv) -> int:
@@ -164,10 +177,13 @@ def train(args, argv) -> int:
         from .train.minibatch import MinibatchTrainer
     check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \
         else (lambda: _partition_once(cfg, args.nprocs, argv))
-    comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
+    comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check,
+                 lambda: _warm_kernels(cfg.device, args.sampler))
     if isinstance(comm, int):
         return comm
-    trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else Trainer(cfg, comm)
+    with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):
+        trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else \
+            Trainer(cfg, comm)
     if comm.rank == 0 and not args.quiet:
         g = trainer.info
         how = f"sampler {args.sampler}" if sampled else cfg.algo
@@ -247,6 +263,7 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
       "the graph (methods block, random, ldg, fennel)")
     a("--chunk", type=int, default=1 << 22, help="--out-of-core: edges (and feature rows) read at a time")
     a("--json", default=None, help="write the metrics here as JSON")
+    a("--quiet", action="store_true", help="no stage lines or progress bars")
     a("--plot", default=None, help="draw the metrics as bar charts to this image file (.png; needs matplotlib)")
     return p
 
@@ -389,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     rank = launch.detect().rank if argv else 0
+    progress.configure(rank == 0 and not getattr(args, "quiet", False))
     try:
         return COMMANDS[args.command](args, argv)
     except SpgnnError as e:

@@ -19,6 +19,7 @@ from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
 from .partition.partition import get_partitioner, make_partition
+from .progress import stage
 
 
 @dataclass
@@ -121,9 +122,10 @@ def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
 
 
 def cached_partition(cfg: TrainConfig, g, method, B: int) -> Path:
-    """The cache folder of graph `g` partitioned by `method` into B parts (written unless there)."""
-    return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
-                              cfg.cache_dir)
+    """The cache folder of graph `g` partitioned by `method` into B parts (written unless there; a stage)."""
+    with stage("partition cache", f"{g.name} in {B} parts by {method}"):
+        return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
+                                  cfg.cache_dir)
 
 
 def split_parts(cfg: TrainConfig, comm: Comm, graph=None):

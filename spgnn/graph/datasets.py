@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from ..progress import stage
 from .build import assemble, from_arrays, reading, simple_adjacency, split_masks, unpickle
 from .graph import Graph, add_self_loops, mean_norm
 from .ogb import is_ogb, read_ogb
@@ -77,7 +78,14 @@ _MAX_EDGES = 1 << 32          # synthetic graphs larger than this are refused (m
 def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph:
     """The graph named by ``spec`` (see the module docstring); ``seed`` drives random splits and
     generators; ``data_dir`` is where named datasets are looked for (see ``search_dirs``). ``cora`` comes
-    from the bundled copy unless ``data_dir`` or $SPGNN_DATA_DIR holds its raw Planetoid files."""
+    from the bundled copy unless ``data_dir`` or $SPGNN_DATA_DIR holds its raw Planetoid files. A stage
+    (`spgnn.progress`): "generating" for rmat:/sbm: specs, else "reading"."""
+    synthetic = isinstance(spec, str) and spec.strip().partition(":")[0].lower() in ("rmat", "sbm")
+    with stage("generating" if synthetic else "reading", str(spec)):
+        return _load(spec, data_dir, seed)
+
+
+def _load(spec, data_dir, seed: int) -> Graph:
     if not isinstance(spec, str) or not spec.strip():
         raise SpgnnError(f"empty dataset spec; {_spec_help()}")
     spec = spec.strip()

@@ -33,6 +33,7 @@ from ..errors import SpgnnError
 from ..graph.build import class_labels, per_class_split, split_masks
 from ..graph.datasets import edge_delimiter
 from ..graph.ogb import is_ogb, to_edge_folder
+from ..progress import each
 from . import streaming
 from .partition import block, fill_empty
 from .partitioned import write
@@ -119,10 +120,15 @@ class EdgeFolder:
                     raise SpgnnError(f"{self.edge_file}: expected two columns (src dst) per line")
                 yield c
 
-    def entries(self):
+    def chunks(self) -> int | None:
+        """How many chunks `edges` yields (None for a text file, whose lines are not counted ahead)."""
+        return -(-len(self._npy(self.edge_file.name, mmap=True)) // self.chunk) if self.edge_file.suffix == ".npy" \
+            else None
+
+    def entries(self, why: str):
         """Yield (rows, cols) chunks of A's nonzeros A[dst, src] (and A[src, dst] unless directed), self-loops
-        dropped; duplicates are merged later."""
-        for c in self.edges():
+        dropped; duplicates are merged later. A stage "reading edges" (`why`: what the pass is for)."""
+        for c in each(self.edges(), "reading edges", f"{self.edge_file.name} ({why})", self.chunks()):
             src, dst = c[:, 0], c[:, 1]
             keep = src != dst
             src, dst = src[keep], dst[keep]
@@ -196,7 +202,7 @@ def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: d
     per_block = max(1, src.chunk // 8)
     blocks = -(-n // per_block)
     buckets = Buckets(blocks, tmp, n)
-    for rows, cols in src.entries():           # the undirected pattern: each entry both ways
+    for rows, cols in src.entries("stream order"):     # the undirected pattern: each entry both ways
         r, c = np.concatenate([rows, cols]), np.concatenate([cols, rows])
         buckets.add(position[r] // per_block, r, c)
         trim()
@@ -204,7 +210,7 @@ def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: d
     undirected_nnz = sum(buckets.read(b, blocks_of[b]).nnz for b in range(blocks))
     kind, capacity, alpha, gamma = streaming.settings(method, n, P, undirected_nnz, **params)
     parts, sizes = np.full(n, -1, np.int64), np.zeros(P, np.int64)
-    for b in range(blocks):
+    for b in each(range(blocks), "partitioning", f"by {method} into {P} parts, streaming", blocks):
         verts = order[b * per_block:(b + 1) * per_block]
         a = buckets.read(b, blocks_of[b])
         streaming.stream(a.indptr.astype(np.int64), a.indices.astype(np.int64), verts,
@@ -238,7 +244,7 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
         inv = np.empty(src.n, np.int64)
         inv[perm] = np.arange(src.n)
         buckets, digest = Buckets(P, Path(tmp), src.n), hashlib.sha256(str(src.n).encode())
-        for rows, cols in src.entries():
+        for rows, cols in src.entries("bucketing by part"):
             r = inv[rows]
             buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
             digest.update(np.stack([rows, cols]).tobytes())

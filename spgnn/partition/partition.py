@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..memory import rss_growth
+from ..progress import stage
 
 PARTITIONERS = {}
 ENTRY_POINT_GROUP = "spgnn.partitioners"
@@ -220,7 +221,8 @@ def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
 def make_partition(method, adj, P: int, seed: int = 0, **params) -> Partition:
     """The checked Partition, with `info`: method, params, seed (or the file's), the seconds the
     partitioner took and its peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
-    with rss_growth() as mem:
+    with rss_growth() as mem, stage("partitioning", f"into {P} parts by {method}" if isinstance(method, (str, Path))
+                                     else f"into {P} parts"):
         t0 = time.perf_counter()
         parts, info = _make(method, adj, P, seed, params)
         seconds = time.perf_counter() - t0

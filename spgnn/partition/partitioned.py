@@ -29,6 +29,7 @@ import numpy as np
 from ..comm.halo import owner
 from ..cost import BlockStats
 from ..errors import SpgnnError
+from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
 from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype
@@ -185,7 +186,7 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
         tmp.mkdir(parents=True, exist_ok=False)
-        for share in shares:
+        for share in each(shares, "writing shares", f"{len(sizes)} parts to {path}", total=len(sizes)):
             folder = tmp / f"part-{share.part:05d}"
             folder.mkdir()
             for name, dtype in ARRAYS.items():

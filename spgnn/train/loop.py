@@ -1,6 +1,7 @@
 """The run loop full-batch and minibatch training share: the seeded model and Adam, the epochs with their
 evaluations, the gradient sum over ranks, and the report (configuration, graph, per-epoch records, final and
-best accuracies, and every rank's ledger summary, memory and numba start-up seconds). An epoch's ``time_s``
+best accuracies, and every rank's ledger summary, memory, numba start-up seconds and seconds per stage, see
+`spgnn.progress`). An epoch's ``time_s``
 leaves out the seconds numba spent in it compiling kernels or loading them from its cache (``jit_s``).
 """
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import jit, progress
 from ..comm.agree import agree
 from ..config import TrainConfig
 from ..jit import compile_seconds
@@ -57,7 +59,9 @@ class Run:
 
         records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                    records, best, save)
-        return self.report(records, self.evaluate(), best)
+        with progress.stage("evaluating", "(final)"):
+            final = self.evaluate()
+        return self.report(records, final, best)
 
     def counters(self) -> dict:
         """The run's own counters a checkpoint keeps (ints)."""
@@ -70,7 +74,7 @@ class Run:
         """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()},
-                "jit_s": compile_seconds()}
+                "jit_s": compile_seconds(), "compiled": jit.compiled(), "stages": progress.seconds()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -92,9 +96,10 @@ class Run:
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,
             "median_epoch_s": float(np.median(times)) if times else None,
-            "jit_s": {"per_rank": [r["jit_s"] for r in everyone]},
+            "jit_s": {"per_rank": [r["jit_s"] for r in everyone], "compiled": [r["compiled"] for r in everyone]},
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
+            "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
         } | self.run_report(everyone, epochs)
 
 
