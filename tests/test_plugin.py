@@ -89,4 +89,4 @@ def test_an_algorithm_registered_after_import_brings_its_option():
     finally:
         algorithms.ALGORITHMS.pop(Tagged.name)
     with pytest.raises(AttributeError):
-        TrainConfig().tag
+        _ = TrainConfig().tag

@@ -138,7 +138,7 @@ def _train(comm, folder, epochs, resume):
     model = g.prepare(model, opt)
     start = g.load_checkpoint(folder, model, opt)[0] + 1 if resume else 0
     losses = []
-    for epoch in range(start, epochs):
+    for _ in range(start, epochs):
         opt.zero_grad()
         loss = g.cross_entropy(model(g, g.x))
         loss.backward()
