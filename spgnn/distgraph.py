@@ -29,7 +29,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
-from . import spmm
+from . import progress, spmm
 from .comm import autograd as autograd_comm
 from .comm.agree import agree
 from .comm.comm import Comm
@@ -70,8 +70,9 @@ class DistGraph:
         cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, shape, cls.grid_names, cfg.device, cls.planes())
         share = agree(comm, lambda: self.parts.share(cls.part_of(shape, self.grid.coord)))
-        self.layouts = {a: cls.from_share(share, a, comm, self.grid, cfg.device, **cls.constructor_options(cfg))
-                        for a in names}
+        with progress.stage("set-up exchanges", f"({cfg.algo}: {', '.join(names)})"):
+            self.layouts = {a: cls.from_share(share, a, comm, self.grid, cfg.device, **cls.constructor_options(cfg))
+                            for a in names}
         self.algo = self.layouts[names[0]]
         x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
         share.drop_features()
