@@ -55,7 +55,6 @@ class _Config:
     """The methods of `TrainConfig` (a dataclass of `FIELDS` and `options`, made below)."""
 
     def __init__(self, **values):
-        known = {name for name, _, _ in FIELDS}
         for name, _, default in FIELDS:
             object.__setattr__(self, name, values.pop(name, default))
         options = dict(values.pop("options", None) or {})
@@ -63,7 +62,7 @@ class _Config:
             plugin = plugin_options()
             unknown = [k for k in values if k not in plugin]
             if unknown:
-                raise SpgnnError(f"unknown option {unknown[0]!r}: TrainConfig takes {', '.join(sorted(known))} and the "
+                raise SpgnnError(f"unknown option {unknown[0]!r}: TrainConfig takes {', '.join(FIELD_NAMES)} and the "
                                  f"options of registered algorithms and layers ({', '.join(plugin)})")
             options |= values
         object.__setattr__(self, "options", options)
@@ -79,8 +78,10 @@ class _Config:
     def __setattr__(self, name, value):
         if name in FIELD_NAMES:
             object.__setattr__(self, name, value)
-        else:
+        elif name in plugin_options():
             self.options[name] = value
+        else:
+            raise AttributeError(f"TrainConfig has no option {name!r}")
 
     def __eq__(self, other):
         return isinstance(other, TrainConfig) and self.as_dict() == other.as_dict()
