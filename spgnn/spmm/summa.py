@@ -216,7 +216,11 @@ class SUMMA(DistSpMM):
         if not buf.numel():                                             # an empty block sends nothing
             return Pending.done(mine[k][0] if holder else _unpack(buf.cpu(), shape, nnz[k]))
         sent = self.comm.broadcast_async(buf, self.grid_row.ranks[k % C], self.grid_row, not self.overlap)
-        return Pending(lambda: mine[k][0] if holder else _unpack(sent.wait().cpu(), shape, nnz[k]))
+
+        def wait():
+            got = sent.wait()
+            return mine[k][0] if holder else _unpack(got.cpu(), shape, nnz[k])
+        return Pending(wait)
 
     def _stage(self, blocks, h, k: int) -> Pending:
         """Stage k's broadcasts started now: A[i, (k,l)] along the grid row and H[(k,l), j] along the grid column;
