@@ -3,7 +3,8 @@
 off, one SpMM's Z = A·H and dH = Aᵀ·G equal scipy's, on and off give the same numbers bit for bit, and the ledger
 equals the cost model's calls, bytes and messages; on the torch transport (gloo) and, under mpirun, on mpi4py's.
 Overlap does happen where it is on: a recording transport sees products run while a non-blocking exchange is in
-flight (between its start and its wait), and with it off sees no non-blocking exchange at all.
+flight (between its start and its wait), and with it off sees no non-blocking exchange at all. A value other
+than on or off is one clear error.
 
 Under mpirun this module is the rank program: ``mpirun -np 4 python -m tests.test_overlap OUT``.
 """
@@ -198,3 +199,12 @@ def main(out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1])
+
+
+def test_bad_overlap_is_one_clear_line(capsys):
+    """--overlap takes on or off: anything else is one ``spgnn: error:`` line, before any work."""
+    from spgnn import cli
+
+    assert cli.main(["train", "--overlap", "yes", "--epochs", "1"]) != 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert lines == ["spgnn: error: --overlap must be on or off, got 'yes'"], lines
