@@ -59,9 +59,13 @@ class SAR(OneDHalo):
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
 
+    @property
+    def me(self) -> int:
+        """This rank's member index in the part group: its own shard's."""
+        return self.halo.group.ranks.index(self.comm.rank)
+
     def _bounds(self, n_i):
         """(lo, hi): shard j is the columns lo[j]:hi[j] of [A_ii A_i,halo], the rows R_ij of part j (`me`: A_ii)."""
-        self.me = self.halo.group.ranks.index(self.comm.rank)
         halo = n_i + np.concatenate([[0], np.cumsum(self.halo.recv_rows)])
         lo, hi = halo[:-1].copy(), halo[1:].copy()
         lo[self.me], hi[self.me] = 0, n_i
