@@ -2,7 +2,7 @@
 
     python benchmarks/bench_overlap.py [--datasets amazon-computers,rmat:17] [--procs 2,4] \
                                        [--algos 1d-halo,sar,1.5d,2d,3d] [--repeats 5] [--hidden 128] \
-                                       [--prefetch 1] [--out results/bench_overlap.json]
+                                       [--prefetch 1[,2,…]] [--out results/bench_overlap.json]
 
 Per dataset and P, one `run_local` of P gloo processes; on each rank, per algorithm (its default grid), two
 Trainers (2-layer GCN, hidden --hidden, block partition), overlap off and on, are built, warmed up by one step,
@@ -10,6 +10,7 @@ then timed interleaved (off, on, on, off, …: the order alternates so that neit
 --repeats training steps each. Per step and rank: the step's seconds, the seconds the ledger records for the
 step's communication (for a non-blocking exchange, the time spent starting it and waiting for it: what is left
 exposed), and the peak RSS during the step (the kernel's high-water mark, reset just before the step).
+``--prefetch 1,2`` adds, for sar, a Trainer with overlap on at prefetch 2, in the same interleaved rounds.
 
 Reported per (dataset, P, algorithm), medians over the steps of the slowest rank's value: epoch ms off and on and
 their ratio, communication seconds off (all of it exposed) and on (exposed only), the share hidden
@@ -41,12 +42,17 @@ from spgnn.graph.datasets import load_dataset
 from spgnn.memory import _status_bytes
 from spgnn.train.fullbatch import Trainer
 
-OVERLAPS = ("off", "on")
+
+def variants(algo: str, prefetch: list[int]) -> dict:
+    """{label: (overlap, prefetch)}: "off" and "on" (sar: at the first --prefetch value), and for sar "on p=k"
+    for each further value k."""
+    out = {"off": ("off", prefetch[0]), "on": ("on", prefetch[0])}
+    return out | ({f"on p={k}": ("on", k) for k in prefetch[1:]} if algo == "sar" else {})
 
 
-def config(g, algo: str, overlap: str, args) -> TrainConfig:
-    return TrainConfig(dataset=g.name, algo=algo, overlap=overlap, hidden=args.hidden, layers=2, partition="block",
-                       prefetch=args.prefetch if algo == "sar" else 1)
+def config(g, algo: str, overlap: str, prefetch: int, hidden: int) -> TrainConfig:
+    return TrainConfig(dataset=g.name, algo=algo, overlap=overlap, hidden=hidden, layers=2, partition="block",
+                       prefetch=prefetch if algo == "sar" else 1)
 
 
 def reset_peak_rss() -> None:
@@ -56,16 +62,17 @@ def reset_peak_rss() -> None:
 
 
 def measure(comm, g, args) -> dict:
-    """On one rank: per algorithm, per overlap setting, the seconds, exposed communication seconds and peak RSS
-    of --repeats steps, timed interleaved."""
+    """On one rank: per algorithm, per variant (overlap setting), the seconds, exposed communication seconds and
+    peak RSS of --repeats steps, timed interleaved."""
     out = {}
     for algo in args.algos:
-        trainers = {ov: Trainer(config(g, algo, ov, args), comm, graph=g) for ov in OVERLAPS}
+        labels = variants(algo, args.prefetch)
+        trainers = {ov: Trainer(config(g, algo, *v, args.hidden), comm, graph=g) for ov, v in labels.items()}
         for t in trainers.values():
             t.step(0)
-        rec = {ov: {"epoch_s": [], "comm_s": [], "peak_rss_bytes": []} for ov in OVERLAPS}
+        rec = {ov: {"epoch_s": [], "comm_s": [], "peak_rss_bytes": []} for ov in labels}
         for r in range(args.repeats):
-            for ov in OVERLAPS if r % 2 == 0 else OVERLAPS[::-1]:
+            for ov in list(labels) if r % 2 == 0 else list(labels)[::-1]:
                 gc.collect()
                 comm.ledger.reset()
                 reset_peak_rss()
@@ -80,20 +87,22 @@ def measure(comm, g, args) -> dict:
     return out
 
 
-def summarise(dataset: str, P: int, algo: str, ranks: list[dict]) -> dict:
-    """Medians over the steps of the slowest rank's seconds and the largest rank's peak RSS, and the ratios."""
-    def median(ov, key, reduce=np.max):
-        return float(np.median(reduce(np.array([r[algo][ov][key] for r in ranks]), axis=0)))
+def summarise(dataset: str, P: int, algo: str, ranks: list[dict], on: str, prefetch: list[int]) -> dict:
+    """Variant `on` against "off": medians over the steps of the slowest rank's seconds and the largest rank's
+    peak RSS, and the ratios."""
+    def median(ov, key):
+        return float(np.median(np.max(np.array([r[algo][ov][key] for r in ranks]), axis=0)))
 
-    s = {"dataset": dataset, "P": P, "algo": algo, "grid": ranks[0][algo]["grid"]}
-    for ov in OVERLAPS:
-        s[f"epoch_ms_{ov}"] = 1e3 * median(ov, "epoch_s")
-        s[f"comm_s_{ov}"] = median(ov, "comm_s")
-        s[f"peak_rss_mib_{ov}"] = median(ov, "peak_rss_bytes") / 2**20
+    name = algo + (f" p={variants(algo, prefetch)[on][1]}" if algo == "sar" else "")
+    s = {"dataset": dataset, "P": P, "algo": name, "grid": ranks[0][algo]["grid"]}
+    for ov, key in (("off", "off"), (on, "on")):
+        s[f"epoch_ms_{key}"] = 1e3 * median(ov, "epoch_s")
+        s[f"comm_s_{key}"] = median(ov, "comm_s")
+        s[f"peak_rss_mib_{key}"] = median(ov, "peak_rss_bytes") / 2**20
     s["speedup"] = s["epoch_ms_off"] / s["epoch_ms_on"]
     s["hidden_share"] = (s["comm_s_off"] - s["comm_s_on"]) / s["comm_s_off"] if s["comm_s_off"] else 0.0
     s["rss_ratio"] = s["peak_rss_mib_on"] / s["peak_rss_mib_off"]
-    s["raw"] = [{ov: r[algo][ov] for ov in OVERLAPS} for r in ranks]
+    s["raw"] = [{"off": r[algo]["off"], "on": r[algo][on]} for r in ranks]
     return s
 
 
@@ -140,11 +149,12 @@ def main(argv=None) -> int:
     ap.add_argument("--algos", default="1d-halo,sar,1.5d,2d,3d", help="comma-separated algorithms")
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per (algorithm, overlap setting)")
     ap.add_argument("--hidden", type=int, default=128, help="hidden width of the 2-layer GCN")
-    ap.add_argument("--prefetch", type=int, default=1, help="sar: ring rounds in flight (with overlap on)")
+    ap.add_argument("--prefetch", default="1", help="sar: ring rounds in flight with overlap on; a comma-separated "
+                    "list adds a variant per further value, timed in the same interleaved rounds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run_local may take")
     ap.add_argument("--out", default="results/bench_overlap.json", help="JSON output (the PNG goes next to it)")
     args = ap.parse_args(argv)
-    args.algos = args.algos.split(",")
+    args.algos, args.prefetch = args.algos.split(","), [int(k) for k in args.prefetch.split(",")]
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"          # inherited by the rank processes
     start, machine = time.perf_counter(), facts()
     rows = []
@@ -152,7 +162,8 @@ def main(argv=None) -> int:
         g = load_dataset(spec, args.data_dir)
         for P in map(int, args.procs.split(",")):
             ranks = run_local(measure, P, g, args, timeout_s=args.timeout)
-            rows += [summarise(spec, P, algo, ranks) for algo in args.algos]
+            rows += [summarise(spec, P, algo, ranks, on, args.prefetch) for algo in args.algos
+                     for on in variants(algo, args.prefetch) if on != "off"]
             print(f"[{time.perf_counter() - start:6.0f} s] {spec} P={P} done", file=sys.stderr, flush=True)
     text = table(rows)
     print(text)
