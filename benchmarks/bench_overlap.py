@@ -115,6 +115,11 @@ def table(rows: list[dict]) -> str:
                      f"{r['epoch_ms_off']:.1f} | {r['epoch_ms_on']:.1f} | {r['speedup']:.3f} | {r['comm_s_off']:.4f} | "
                      f"{r['comm_s_on']:.4f} | {100 * r['hidden_share']:.0f}% | {r['peak_rss_mib_off']:.1f} | "
                      f"{r['peak_rss_mib_on']:.1f} | {r['rss_ratio']:.3f} |")
+    ratios = [r["speedup"] for r in rows]
+    lines += ["", f"Over the {len(rows)} cases: off/on geometric mean {np.exp(np.mean(np.log(ratios))):.3f} (min "
+              f"{min(ratios):.3f}, max {max(ratios):.3f}); median share hidden "
+              f"{100 * np.median([r['hidden_share'] for r in rows]):.0f}%; largest peak RSS on/off "
+              f"{max(r['rss_ratio'] for r in rows):.3f}."]
     return "\n".join(lines)
 
 
