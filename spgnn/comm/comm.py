@@ -189,11 +189,7 @@ class Comm:
     def all_to_all_v(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
         """Rows send[Σ_{k<j} send_rows_k : …] go to group member j; returns the Σ recv_rows received rows,
         ordered by source member. `send_rows`, `recv_rows`: row counts per member."""
-        group = group or self.world
-        t0 = time.perf_counter()
-        out = self._exchange(send, send_rows, recv_rows, group)
-        self._record_all_to_all(group, send, send_rows, recv_rows, t0)
-        return out
+        return self.all_to_all_v_async(send, send_rows, recv_rows, group, blocking=True).wait()
 
     def all_to_all_v_async(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None,
                            blocking: bool = False):
