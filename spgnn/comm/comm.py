@@ -12,12 +12,17 @@ b bytes in a group of g ranks, this rank records
                     = (numel − c_me + (g−1)·c_me) · itemsize
 
 Messages count the point-to-point sends those formulas imply (non-empty ones for all_to_all_v).
+
+A non-blocking call (`broadcast_async`, `all_to_all_v_async`) records the same bytes, in the phase current at
+its start, when its handle is waited for; its seconds are those spent starting it and waiting for it: the
+communication time left exposed, not the time it was in flight behind computation. `prefetched` runs a
+sequence of such calls a given number ahead of the one being consumed.
 """
 
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -89,6 +94,10 @@ class TorchTransport:
     def broadcast(self, t, src, group):
         dist.broadcast(t, src=src, group=group.pg)
 
+    def broadcast_async(self, t, src, group):
+        """Start the broadcast; returns a handle whose wait() blocks until `t` is filled."""
+        return dist.broadcast(t, src=src, group=group.pg, async_op=True)
+
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
         dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg)
 
@@ -149,32 +158,48 @@ class Comm:
     # -- collectives ----------------------------------------------------------------------------------
     def broadcast(self, t: torch.Tensor, src: int, group: Group | None = None) -> torch.Tensor:
         """Broadcast `t` in place from global rank `src` to every rank of `group`."""
+        return self.broadcast_async(t, src, group, blocking=True).wait()
+
+    def broadcast_async(self, t: torch.Tensor, src: int, group: Group | None = None, blocking: bool = False):
+        """`broadcast` started now and finished by the returned handle's ``wait()``, which returns `t` and records
+        the bytes (in the phase current at the start); meanwhile the transport may overlap it with computation
+        (`blocking`, or a transport without ``broadcast_async``: done at once). `t` must be contiguous."""
         group = group or self.world
-        t0 = time.perf_counter()
+        t0, where = time.perf_counter(), (self._phase, self._layer)
+        start = None if blocking else getattr(self.transport, "broadcast_async", None)
+        work = None
         if group.size > 1:
-            self.transport.broadcast(t, src, group)
-        b = t.numel() * t.element_size()
-        root = self.rank == src
-        self._record("broadcast", group, b * (group.size - 1) if root else 0, 0 if root else b,
-                     group.size - 1 if root else 0, t0)
-        return t
+            if start is not None:
+                work = start(t, src, group)
+            else:
+                self.transport.broadcast(t, src, group)
+        started = time.perf_counter() - t0
+
+        def wait() -> torch.Tensor:
+            t1 = time.perf_counter()
+            if work is not None:
+                work.wait()
+            b, root = t.numel() * t.element_size(), self.rank == src
+            self._record("broadcast", group, b * (group.size - 1) if root else 0, 0 if root else b,
+                         group.size - 1 if root else 0, t1 - started, where)
+            return t
+
+        return Pending(wait)
 
     def all_to_all_v(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
         """Rows send[Σ_{k<j} send_rows_k : …] go to group member j; returns the Σ recv_rows received rows,
         ordered by source member. `send_rows`, `recv_rows`: row counts per member."""
-        group = group or self.world
-        t0 = time.perf_counter()
-        out = self._exchange(send, send_rows, recv_rows, group)
-        self._record_all_to_all(group, send, send_rows, recv_rows, t0)
-        return out
+        return self.all_to_all_v_async(send, send_rows, recv_rows, group, blocking=True).wait()
 
-    def all_to_all_v_async(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None):
+    def all_to_all_v_async(self, send: torch.Tensor, send_rows, recv_rows, group: Group | None = None,
+                           blocking: bool = False):
         """`all_to_all_v` started now and finished by the returned handle's ``wait()``, which returns the
         received rows and records the same bytes (in the phase current at the start); the transport may
-        overlap the exchange with computation meanwhile (one without ``all_to_all_v_async`` does it at once)."""
+        overlap the exchange with computation meanwhile (`blocking`, or a transport without
+        ``all_to_all_v_async``: done at once)."""
         group = group or self.world
         t0, where = time.perf_counter(), (self._phase, self._layer)
-        start = getattr(self.transport, "all_to_all_v_async", None)
+        start = None if blocking else getattr(self.transport, "all_to_all_v_async", None)
         if group.size > 1 and start is not None:
             send = send.contiguous()
             out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
@@ -190,7 +215,7 @@ class Comm:
             self._record_all_to_all(group, send, send_rows, recv_rows, t1 - started, where)
             return out
 
-        return _Pending(wait)
+        return Pending(wait)
 
     def _record_all_to_all(self, group, send, send_rows, recv_rows, t0, where=None):
         me, rb = group.ranks.index(self.rank), _row_bytes(send)
@@ -268,13 +293,35 @@ class Comm:
         return self.all_reduce(t, group).tolist()
 
 
-class _Pending:
-    """An exchange in flight: ``wait()`` returns its result."""
+class Pending:
+    """A communication in flight: ``wait()`` finishes it and returns its result (`done`: one already finished)."""
 
     __slots__ = ("wait",)
 
     def __init__(self, wait):
         self.wait = wait
+
+    @classmethod
+    def done(cls, value) -> Pending:
+        return cls(lambda: value)
+
+
+def prefetched(starts, depth: int):
+    """Iterator over the results of `starts` (callables, each starting a communication and returning its
+    `Pending`), in order, each waited for when asked for, with `depth` later ones already started: the first
+    `depth` start now, at the call, so that they are in flight during whatever the caller computes before
+    asking for the first result; then asking for result r starts r + depth. depth 0: each starts when asked."""
+    starts = iter(starts)
+    pending = deque(s() for _, s in zip(range(depth), starts))
+
+    def results():
+        for s in starts:
+            pending.append(s())
+            yield pending.popleft().wait()
+        while pending:
+            yield pending.popleft().wait()
+
+    return results()
 
 
 def _row_bytes(t: torch.Tensor) -> int:

@@ -4,7 +4,8 @@ In a group whose member q holds part q (rows offsets[q]:offsets[q+1]), a rank ho
 R_pq = {columns of its block row in part q}, q ≠ p. Set-up (two all-to-alls, phase of the caller): the
 counts |R_pq| (int64, one a member), then the ids of R_pq to their owners, who keep which of their local rows
 to send. After that `gather` brings those rows of any per-node array (H, degrees, original ids) in one
-all-to-all and `scatter_add` returns per-halo-row values to their owners and adds them in (its adjoint).
+all-to-all and `scatter_add` returns per-halo-row values to their owners and adds them in (its adjoint);
+`gather_async` and `scatter_async` start those exchanges and leave them in flight until waited for.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .comm import Comm, Group
+from .comm import Comm, Group, Pending
 
 
 def owner(cols: np.ndarray, offsets: np.ndarray) -> np.ndarray:
@@ -56,12 +57,20 @@ class Halo:
 
     def gather(self, h: torch.Tensor) -> torch.Tensor:
         """The halo rows (|R_p|×…) of a per-node tensor whose local rows are `h`."""
-        return self.comm.all_to_all_v(h[self.send_idx], self.send_rows, self.recv_rows, self.group)
+        return self.gather_async(h, blocking=True).wait()
+
+    def gather_async(self, h: torch.Tensor, blocking: bool = False) -> Pending:
+        """`gather` started now (done at once if `blocking`): the handle's ``wait()`` returns the halo rows."""
+        return self.comm.all_to_all_v_async(h[self.send_idx], self.send_rows, self.recv_rows, self.group, blocking)
 
     def scatter_add(self, halo_rows: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
         """`into` (local rows) plus, at each owner, the values of its rows among `halo_rows`: gather's adjoint."""
-        back = self.comm.all_to_all_v(halo_rows, self.recv_rows, self.send_rows, self.group)
-        return into.index_add_(0, self.send_idx, back)
+        return into.index_add_(0, self.send_idx, self.scatter_async(halo_rows, blocking=True).wait())
+
+    def scatter_async(self, halo_rows: torch.Tensor, blocking: bool = False) -> Pending:
+        """The exchange of `scatter_add` started now (done at once if `blocking`): the handle's ``wait()`` returns
+        the rows that others return to this owner, to be added in at its local rows `send_idx`."""
+        return self.comm.all_to_all_v_async(halo_rows, self.recv_rows, self.send_rows, self.group, blocking)
 
     def fetch(self, values: np.ndarray) -> np.ndarray:
         """`gather` for a numpy per-node vector (degrees, original ids)."""

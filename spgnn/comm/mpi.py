@@ -47,6 +47,10 @@ class MPITransport:
         with _buffer(t) as buf:
             self.communicator(group).Bcast(buf, root=group.ranks.index(src))
 
+    def broadcast_async(self, t, src, group):
+        """`broadcast` started now (MPI_Ibcast) on contiguous `t`; the returned request's ``wait()`` completes it."""
+        return self.communicator(group).Ibcast(_view(t), root=group.ranks.index(src))
+
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
         """Rows inp[Σ_{k<j} in_splits_k : …] go to member j; `out` (Σ out_splits rows) receives by source."""
         with _buffer(inp) as send, _buffer(out) as recv:

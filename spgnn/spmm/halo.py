@@ -6,17 +6,23 @@
 forward's exchange reversed. Per SpMM rank i receives Σ_{j≠i} |R_ij|·f words forward and sends them back
 in the backward. For a symmetric Â (GCN on an undirected graph) the backward is the forward applied to G
 instead (Âᵀ = Â): the same words, no transpose of the block kept.
+
+The block is kept as two shards, A_ii (local columns) and A_i,halo, so that with ``--overlap on`` (the
+default) Z_i = A_ii·H_i is computed while the halo rows are in flight and A_i,halo·H_halo added on arrival;
+the backward starts returning A_i,haloᵀ·G_i and computes A_iiᵀ·G_i meanwhile.
 """
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ..comm import autograd as autograd_comm
 from ..sparse import attention, kernels
 from ..sparse.csr import CSR, csr_bytes, row_ids
 from .base import DistSpMM
+from .oned import OVERLAP
 from .registry import register
 
 
@@ -29,14 +35,24 @@ class OneDHalo(DistSpMM):
     uses_halo = True
     attention = True
 
-    def __init__(self, block, comm, grid, device="cpu"):
+    options = (OVERLAP,)
+
+    def __init__(self, block, comm, grid, device="cpu", overlap="on"):
         super().__init__(block, comm, grid, device)
         self.halo, a, n_i = block.halo, block.a, self.rows.stop - self.rows.start
-        self.a = CSR(a.indptr, self.halo.local_columns(a.indices), a.data, (n_i, n_i + self.halo.size))
+        self.overlap = overlap == "on"
+        a = sp.csr_matrix((a.data, self.halo.local_columns(a.indices), a.indptr), shape=(n_i, n_i + self.halo.size))
+        self.lo, self.hi = self._bounds(n_i)
+        self.shards = [CSR.from_scipy(a[:, lo:hi], a.dtype) for lo, hi in zip(self.lo, self.hi)]
         self._col_ids, self.symmetric = None, block.symmetric
 
+    def _bounds(self, n_i):
+        """(lo, hi): shard k is the columns lo[k]:hi[k] of [A_ii A_i,halo] (local numbering): here A_ii, then
+        A_i,halo."""
+        return np.array([0, n_i]), np.array([n_i, n_i + self.halo.size])
+
     def graph_bytes(self):
-        return csr_bytes([self.a]) + self.halo.nbytes
+        return csr_bytes(self.shards) + self.halo.nbytes
 
     @property
     def col_ids(self) -> np.ndarray:
@@ -64,19 +80,25 @@ class OneDHalo(DistSpMM):
         return self.halo.scatter_add(gx[n_i:], gx[:n_i])
 
     def _forward(self, h):
-        return kernels.spmm(self.a, self._with_halo(h))
+        own, remote = self.shards
+        halo = self.halo.gather_async(h, blocking=not self.overlap)        # in flight during A_ii·H_i
+        z = kernels.spmm(own, h)
+        return kernels.spmm(remote, halo.wait(), out=z, accumulate=True)
 
     def _backward(self, g):
         if self.symmetric:                     # Âᵀ·G = Â·G: the forward on G, no transpose kept
             return self._forward(g)
-        return self._fold_halo(kernels.spmm(self.a.T, g))
+        own, remote = self.shards
+        back = self.halo.scatter_async(kernels.spmm(remote.T, g), blocking=not self.overlap)
+        return kernels.spmm(own.T, g).index_add_(0, self.halo.send_idx, back.wait())
 
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows:
         the halo rows and the edges×heads coefficients stay saved for the backward."""
         n_i, heads, f = v.shape
-        rows = torch.as_tensor(row_ids(self.a.indptr))
-        cols = torch.as_tensor(self.a.indices, dtype=torch.int64)
+        rows = torch.as_tensor(np.concatenate([row_ids(a.indptr) for a in self.shards]))
+        cols = torch.as_tensor(np.concatenate([a.indices + lo for a, lo in zip(self.shards, self.lo)]),
+                               dtype=torch.int64)
         x = autograd_comm.linear_map(torch.cat([v.reshape(n_i, -1), s_src], 1), self.comm, self._with_halo,
                                      lambda g: self._fold_halo(g.clone()))
         mask = self._edge_mask(rows.numpy(), self.col_ids[cols.numpy()], heads, dropout, key, v.dtype) \

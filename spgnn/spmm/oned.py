@@ -7,6 +7,9 @@ members), one block live at a time; the team then all-reduces its partials ("rep
 so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of
 width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves a ring all-reduce of
 n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
+
+With ``--overlap on`` (the default) the stages are double-buffered: stage j+1's broadcast is started before
+stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import math
 
 import numpy as np
 
-from ..comm.comm import ring_words
+from ..comm.comm import prefetched, ring_words
 from ..comm.exchange import exchange_blocks, exchange_cost
 from ..comm.grid import divisors
 from ..errors import SpgnnError
@@ -23,6 +26,11 @@ from ..sparse import kernels
 from ..sparse.csr import CSR, column_blocks, csr_bytes
 from .base import DistSpMM
 from .registry import Option, register
+
+OVERLAP = Option("overlap", str, "on", "1d, 1d-halo, sar, 1.5d, 2d, 3d: on: each SpMM computes while its next "
+                 "communication is in flight (the local block during the halo exchange, a stage during the next "
+                 "stage's broadcasts); off: every exchange completes before the product that needs it (same bytes "
+                 "and results)", valid=lambda v: v in ("on", "off"), must="on or off", inert=("off",))
 
 
 @register
@@ -33,13 +41,15 @@ class OneD(DistSpMM):
     name = "1d"
     summary = "broadcasts whole blocks of H (CAGNET)"
     grid_names = ("block", "replica")
+    options = (OVERLAP,)
 
     @classmethod
     def grid_shape(cls, P: int) -> tuple:
         return (P, 1)
 
-    def __init__(self, block, comm, grid, device="cpu"):
+    def __init__(self, block, comm, grid, device="cpu", overlap="on"):
         super().__init__(block, comm, grid, device)
+        self.overlap = overlap == "on"
         self.team, self.column = grid.group("replica"), grid.group("block")
         teams, c = grid.shape
         k, q, off = grid.coord[1], self.part, self.offsets
@@ -87,9 +97,12 @@ class OneD(DistSpMM):
 
     def _stages(self, blocks, h):
         z = h.new_zeros((self.rows.stop - self.rows.start, h.shape[1]))
-        for j in self.share:
+
+        def start(j):
             buf = h if j == self.part else h.new_empty((int(self.sizes[j]), h.shape[1]))
-            self.comm.broadcast(buf, self.column.ranks[j], self.column)
+            return lambda: self.comm.broadcast_async(buf, self.column.ranks[j], self.column, not self.overlap)
+
+        for j, buf in zip(self.share, prefetched(map(start, self.share), int(self.overlap))):
             if blocks[j].nnz:
                 kernels.spmm(blocks[j], buf, out=z, accumulate=True)
         return self.comm.all_reduce(z, self.team) if self.team.size > 1 else z
@@ -107,10 +120,10 @@ class OneFiveD(OneD):
 
     name = "1.5d"
     summary = "replicates block rows c times to cut the broadcast volume by c"
-    options = (Option("replication", int, 0, "1.5d: replication factor c, dividing the number of processes (0: "
-                      "the divisor nearest its square root); --sampler --split-graph: each of the P/c row blocks of "
-                      "the graph is held by c processes (0: 1)", shapes=True, valid=lambda c: c >= 0,
-                      must="non-negative", inert=(1,)),)
+    options = OneD.options + (Option(
+        "replication", int, 0, "1.5d: replication factor c, dividing the number of processes (0: the divisor nearest "
+        "its square root); --sampler --split-graph: each of the P/c row blocks of the graph is held by c processes "
+        "(0: 1)", shapes=True, valid=lambda c: c >= 0, must="non-negative", inert=(1,)),)
 
     @classmethod
     def grid_shape(cls, P: int, replication: int = 0) -> tuple:

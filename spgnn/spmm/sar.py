@@ -16,19 +16,20 @@ O(n_i) and falls as 1/P.
   (D_i = dO_i·out_i supplies softmax's normalisation term, so per-shard gradients sum to the exact one),
   return the remote rows' gradients to their owners, free. Twice 1d-halo's forward bytes.
 
-`depth` rounds are kept in flight ahead of the one being computed (asynchronous all-to-alls); bytes and
-results do not depend on it.
+With ``--overlap on`` (the default) ``--prefetch`` k rounds are kept in flight ahead of the one being computed
+(asynchronous all-to-alls), the local shard's product counting as round 0: rounds 1…k are in flight while
+A_ii·H_i is computed. ``--overlap off`` completes each round's exchange before its product. Bytes and results do
+not depend on either.
 """
 
 from __future__ import annotations
 
-from collections import deque
-
 import numpy as np
 import torch
 
+from ..comm.comm import prefetched
 from ..sparse import attention, kernels
-from ..sparse.csr import CSR, csr_bytes, row_ids
+from ..sparse.csr import row_ids
 from .halo import OneDHalo
 from .registry import Option, register
 
@@ -46,27 +47,29 @@ class SAR(OneDHalo):
     name = "sar"
     summary = ("aggregates shard by shard in a ring and keeps nothing remote for the backward (memory per rank "
                "falls as 1/P)")
-    options = (Option("prefetch", int, 1, "sar: ring rounds fetched ahead of the one computed", valid=lambda k: k >= 0,
-                      must="non-negative"),)
+    options = OneDHalo.options + (Option("prefetch", int, 1, "sar: ring rounds in flight ahead of the one computed "
+                                         "(with --overlap on; the local shard's product is round 0)",
+                                         valid=lambda k: k >= 0, must="non-negative"),)
 
-    def __init__(self, block, comm, grid, device="cpu", prefetch: int = 1):
-        super().__init__(block, comm, grid, device)
-        self.group = self.halo.group
-        self.depth, self.P = max(0, int(prefetch)), self.group.size
-        self.me = self.group.ranks.index(comm.rank)
+    def __init__(self, block, comm, grid, device="cpu", overlap="on", prefetch: int = 1):
+        super().__init__(block, comm, grid, device, overlap)
+        self.group, self.P = self.halo.group, self.halo.group.size
+        self.depth = max(0, int(prefetch)) if self.overlap else 0
         self.recv_rows, self.send_rows, self.send_idx = self.halo.recv_rows, self.halo.send_rows, self.halo.send_idx
-        n_i = self.rows.stop - self.rows.start
-        halo = n_i + np.concatenate([[0], np.cumsum(self.recv_rows)])   # a's columns R_ij: halo[j]:halo[j+1]
-        self.lo, self.hi = halo[:-1].copy(), halo[1:].copy()
-        self.lo[self.me], self.hi[self.me] = 0, n_i                      # shard i: the local columns
-        a = self.a.to_scipy()
-        self.shards = [CSR.from_scipy(a[:, self.lo[j]:self.hi[j]], a.dtype) for j in range(self.P)]
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
-        self.a = None                                              # the shards replace 1d-halo's block
 
-    def graph_bytes(self):
-        return csr_bytes(self.shards) + self.halo.nbytes
+    @property
+    def me(self) -> int:
+        """This rank's member index in the part group: its own shard's."""
+        return self.halo.group.ranks.index(self.comm.rank)
+
+    def _bounds(self, n_i):
+        """(lo, hi): shard j is the columns lo[j]:hi[j] of [A_ii A_i,halo], the rows R_ij of part j (`me`: A_ii)."""
+        halo = n_i + np.concatenate([[0], np.cumsum(self.halo.recv_rows)])
+        lo, hi = halo[:-1].copy(), halo[1:].copy()
+        lo[self.me], hi[self.me] = 0, n_i
+        return lo, hi
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
@@ -86,7 +89,8 @@ class SAR(OneDHalo):
         return self.send_idx[self.send_offsets[j]:self.send_offsets[j + 1]]
 
     def _ring(self, payload, reverse=False):
-        """Yield (j, rows received from j) for rounds r = 1…P−1, `depth` rounds in flight ahead.
+        """Iterator over (j, rows received from j) for rounds r = 1…P−1; rounds 1…depth start now (in flight
+        during the caller's work before the first round), then each round asked for starts round r + depth.
 
         Forward direction: receive R_ij from j = i−r and send payload(i+r) (rows R_{i+r,i}) to i+r.
         Reverse: send payload(i−r) (rows R_{i,i−r}) to i−r and receive rows R_{i+r,i} from i+r."""
@@ -94,32 +98,31 @@ class SAR(OneDHalo):
 
         def start(r):
             to, frm = _peers(me, r, P, reverse)
-            send = payload(to)
-            send_rows, recv_rows = np.zeros(P, np.int64), np.zeros(P, np.int64)
-            send_rows[to] = send.shape[0]
-            recv_rows[frm] = (self.send_rows if reverse else self.recv_rows)[frm]
-            return frm, self.comm.all_to_all_v_async(send, send_rows, recv_rows, self.group)
 
-        pending, issued = deque(), 0
-        for r in range(1, P):
-            while issued < min(r + self.depth, P - 1):
-                issued += 1
-                pending.append(start(issued))
-            frm, work = pending.popleft()
-            yield frm, work.wait()
+            def go():
+                send = payload(to)
+                send_rows, recv_rows = np.zeros(P, np.int64), np.zeros(P, np.int64)
+                send_rows[to] = send.shape[0]
+                recv_rows[frm] = (self.send_rows if reverse else self.recv_rows)[frm]
+                return self.comm.all_to_all_v_async(send, send_rows, recv_rows, self.group, not self.overlap)
+            return go
+
+        return zip((_peers(me, r, P, reverse)[1] for r in range(1, P)), prefetched(map(start, range(1, P)), self.depth))
 
     # -- linear aggregation ----------------------------------------------------------------------------
     def _forward(self, h):
+        ring = self._ring(lambda to: h[self._sent_to(to)])         # rounds 1…depth in flight during A_ii·H_i
         z = kernels.spmm(self.shards[self.me], h)
-        for j, h_j in self._ring(lambda to: h[self._sent_to(to)]):
+        for j, h_j in ring:
             kernels.spmm(self.shards[j], h_j, out=z, accumulate=True)
         return z
 
     def _backward(self, g):
         if self.symmetric:                     # Âᵀ·G = Â·G: the forward ring on G, no shard transposed
             return self._forward(g)
+        ring = self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True)
         dh = kernels.spmm(self.shards[self.me].T, g)
-        for j, back in self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True):
+        for j, back in ring:
             dh.index_add_(0, self._sent_to(j), back)
         return dh
 
@@ -141,8 +144,9 @@ class SAR(OneDHalo):
 
     def _shards(self, x):
         """(j, [V | s_src] rows of shard j) for the local shard, then the ring's."""
+        ring = self._ring(lambda to: x[self._sent_to(to)])         # in flight during the local shard
         yield self.me, x
-        yield from self._ring(lambda to: x[self._sent_to(to)])
+        yield from ring
 
     @torch.no_grad()
     def _attend_forward(self, v, s_src, s_dst, slope, dropout, key):

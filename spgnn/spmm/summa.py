@@ -13,7 +13,9 @@ blocks A[row block i, part (k, l)] for k ≡ j (mod C). Fiber l runs its own SUM
     Z_l        += A[i, (k,l)]·H[(k,l), j]
 
 then Z[part (i,l), j] = the reduce-scatter of Z_l over the fiber (i, j, ·) (3D only; CAGNET all-reduced
-and sliced). The backward dH = Aᵀ·G runs the same schedule on the blocks of Aᵀ, stored the same way.
+and sliced). With ``--overlap on`` (the default) the stages are double-buffered: stage k+1's two broadcasts are
+started before stage k's product, so that they are in flight meanwhile. The backward dH = Aᵀ·G runs the same
+schedule on the blocks of Aᵀ, stored the same way.
 
 Per SpMM of width f, rank (i, j, l) receives about nnz(row block i)/L·(C−1)/C nonzeros (8 bytes each
 plus a row pointer per row of the block, or 12 bytes each when that is less) and n/L·f/C·(R−1)/R words
@@ -37,6 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..comm import autograd as autograd_comm
+from ..comm.comm import Pending, prefetched
 from ..comm.exchange import exchange_blocks, exchange_cost
 from ..comm.grid import divisors, format_grid, parse_grid
 from ..comm.halo import owner
@@ -44,6 +47,7 @@ from ..errors import SpgnnError
 from ..sparse import kernels
 from ..sparse.csr import CSR, row_ids
 from .base import DistSpMM
+from .oned import OVERLAP
 from .registry import Option, register
 
 
@@ -99,7 +103,7 @@ class SUMMA(DistSpMM):
 
     options = (Option("grid", str, None, "2d: RxC, 3d: RxCxL, any shape whose product is the number of processes "
                       "(default: the most square or cubic one)", shapes=True, valid=_is_grid,
-                      must="positive integers joined by x (as 4x2 or 2x2x2)"),)
+                      must="positive integers joined by x (as 4x2 or 2x2x2)"), OVERLAP)
     grid_names = ("column", "row", "fiber")
     rows_group_name = "world"
     whole_rows = False
@@ -138,8 +142,9 @@ class SUMMA(DistSpMM):
 
     parts_group = "parts"       # the ranks (·, j, ·): member i·L + l holds part (i, l)
 
-    def __init__(self, block, comm, grid, device="cpu"):
+    def __init__(self, block, comm, grid, device="cpu", overlap="on"):
         super().__init__(block, comm, grid, device)
+        self.overlap = overlap == "on"
         R, C, L = grid.shape
         self.i, self.j, self.l = grid.coord
         self.grid_row, self.grid_col, self.fiber = grid.group("row"), grid.group("column"), grid.group("fiber")
@@ -198,28 +203,40 @@ class SUMMA(DistSpMM):
         return sum(a.nbytes + (buf.numel() * 4 if buf is not None else 0) for _, blocks in held
                    for a, buf in blocks.values())
 
-    def _block(self, blocks, k: int) -> CSR:
-        """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder."""
+    def _block(self, blocks, k: int) -> Pending:
+        """A[i, (k,l)] (or Aᵀ's), broadcast along the grid row from its holder: started now, the CSR on wait()."""
         nnz, mine = blocks
         C = self.grid.shape[1]
         if C == 1:
-            return mine[k][0]
+            return Pending.done(mine[k][0])
         shape = (self.block.stop - self.block.start, self.inner[k].stop - self.inner[k].start)
         holder = k % C == self.j
         buf = mine[k][1] if holder else \
             torch.empty(_wire_bytes(shape[0], nnz[k]) // 4, dtype=torch.int32, device=self.device)
-        if buf.numel():                                                 # an empty block sends nothing
-            self.comm.broadcast(buf, self.grid_row.ranks[k % C], self.grid_row)
-        return mine[k][0] if holder else _unpack(buf.cpu(), shape, nnz[k])
+        if not buf.numel():                                             # an empty block sends nothing
+            return Pending.done(mine[k][0] if holder else _unpack(buf.cpu(), shape, nnz[k]))
+        sent = self.comm.broadcast_async(buf, self.grid_row.ranks[k % C], self.grid_row, not self.overlap)
+
+        def wait():
+            got = sent.wait()
+            return mine[k][0] if holder else _unpack(got.cpu(), shape, nnz[k])
+        return Pending(wait)
+
+    def _stage(self, blocks, h, k: int) -> Pending:
+        """Stage k's broadcasts started now: A[i, (k,l)] along the grid row and H[(k,l), j] along the grid column;
+        wait() returns both."""
+        R, _, L = self.grid.shape
+        a = self._block(blocks, k)
+        hk = h if k == self.i else h.new_empty((int(self.sizes[k * L + self.l]), h.shape[1]))
+        hk = self.comm.broadcast_async(hk, self.grid_col.ranks[k], self.grid_col, not self.overlap) \
+            if R > 1 and hk.numel() else Pending.done(hk)
+        return Pending(lambda: (a.wait(), hk.wait()))
 
     def _stages(self, blocks, h):
         R, _, L = self.grid.shape
         z = h.new_zeros((self.block.stop - self.block.start, h.shape[1]))
-        for k in range(R):
-            a = self._block(blocks, k)
-            hk = h if k == self.i else h.new_empty((int(self.sizes[k * L + self.l]), h.shape[1]))
-            if R > 1 and hk.numel():
-                self.comm.broadcast(hk, self.grid_col.ranks[k], self.grid_col)
+        stages = (lambda k=k: self._stage(blocks, h, k) for k in range(R))
+        for a, hk in prefetched(stages, int(self.overlap)):
             if a.nnz and h.shape[1]:
                 kernels.spmm(a, hk, out=z, accumulate=True)
         if L > 1 and z.numel():
