@@ -2,10 +2,8 @@
 degrees) made directed and weighted, with self-loops, duplicate entries (summed into weights) and an isolated
 node. For every algorithm at P = 1…8 (2d and 3d on non-square grids, 1.5d with c = 1, 2, 3, 4 and P), the
 logits, the input gradient dL/dX and every weight gradient of one training step (dropout on) equal the
-single-process reference's to relative 1e-5; batch norm is checked on every whole-row layout. The processes of
-one P are launched once, for all its cases."""
-
-import os
+single-process reference's to relative 1e-5; batch norm is checked on every whole-row layout. Eight processes
+are launched once for every P and case (`tests.worlds`)."""
 
 import numpy as np
 import pytest
@@ -13,14 +11,13 @@ import scipy.sparse as sp
 import torch
 
 import spgnn.spmm as algorithms
-from spgnn.comm import launch
 from spgnn.comm.comm import Comm
-from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import rmat
 from spgnn.graph.graph import Graph
 from spgnn.train.fullbatch import Trainer
 from tests.reference_model import assert_close, reference_grads
+from tests.worlds import errors, run_worlds
 
 F, C, HIDDEN, LAYERS = 6, 4, 5, 2
 
@@ -118,42 +115,20 @@ def test_every_algorithm_is_a_case():
         {name for name, cls in algorithms.ALGORITHMS.items() if cls.whole_rows}
 
 
-def _sweep(comm, ports: dict):
-    """On 8 processes launched once: leave their world, then for P = 8, 7, …, 2 form a world of the first P at
-    `ports[P]` and run `_rank` there. {P: this rank's results, or the error that stopped them}."""
-    launch.leave()
-    out = {}
-    for P, port in sorted(ports.items(), reverse=True):
-        if comm.rank >= P:
-            continue
-        os.environ.update(RANK=str(comm.rank), WORLD_SIZE=str(P), LOCAL_WORLD_SIZE=str(P), MASTER_PORT=str(port))
-        world = launch.init(timeout_s=120)
-        try:
-            out[P] = _rank(world)
-        except Exception as e:      # reported by P's test; the other P still run
-            out[P] = f"{type(e).__name__}: {e}"
-        launch.shutdown()
-    return out
-
-
 _RESULTS = {}
 
 
 def results(P: int) -> list:
-    """Every rank's `_rank` at P (P = 1 in this process, the others from one launch of `_sweep`)."""
-    if P == 1:
-        return [_rank(Comm())]
+    """Every rank's `_rank` at P, all P from one launch (`tests.worlds.run_worlds`)."""
     if not _RESULTS:
-        per_rank = run_local(_sweep, max(PROCS), {P: launch.free_port() for P in PROCS if P > 1}, timeout_s=900)
-        _RESULTS.update({P: [r[P] for r in per_rank[:P]] for P in PROCS if P > 1})
+        _RESULTS.update(run_worlds(_rank, PROCS))
     return _RESULTS[P]
 
 
 @pytest.mark.parametrize("P", PROCS)
 def test_distributed_equals_serial(P):
     results_ = results(P)
-    errors = [r for r in results_ if isinstance(r, str)]
-    assert not errors, f"P={P}: {errors[0]}"
+    assert not errors(results_), f"P={P}: {errors(results_)[0]}"
     for k, case in enumerate(cases(P)):
         what = f"{case} P={P}"
         logits_ref, dx_ref, grads_ref = reference(case["model"], case.get("batch_norm", False), case.get("heads", 8))
