@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
-        if rank == 0:  # input errors are the same on every rank: say it once
+        if rank == 0 or getattr(e, "every_rank", False):  # input errors are the same on every rank: say it once
             _error(str(e))
         launch.leave()
         return 2
