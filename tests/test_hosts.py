@@ -1,6 +1,7 @@
 """More than one host: two network namespaces joined by a veth pair (10.77.0.1/24 and 10.77.0.2/24, addresses
 private to them: nothing else is a target) stand for two machines, one rank on each. One training across them,
-started in the torchrun, srun and mpirun environments, gives the loss curve of the one-host run, with no
+started in the torchrun and srun environments and by mpirun with a host file (its ssh replaced by a script that
+enters the host's namespace, with a host name of its own), gives the loss curve of the one-host run, with no
 GLOO_SOCKET_IFNAME set: spgnn picks the interface that routes to the rendezvous address. An explicit
 GLOO_SOCKET_IFNAME still wins (here a wrong one, lo), and then, as for a rank that has no route to the rendezvous,
 each rank fails within --timeout with one line naming the address it tried and the settings to change.
@@ -109,6 +110,39 @@ def one_host(tmp_path_factory) -> list[float]:
 
 def _losses(path: Path) -> list[float]:
     return [e["loss"] for e in json.loads(path.read_text())["epochs"]]
+
+
+AGENT = """#!/bin/sh
+# ssh for mpirun: run the command on "host" $1 (options before it skipped) = in its namespace, under its own name
+while [ "${1#-}" != "$1" ]; do shift; done
+host=$1; shift
+case $host in
+%s
+  *) echo "no such host: $host" >&2; exit 255;;
+esac
+exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
+"""
+
+
+def test_mpirun_with_a_host_file_trains_as_one(hosts, one_host, tmp_path):
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("needs mpi4py (pip install 'spgnn[mpi]')")
+    if not launchers.MPIRUN or not shutil.which("unshare"):
+        pytest.skip("needs mpirun (pip install 'spgnn[mpi]') and util-linux's unshare")
+    (tmp_path / "hosts").write_text("".join(f"{a} slots=1\n" for a in ADDRESSES))
+    agent = tmp_path / "agent.sh"
+    agent.write_text(AGENT % "\n".join(f"  {a}) ns={n};;" for a, n in zip(ADDRESSES, hosts)))
+    agent.chmod(0o755)
+    mpirun = [*launchers.MPIRUN_ARGS, "--hostfile", str(tmp_path / "hosts"), "--prtemca", "plm_ssh_agent", str(agent),
+              "-x", "PYTHONPATH", "-x", "SPGNN_CACHE_DIR", "-np", "2", *TRAIN, "--output", str(tmp_path / "r.json")]
+    shell = f"hostname {hosts[0]}; exec {' '.join(mpirun)}"
+    [p] = on_hosts([(hosts[0], ["unshare", "--uts", "sh", "-c", shell], {"GLOO_SOCKET_IFNAME": None})])
+    assert p.returncode == 0, p.stderr[-3000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["world_size"] == 2 and report["transport"] == "mpi"
+    np.testing.assert_allclose(_losses(tmp_path / "r.json"), one_host, rtol=1e-5)
 
 
 @pytest.mark.parametrize("launcher", ["torchrun", "srun"])

@@ -102,20 +102,53 @@ def free_port() -> int:
 
 
 def _mpi_rendezvous() -> str:
-    """Rank 0 picks an address and a free port; MPI broadcasts them (no shared file)."""
+    """Rank 0 picks an address and a free port; MPI broadcasts them (no shared file). The address: loopback when
+    every rank is on this machine (same host name and network namespace), else MASTER_ADDR when set, else
+    rank 0's host name when it resolves to an address other than loopback, else the first address of rank 0's
+    interfaces that every rank has a route to."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
-    if comm.Get_rank() == 0:
-        if len(set(hosts)) == 1:
-            addr = "127.0.0.1"
-        else:
-            addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
-        url = f"tcp://{addr}:{free_port()}"
+    hosts = comm.allgather(_machine())
+    if len(set(hosts)) == 1:
+        addr = "127.0.0.1"
     else:
-        url = None
+        addr = (os.environ.get("MASTER_ADDR") or _resolved(socket.gethostname())) if comm.Get_rank() == 0 else None
+        addr = comm.bcast(addr, root=0)
+        if not addr:
+            mine = comm.bcast(_ipv4_addresses() if comm.Get_rank() == 0 else None, root=0)
+            routed = comm.allgather([a for a in mine if interface_to(a)])
+            addr = next((a for a in mine if all(a in r for r in routed)), None)
+        if not addr:
+            raise JoinError(f"rank {comm.Get_rank()}: no address of rank 0's host ({hosts[0][0]}) is routed from every "
+                            "host: set MASTER_ADDR to an address of rank 0's host that all hosts reach (mpirun -x "
+                            "MASTER_ADDR=...)")
+    url = f"tcp://{addr}:{free_port()}" if comm.Get_rank() == 0 else None
     return comm.bcast(url, root=0)
+
+
+def _machine() -> tuple[str, int]:
+    """This machine as its peers see it: host name and network namespace (namespaces on one host are hosts)."""
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return socket.gethostname(), netns
+
+
+def _resolved(name: str) -> str | None:
+    """The IPv4 address `name` resolves to, None when it does not or when it is loopback (Debian's default)."""
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+def _ipv4_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than loopback, in interface order."""
+    found = (_ipv4_address(name) for _, name in socket.if_nameindex())
+    return [a for a in found if a and not a.startswith("127.")]
 
 
 def share_cores(local_world_size: int) -> int:
