@@ -43,8 +43,8 @@ def awkward_rmat(scale=11, seed=7) -> Graph:
 GRAPH = awkward_rmat()
 UNIT = Graph(GRAPH.adj.astype(bool).astype(np.float32), GRAPH.x, GRAPH.y, GRAPH.train_mask, GRAPH.val_mask,
              GRAPH.test_mask, name="awkward-rmat-unit-weights", num_classes=C)
-WEIGHTED_GCN_BUG = ("GCN drops edge weights on the distributed path: Share.normalized (spgnn/partition/share.py) "
-                    "builds D^-1/2 (A+I) D^-1/2 from the weighted degrees but without A's values")
+WEIGHTED_GCN_BUG = ("GCN drops edge weights on the distributed path: a rank's block row of D^-1/2 (A+I) D^-1/2 is "
+                    "built from the weighted degrees as dinv[row]·dinv[col], without A's values")
 
 
 def graph_for(model: str) -> Graph:

@@ -273,10 +273,13 @@ def interface_to(host: str) -> str | None:
 
 
 def _ipv4_address(interface: str) -> str | None:
-    """The IPv4 address of `interface` (Linux's SIOCGIFADDR), None when it has none."""
-    import fcntl
+    """The IPv4 address of `interface` (Linux's SIOCGIFADDR), None when it has none or this is not Unix."""
     import struct
 
+    try:
+        import fcntl
+    except ImportError:
+        return None
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", interface.encode()[:15]))
