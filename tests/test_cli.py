@@ -4,10 +4,11 @@ and a rank that dies does not hang the others."""
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
-import time
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -151,20 +152,22 @@ def test_bad_input_under_mpirun_exits_every_rank(tmp_path):
 
 
 def test_rank_that_dies_does_not_hang_the_others(tmp_path):
-    """Two ranks started by hand (the torchrun environment, no supervisor): kill one, the other exits
-    with an error well within the collective timeout."""
+    """Two ranks started by hand (the torchrun environment, no supervisor): once they train, kill one; the other
+    exits with an error well within the collective timeout."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", WORLD_SIZE="2",
                MASTER_PORT=str(__import__("spgnn.comm.launch", fromlist=["x"]).free_port()))
-    args = SPGNN + ["--epochs", "100000", "--quiet", "--timeout", "30"]
-    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stderr=subprocess.PIPE, text=True)
-             for r in range(2)]
+    args = SPGNN + ["--epochs", "100000", "--eval-every", "0", "--timeout", "30"]
+    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE if r == 0 else None,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    lines = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in procs[0].stdout], daemon=True).start()
     try:
-        time.sleep(6)
-        assert procs[0].poll() is None and procs[1].poll() is None, "training should still be running"
+        while not lines.get(timeout=300).startswith("epoch"):    # training has begun (a hang fails here)
+            pass
         procs[1].send_signal(signal.SIGKILL)
-        _, err = procs[0].communicate(timeout=90)              # a hang past --timeout 30 fails here
+        procs[0].wait(timeout=90)                                # a hang past --timeout 30 fails here
         assert procs[0].returncode == 1
-        assert "communication failed" in err
+        assert "communication failed" in procs[0].stderr.read()
     finally:
         for p in procs:
             p.kill()
