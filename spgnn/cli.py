@@ -410,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
-        if rank == 0:  # input errors are the same on every rank: say it once
+        # input errors are the same on every rank: said once; a rank's own (it could not join the job): by each
+        if rank == 0 or getattr(e, "every_rank", False):
             _error(str(e))
         launch.leave()
         return 2

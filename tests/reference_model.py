@@ -22,12 +22,14 @@ def reference_grads(g, model="gcn", layers=2, hidden=8, dropout=0.5, seed=3, epo
     return logits.detach().numpy(), x.grad.numpy(), grads
 
 
-def assert_close(actual, expected, what, rtol=1e-5):
+def assert_close(actual, expected, what, rtol=1e-5, scale=None):
     """Max-norm relative error: |a − e|_max ≤ rtol·|e|_max (element-wise tolerances are meaningless for
-    entries that cancel to near zero). Empty arrays (an empty column block) must match in shape."""
+    entries that cancel to near zero), or ≤ rtol·`scale` when given (an array that cancels as a whole, such as
+    the gradient of a bias before batch norm, measured against its model's largest gradient). Empty arrays (an
+    empty column block) must match in shape."""
     assert np.shape(actual) == np.shape(expected), f"{what}: shape {np.shape(actual)} != {np.shape(expected)}"
     if np.size(expected) == 0:
         return
-    scale = max(float(np.abs(expected).max()), 1e-30)
+    scale = max(float(np.abs(expected).max()) if scale is None else scale, 1e-30)
     err = float(np.abs(np.asarray(actual) - expected).max())
     assert err <= rtol * scale, f"{what}: max error {err:.3g} > {rtol} × {scale:.3g}"

@@ -1,9 +1,12 @@
 """The cost model predicts every byte, message and call each rank records in a training step and an
 evaluation, for every algorithm and grid, P = 1…4, symmetric and directed graphs, GCN and GraphSAGE."""
 
+import json
+
+import numpy as np
 import pytest
 
-from spgnn import cost, plan
+from spgnn import cli, cost, plan
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.partition.partition import Partition, make_parts
@@ -89,3 +92,17 @@ def test_planning_reproduces_the_expected_crossover():
     assert halo["seconds"] > best(sparse, P=4096)["seconds"]
     oned = next(r for r in sparse if r["algo"] == "1d" and r["P"] == 4096)
     assert oned["recv_bytes_per_rank"] > 0.9 * 2_449_029 * 128 * 4 * 3     # ≈ n·f words a SpMM; Â·X has no backward
+
+
+def test_train_with_algo_auto(tmp_path):
+    """``spgnn train --algo auto`` on 4 processes runs the candidate its report predicts fastest (on this dense
+    graph not the default 1d-halo) and trains the single-process loss curve."""
+    train = ["train", "--dataset", "sbm:500:4", "--hidden", "64", "--epochs", "2", "--eval-every", "0", "--quiet"]
+    assert cli.main(train + ["--algo", "auto", "--nprocs", "4", "--output", str(tmp_path / "auto.json")]) == 0
+    assert cli.main(train + ["--output", str(tmp_path / "one.json")]) == 0
+    auto, one = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("auto", "one"))
+    best = min(auto["predicted"]["auto_compared"], key=lambda r: r["seconds"])
+    assert auto["config"]["algo"] == best["algo"] != "1d-halo", auto["predicted"]["auto_compared"]
+    assert (auto["config"]["grid"], auto["config"]["replication"]) == (best["grid"], best["replication"])
+    assert np.prod(auto["grid"]["shape"]) == 4
+    np.testing.assert_allclose([e["loss"] for e in auto["epochs"]], [e["loss"] for e in one["epochs"]], rtol=1e-5)

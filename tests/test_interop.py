@@ -4,6 +4,7 @@ its three forms; read whole, or streamed for out-of-core partitioning) and PyTor
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -191,7 +192,8 @@ def test_ogb_folder_partitions_out_of_core(tmp_path):
 # ----------------------------------------------------------------------------------------------------------
 # PyTorch Geometric
 
-pyg = pytest.importorskip("torch_geometric", reason="PyTorch Geometric is not installed (pip install .[test])")
+needs_pyg = pytest.mark.skipif(importlib.util.find_spec("torch_geometric") is None,
+                               reason="PyTorch Geometric is not installed (pip install .[test])")
 
 
 def pyg_data(seed=0):
@@ -207,6 +209,7 @@ def pyg_data(seed=0):
     return data
 
 
+@needs_pyg
 def test_from_pyg_keeps_pyg_s_edges_and_split():
     data = pyg_data()
     g = from_pyg(data, name="fake")
@@ -229,6 +232,7 @@ def test_from_pyg_keeps_pyg_s_edges_and_split():
         from_pyg(data)
 
 
+@needs_pyg
 def test_to_pyg_round_trips():
     g = small_graph(n=50, directed=True, seed=4)
     data = to_pyg(g)
@@ -245,6 +249,7 @@ def _losses(comm, model, data):
     return [e["loss"] for e in Trainer(cfg, comm, graph=data).run(log=None)["epochs"]]
 
 
+@needs_pyg
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
     """The Trainer takes the Data itself: after training, its logits equal PyG's GCNConv/SAGEConv stack with the

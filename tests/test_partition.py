@@ -250,6 +250,8 @@ def test_entry_point_plugin_works_like_a_built_in(plugin, tmp_path, capsys):
 
 
 def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
+    """A saved partition is listed, checked against --nparts, and trained with on 2 processes: the report's cut
+    is the saved one's and the loss curve is the single-process one."""
     out = tmp_path / "cora4.npz"
     assert cli.main(["partition", "--nparts", "2", "--method", "fennel", "--param", "gamma=1.3", "--seed", "4",
                      "--output", str(out), "--json", str(tmp_path / "m.json")]) == 0
@@ -261,3 +263,12 @@ def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
     assert cli.main(["partition", "--nparts", "3", "--method", str(out)]) == 2
     assert "2-way partition but 3 parts" in capsys.readouterr().err
     assert cli.main(["partition", "--nparts", "2", "--compare", "block,ldg", "--output", str(out)]) == 2
+    train = ["train", "--epochs", "3", "--quiet", "--eval-every", "0", "--output"]
+    assert cli.main(train + [str(tmp_path / "file.json"), "--partition", str(out), "--nprocs", "2"]) == 0
+    assert cli.main(train + [str(tmp_path / "one.json")]) == 0
+    report, one = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("file", "one"))
+    used = report["partition"]
+    assert used["info"]["params"] == {"gamma": 1.3, "nu": 1.1} and used["info"]["seed"] == 4, used["info"]
+    for key in ("edge_cut", "comm_volume", "nnz_imbalance"):                # the saved vector's cut, not block's
+        assert used["metrics"][key] == rows[0][key], key
+    np.testing.assert_allclose([e["loss"] for e in report["epochs"]], [e["loss"] for e in one["epochs"]], rtol=1e-5)

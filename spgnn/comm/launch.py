@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -101,20 +102,53 @@ def free_port() -> int:
 
 
 def _mpi_rendezvous() -> str:
-    """Rank 0 picks an address and a free port; MPI broadcasts them (no shared file)."""
+    """Rank 0 picks an address and a free port; MPI broadcasts them (no shared file). The address: loopback when
+    every rank is on this machine (same host name and network namespace), else MASTER_ADDR when set, else
+    rank 0's host name when it resolves to an address other than loopback, else the first address of rank 0's
+    interfaces that every rank has a route to."""
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
-    hosts = comm.allgather(socket.gethostname())
-    if comm.Get_rank() == 0:
-        if len(set(hosts)) == 1:
-            addr = "127.0.0.1"
-        else:
-            addr = os.environ.get("MASTER_ADDR") or socket.gethostbyname(socket.gethostname())
-        url = f"tcp://{addr}:{free_port()}"
+    hosts = comm.allgather(_machine())
+    if len(set(hosts)) == 1:
+        addr = "127.0.0.1"
     else:
-        url = None
+        addr = (os.environ.get("MASTER_ADDR") or _resolved(socket.gethostname())) if comm.Get_rank() == 0 else None
+        addr = comm.bcast(addr, root=0)
+        if not addr:
+            mine = comm.bcast(_ipv4_addresses() if comm.Get_rank() == 0 else None, root=0)
+            routed = comm.allgather([a for a in mine if interface_to(a)])
+            addr = next((a for a in mine if all(a in r for r in routed)), None)
+        if not addr:
+            raise JoinError(f"rank {comm.Get_rank()}: no address of rank 0's host ({hosts[0][0]}) is routed from every "
+                            "host: set MASTER_ADDR to an address of rank 0's host that all hosts reach (mpirun -x "
+                            "MASTER_ADDR=...)")
+    url = f"tcp://{addr}:{free_port()}" if comm.Get_rank() == 0 else None
     return comm.bcast(url, root=0)
+
+
+def _machine() -> tuple[str, int]:
+    """This machine as its peers see it: host name and network namespace (namespaces on one host are hosts)."""
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        netns = 0
+    return socket.gethostname(), netns
+
+
+def _resolved(name: str) -> str | None:
+    """The IPv4 address `name` resolves to, None when it does not or when it is loopback (Debian's default)."""
+    try:
+        addr = socket.gethostbyname(name)
+    except OSError:
+        return None
+    return None if addr.startswith("127.") else addr
+
+
+def _ipv4_addresses() -> list[str]:
+    """This machine's IPv4 addresses other than loopback, in interface order."""
+    found = (_ipv4_address(name) for _, name in socket.if_nameindex())
+    return [a for a in found if a and not a.startswith("127.")]
 
 
 def share_cores(local_world_size: int) -> int:
@@ -165,8 +199,10 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     """Set up torch.distributed for this process (gloo on CPU, nccl on CUDA) and return its `Comm`, whose
     collectives go through `transport` (see `resolve_transport`; torch.distributed is set up either way).
 
-    Every torch collective fails after `timeout_s` seconds, so a rank that dies cannot leave the others
-    waiting forever (under mpirun, mpirun itself ends the job when a rank dies)."""
+    Gloo talks over the interface that routes to the rendezvous address (`interface_to`) unless
+    ``GLOO_SOCKET_IFNAME`` names one. Joining (the rendezvous and gloo's connections) and every torch collective
+    fail after `timeout_s` seconds, so a rank that dies or cannot reach its peers cannot leave the others waiting
+    forever (under mpirun, mpirun itself ends the job when a rank dies)."""
     launch = detect()
     share_cores(launch.local_world_size)
     mover = make_transport(resolve_transport(transport, launch, device))
@@ -176,9 +212,80 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
         torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
     backend = "nccl" if device.startswith("cuda") else "gloo"
     url = {"mpirun": _mpi_rendezvous, "srun": slurm_rendezvous}.get(launch.kind, lambda: "env://")()
-    dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+    host, port = rendezvous_address(url)
+    if backend == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (name := interface_to(host)):
+        os.environ["GLOO_SOCKET_IFNAME"] = name
+    join(lambda: dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
+                                         timeout=datetime.timedelta(seconds=timeout_s)),
+         launch.rank, f"{host}:{port}", timeout_s)
     return Comm(launch.rank, launch.world_size, mover)
+
+
+class JoinError(SpgnnError):
+    """A rank could not join the job; each rank says so, naming what it tried (`every_rank`)."""
+
+    every_rank = True
+
+
+def join(connect, rank: int, address: str, timeout_s: float) -> None:
+    """Run `connect` (torch.distributed's set-up), but give up after `timeout_s` seconds: gloo waits minutes for a
+    peer that never connects, whatever the timeout. Failure or timeout is a `JoinError` naming `address` and the
+    interface gloo used, and what to set."""
+    done, failure = threading.Event(), []
+
+    def run():
+        try:
+            connect()
+        except Exception as e:  # reported below, in the caller's thread
+            failure.append(e)
+        done.set()
+
+    threading.Thread(target=run, daemon=True, name="spgnn-join").start()
+    if done.wait(timeout_s + 5) and not failure:      # the rendezvous says why when it gives up itself
+        return
+    what = (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:300] if failure else \
+        f"not every process connected within --timeout {timeout_s:g} s"
+    interface = os.environ.get("GLOO_SOCKET_IFNAME", "chosen by gloo")
+    raise JoinError(f"rank {rank} could not join the job at {address} over interface {interface} ({what}): every "
+                    "host must reach MASTER_ADDR:MASTER_PORT and each other; set MASTER_ADDR to an address all hosts "
+                    "reach, or GLOO_SOCKET_IFNAME to the interface they share") from (failure[0] if failure else None)
+
+
+def rendezvous_address(url: str) -> tuple[str, str]:
+    """(host, port) of a torch.distributed init URL (``env://`` reads MASTER_ADDR and MASTER_PORT)."""
+    if url.startswith("env://"):
+        return os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "?")
+    host, _, port = url.split("://", 1)[-1].rpartition(":")
+    return host.strip("[]"), port
+
+
+def interface_to(host: str) -> str | None:
+    """The name of this machine's network interface that holds the address the kernel sends from to reach `host`
+    (a UDP connect picks the route and sends nothing); None when that cannot be told (no route, no such host,
+    not Linux)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(host), 9))
+            local = s.getsockname()[0]
+        return next((name for _, name in socket.if_nameindex() if _ipv4_address(name) == local), None)
+    except (OSError, UnicodeError):
+        return None
+
+
+def _ipv4_address(interface: str) -> str | None:
+    """The IPv4 address of `interface` (Linux's SIOCGIFADDR), None when it has none or this is not Unix."""
+    import struct
+
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", interface.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(raw[20:24])
 
 
 def shutdown() -> None:

@@ -1,0 +1,56 @@
+"""A rank holds its share of the graph and its halo, not the graph: on rmat:14 with 128 features (n = 16,384; the
+features outweigh the adjacency), the graph bytes each rank reports (`Trainer.graph_bytes`: its blocks of A, halo
+plans, feature rows, labels, masks, ids) are at most 10% above its share at P = 1, 2, 4, for every algorithm.
+
+Its share, from the whole graph's bytes at P = 1 (A's and the node data's): node data · c/P + A · w/P, where c is
+1.5d's replication (its c replicas of a block row hold the same H rows; A's columns are split among them) and w = 2
+for 2d and 3d on grids with more than one column (each A block they broadcast is kept with its packed wire copy)."""
+
+import pytest
+
+import spgnn.spmm as algorithms
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.train.fullbatch import Trainer
+from tests.worlds import errors, run_worlds
+
+GRAPH = load_dataset("rmat:14")
+PROCS = (1, 2, 4)
+
+
+def _graph_bytes(comm) -> dict:
+    """{algo: (graph bytes, of which the layout's blocks of A and plans, grid shape)} on this rank."""
+    out = {}
+    for algo in algorithms.ALGORITHMS:
+        t = Trainer(TrainConfig(algo=algo, epochs=0, partition="random", feature_norm="none"), comm, graph=GRAPH)
+        out[algo] = (t.graph_bytes(), t.algo.graph_bytes(), tuple(t.algo.grid.shape))
+    return out
+
+
+_RESULTS = {}
+
+
+def results(P: int) -> list:
+    if not _RESULTS:
+        _RESULTS.update(run_worlds(_graph_bytes, PROCS))
+    return _RESULTS[P]
+
+
+def test_the_data_dominates():
+    a = GRAPH.adj
+    assert GRAPH.n == 2**14 and GRAPH.x.nbytes > a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
+
+
+@pytest.mark.parametrize("algo", sorted(algorithms.ALGORITHMS))
+def test_a_rank_holds_its_share(algo):
+    total, a_bytes, _ = results(1)[0]["1d"]
+    node = total - a_bytes
+    for P in PROCS:
+        per_rank = results(P)
+        assert not errors(per_rank), f"P={P}: {errors(per_rank)[0]}"
+        shape = per_rank[0][algo][2]
+        c = shape[1] if algo == "1.5d" else 1
+        w = 2 if algo in ("2d", "3d") and shape[1] > 1 else 1
+        share = (node * c + a_bytes * w) / P
+        worst = max(r[algo][0] for r in per_rank)
+        assert worst <= 1.10 * share, f"{algo} on {shape} (P={P}): a rank holds {worst} bytes, its share {share:.0f}"
