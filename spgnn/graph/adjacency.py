@@ -94,7 +94,7 @@ class GCN(Adjacency):
         col = np.concatenate([dinv, remote])[halo.local_columns(a.indices) if halo is not None else
                                              a.indices - share.rows.start]
         row = np.repeat(dinv, np.diff(a.indptr))
-        return sp.csr_matrix((row * col, a.indices, a.indptr), shape=a.shape)
+        return sp.csr_matrix((row * a.data * col, a.indices, a.indptr), shape=a.shape)
 
 
 class Mean(Adjacency):
