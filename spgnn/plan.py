@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import cost, spmm
-from .comm.agree import on_rank0
+from .comm.agree import agree, on_rank0
 from .comm.comm import Comm
 from .comm.grid import format_grid
 from .config import TrainConfig
@@ -177,6 +177,15 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     return cfg, shape, compared
 
 
+def _open_folder(folder: str, rank: int):
+    """The `PartitionedDataset` at `folder` (rank 0 chose it), or one line saying that this rank cannot read it."""
+    if not partitioned.is_partitioned(folder):
+        raise SpgnnError(f"rank {rank} cannot read the partitioned folder {folder} that rank 0 uses: on several hosts "
+                         "the partition cache (--cache-dir or $SPGNN_CACHE_DIR) or a partitioned --dataset must be a "
+                         "folder every host can read, or copied to the same path on every host")
+    return partitioned.PartitionedDataset(folder)
+
+
 def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=None):
     """(cfg resolved, the parts: `InMemoryParts` of `graph` or a `PartitionedDataset`, grid shape, what auto
     compared). A dataset that is no partitioned folder is partitioned by rank 0 into the cache while the
@@ -188,8 +197,8 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
     if parts is not None:
         raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
                          "cfg.partition")
-    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else \
-        on_rank0(comm, lambda: str(partition_to_cache(cfg, P, costs_of)))
-    ds = partitioned.PartitionedDataset(folder)
+    folder = on_rank0(comm, lambda: cfg.dataset if partitioned.is_partitioned(cfg.dataset) else
+                      str(partition_to_cache(cfg, P, costs_of)))
+    ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
     return cfg, ds, shape, compared

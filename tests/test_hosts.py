@@ -6,7 +6,7 @@ GLOO_SOCKET_IFNAME set: spgnn picks the interface that routes to the rendezvous 
 GLOO_SOCKET_IFNAME still wins (here a wrong one, lo), and then, as for a rank that has no route to the rendezvous,
 each rank fails within --timeout with one line naming the address it tried and the settings to change. A
 partition cache, partitioned dataset or checkpoint folder that the second host cannot read ends the job with one
-line naming the folder (the first two are strict xfails: see FOLDER_BUGS).
+line naming the folder.
 
 Needs root and iproute2's ``ip netns``; skipped, saying which is missing, elsewhere."""
 
@@ -188,19 +188,7 @@ def test_a_rank_without_a_route_is_one_clear_line(hosts):
     _one_clear_line(p, 1, f"{ADDRESSES[0]}:{port}")
 
 
-FOLDER_BUGS = {
-    "partition cache": "plan.open_parts: rank 0 partitions into its cache and every rank opens the folder it names; "
-                       "a rank that cannot read it raises alone (a silent exit 2) and rank 0 reports 'communication "
-                       "failed'",
-    "partitioned dataset": "plan.open_parts: a rank that does not see the partitioned folder takes the partition-to-"
-                           "cache path alone (collectives out of step): a TypeError traceback on it, 'communication "
-                           "failed' on rank 0",
-}
-
-
-@pytest.mark.parametrize("what", [
-    pytest.param(w, marks=pytest.mark.xfail(strict=True, reason=FOLDER_BUGS[w])) if w in FOLDER_BUGS else w
-    for w in ("partition cache", "partitioned dataset", "checkpoint")])
+@pytest.mark.parametrize("what", ["partition cache", "partitioned dataset", "checkpoint"])
 def test_a_folder_another_host_cannot_read_is_one_clear_line(hosts, tmp_path, what):
     """The folder exists on the first host; the second sees an empty one in its place (a tmpfs mounted over it in a
     mount namespace of its own). The job ends, not hangs, with one line naming the folder and no traceback."""
