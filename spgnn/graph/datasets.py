@@ -419,7 +419,8 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
     ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
     [N, F], ``labels.npy`` [N], optional boolean ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N]
-    (without them: per-class random split; without val: none; without test: all the rest) and optional ``meta.json`` {"directed": bool, "name": str}."""
+    (without them: per-class random split; without val: none; without test: all the rest) and optional
+    ``meta.json`` {"directed": bool, "name": str}."""
     folder = Path(folder)
     edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
     if edge_file is None:
