@@ -8,7 +8,9 @@
     optimizer   Adam's state_dict (torch.optim.Adam's layout)
     progress    the per-epoch records and the best-validation record so far, and the run's own counters
                 (minibatch: the steps taken, which key the next steps' dropout masks)
-    identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths
+    identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths, and what else
+                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation,
+                partition, split sizes
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
 
@@ -32,16 +34,25 @@ from ..errors import SpgnnError
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
 MODEL_FIELDS = ("model", "layers", "hidden", "heads", "out_heads", "batch_norm")
+RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
+FIXES = {"graph": "resume on the data it was trained on",
+         "model": "resume with the same --model, --layers, --hidden, --heads, --out-heads and --batch-norm",
+         "run": "resume with the same --seed, --dropout, --feature-norm, --partition and split (a new --lr and "
+                "more --epochs are allowed)"}
 
 
 def identity(cfg, info) -> dict:
-    """What a checkpoint must agree with to resume: the graph and the model's kind and widths."""
+    """What a checkpoint must agree with to resume: the graph, the model's kind and widths, and the run's seed,
+    dropout, feature normalisation, partition and split sizes."""
     graph_hash = getattr(info, "graph_hash", "")
     if not graph_hash and hasattr(info, "adj"):
         from ..partition.partition import graph_hash as hash_of
 
         graph_hash = hash_of(info.adj)
+    counts = getattr(info, "counts", None) or {s: int(getattr(info, f"{s}_mask").sum()) for s in ("train", "val",
+                                                                                                   "test")}
     return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
+            "run": {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}},
             "model": {k: getattr(cfg, k) for k in MODEL_FIELDS} | {"features": int(info.num_features),
                                                                    "classes": int(info.num_classes)}}
 
@@ -72,12 +83,21 @@ def save(folder, state: dict) -> Path:
     return path
 
 
-def load(folder, mine: dict) -> dict:
-    """The checkpoint in `folder`, checked against this run's `identity`; SpgnnError naming the file and what
-    differs when it is missing, unreadable, or of another graph or model."""
+def readable(folder) -> Path:
+    """The checkpoint file in `folder`, once it is there to be read; else SpgnnError."""
     path = Path(folder) / FILE
     if not path.is_file():
         raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
+    if not os.access(path, os.R_OK):
+        raise SpgnnError(f"cannot read {path} (permission denied): make it readable to every rank")
+    return path
+
+
+def load(folder, mine: dict, epochs: int | None = None) -> dict:
+    """The checkpoint in `folder`, checked against this run's `identity` and (when given) its total `epochs`,
+    which must go beyond the checkpoint's; SpgnnError naming the file and what differs when it is missing,
+    unreadable, of another graph, model or run, or already as far as `epochs`."""
+    path = readable(folder)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
@@ -85,14 +105,15 @@ def load(folder, mine: dict) -> dict:
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
-    for what, fix in (("graph", "resume on the data it was trained on"),
-                      ("model", "resume with the same --model, --layers, --hidden, --heads, --out-heads and "
-                                "--batch-norm")):
-        theirs = state["identity"][what]
+    for what, fix in FIXES.items():
+        theirs = state["identity"].get(what, {})
         if theirs != mine[what]:
             differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
                                if theirs.get(k) != mine[what].get(k))
             raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
+    if epochs is not None and epochs <= state["epoch"] + 1:
+        raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
+                         f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")
     return state
 
 
