@@ -201,7 +201,9 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs")
-    return launch.init(device, timeout, transport)
+    comm = launch.init(device, timeout, transport)
+    comm.transport.timeout_s = timeout      # the mpi transport's watchdog (torch's collectives have the group's)
+    return comm
 
 
 def train(args, argv) -> int:
