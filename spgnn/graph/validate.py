@@ -50,7 +50,7 @@ def whole_ids(a, where: str, what: str = "node ids") -> np.ndarray:
     if bad.any():
         i = np.unravel_index(_first(bad.ravel()), a.shape)
         raise SpgnnError(f"{where}: {what} must be whole numbers, {int(bad.sum())} are not (first at "
-                         f"{tuple(int(k) for k in i) if a.ndim > 1 else int(i[0])}: {a[i]!r}); save them as int64")
+                         f"{tuple(int(k) for k in i) if a.ndim > 1 else int(i[0])}: {a[i].item()}); save them as int64")
     return a.astype(np.int64)
 
 

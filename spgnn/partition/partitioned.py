@@ -213,10 +213,12 @@ def is_partitioned(path) -> bool:
         return False
 
 
-def write(path, info: GraphInfo, shares, partition: dict) -> Path:
+def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True) -> Path:
     """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
     written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
-    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete."""
+    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete.
+    A folder already at `path` is replaced (`overwrite`), or else kept, ours dropped: so runs filling the same
+    cache folder at once each end with the one complete folder."""
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
@@ -241,18 +243,23 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-        if path.exists():
+        if overwrite and path.exists():
             shutil.rmtree(path)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)           # fails when another writer's folder is there
+        except OSError:
+            if overwrite or not is_partitioned(path):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SpgnnError(f"cannot write the partitioned dataset {path}: {e}; choose a writable folder") from None
     return path
 
 
-def write_parts(path, parts: InMemoryParts) -> Path:
-    """Write an in-memory partitioned graph (`InMemoryParts`) to `path`."""
-    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info)
+def write_parts(path, parts: InMemoryParts, overwrite: bool = True) -> Path:
+    """Write an in-memory partitioned graph (`InMemoryParts`) to `path` (see `write` for `overwrite`)."""
+    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info, overwrite)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -293,4 +300,4 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
     except OSError as e:
         raise SpgnnError(f"the partition cache folder {root} is not writable ({e.strerror}): set --cache-dir or "
                          f"${CACHE_ENV} to a writable folder") from None
-    return write_parts(folder, InMemoryParts(graph, partition_fn()))
+    return write_parts(folder, InMemoryParts(graph, partition_fn()), overwrite=False)
