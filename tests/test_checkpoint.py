@@ -3,6 +3,7 @@ uninterrupted run (every algorithm, full-batch and minibatch); a checkpoint resu
 P to float rounding; bad checkpoints and folders fail with one line and change nothing."""
 
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +44,8 @@ def _stop_and_resume(comm, root, cfg, minibatch=False):
     root = Path(root)
     whole = _train(comm, root / "whole", cfg | {"checkpoint": str(root / "whole")}, minibatch)
     _train(comm, root / "part", cfg | {"epochs": STOP, "checkpoint": str(root / "part")}, minibatch)
+    if comm.rank == 0:                           # the checkpoint at STOP, kept (the resume below updates "part")
+        shutil.copytree(root / "part", root / "at-stop")
     resumed = _train(comm, root / "part", cfg | {"resume": str(root / "part"), "checkpoint": str(root / "part")},
                      minibatch)
     return whole, resumed
@@ -55,7 +58,7 @@ def _every_algorithm(comm, root):
         out[name] = _stop_and_resume(comm, Path(root) / name, cfg)
     out["minibatch"] = _stop_and_resume(comm, Path(root) / "minibatch", BASE | {"model": "sage"}, minibatch=True)
     # another algorithm resumes 1d-halo's checkpoint (at STOP) of the same model
-    other = BASE | {"algo": "2d", "resume": str(Path(root) / "1d-halo" / "part")}
+    other = BASE | {"algo": "2d", "resume": str(Path(root) / "1d-halo" / "at-stop")}
     out["other-algo"] = _train(comm, None, other)
     return out
 
@@ -78,7 +81,7 @@ def test_resumed_runs_equal_uninterrupted_ones_bit_for_bit(tmp_path):
         for k, w in whole["weights"].items():
             np.testing.assert_allclose(other["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
     # and on one process (another P), 1d-halo's P = 2 checkpoint continues to the same weights
-    single = _train(Comm(0, 1), None, BASE | {"resume": str(tmp_path / "1d-halo" / "part")})
+    single = _train(Comm(0, 1), None, BASE | {"resume": str(tmp_path / "1d-halo" / "at-stop")})
     np.testing.assert_allclose(single["losses"], ranks[0]["1d-halo"][0]["losses"], rtol=1e-5)
     for k, w in ranks[0]["1d-halo"][0]["weights"].items():
         np.testing.assert_allclose(single["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
