@@ -126,3 +126,59 @@ def test_stalled_rank_ends_the_job_after_the_timeout(transport, tmp_path):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _fill_cache(cache, barrier, seeds, delay):
+    """What a run does with the cache: partition a small graph into `cache` (taking `delay` seconds), then read
+    the folder's parts for a second, as its ranks would; under each seed. The other process does the same
+    with another delay, so that it writes the same folder while this one reads it."""
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import PartitionedDataset, cached
+    from tests.graphs import small_graph
+
+    g = small_graph(n=57, seed=2)
+
+    def slow(seed):
+        time.sleep(delay)
+        return make_partition("random", g.adj, 3, seed=seed)
+
+    barrier.wait()
+    folders = []
+    for s in seeds:
+        folders.append(str(cached(g, lambda s=s: slow(s), "random", {}, s, 3, cache)))
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            ds = PartitionedDataset(folders[-1])
+            for p in range(3):
+                ds.share(p)
+    return folders
+
+
+def test_two_runs_filling_one_partition_cache_at_once(tmp_path):
+    import multiprocessing
+
+    import numpy as np
+
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
+    from tests.graphs import small_graph
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, seeds = ctx.Manager().Barrier(2), [0, 1]
+    with ctx.Pool(2) as pool:
+        folders = pool.starmap(_fill_cache, [(str(tmp_path), barrier, seeds, delay) for delay in (0.2, 0.6)])
+    assert folders[0] == folders[1] and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        Path(f).name for f in folders[0])                                 # no temporary folder left behind
+    g = small_graph(n=57, seed=2)
+    for seed, folder in zip(seeds, folders[0]):
+        memory = InMemoryParts(g, make_partition("random", g.adj, 3, seed=seed))
+        disk = PartitionedDataset(folder)
+        for p in range(3):
+            a, b = memory.share(p), disk.share(p)
+            for name in ("indptr", "indices", "data", "degree", "x", "y", "node_ids"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), (seed, p, name)
+    # the run that finishes second keeps the first one's folder as it is
+    meta = Path(folders[0][0]) / "meta.json"
+    before = meta.stat().st_mtime_ns
+    write_parts(folders[0][0], InMemoryParts(g, make_partition("random", g.adj, 3, seed=0)), overwrite=False)
+    assert meta.stat().st_mtime_ns == before and len(list(tmp_path.iterdir())) == len(seeds)
