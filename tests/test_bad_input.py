@@ -17,7 +17,7 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.pyg import from_pyg
 from spgnn.partition.partition import make_partition
-from spgnn.partition.partitioned import InMemoryParts, write_parts
+from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
 
 N, F, C = 24, 4, 3
 RING = np.stack([np.arange(N), (np.arange(N) + 1) % N], axis=1)       # [E, 2]
@@ -95,6 +95,27 @@ def test_both_edge_layouts_read_the_same(tmp_path):
     assert (whole.adj != rows.adj).nnz == 0
     np.savez(tmp_path / "ei.npz", edge_index=RING.T, features=rows.x, labels=rows.y, train_mask=rows.train_mask)
     assert (load_dataset(str(tmp_path / "ei.npz")).adj != rows.adj).nnz == 0
+
+
+def test_out_of_core_partitioner_checks_alike(tmp_path, capsys):
+    """spgnn partition --out-of-core reads an edge-list folder in chunks: the same layouts, the same refusals."""
+    folders = {}
+    for name, edges in (("rows", RING), ("cols", RING.T)):
+        src = edge_folder(tmp_path / name, edges)
+        assert cli.main(["partition", "--dataset", src, "--out-of-core", "--nparts", "2", "--method", "block",
+                         "--output", str(tmp_path / f"{name}-parts")]) == 0
+        folders[name] = PartitionedDataset(tmp_path / f"{name}-parts")
+    for p in range(2):
+        a, b = folders["rows"].share(p), folders["cols"].share(p)
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+    capsys.readouterr()
+    for src, needle in ((edge_folder(tmp_path / "frac", RING + 0.5), "must be whole numbers"),
+                        (edge_folder(tmp_path / "square", [[0, 1], [1, 2]]), "reads both as"),
+                        (edge_folder(tmp_path / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
+                        (edge_folder(tmp_path / "ovl", masks={"test": np.ones(N, bool)}), "both the train and")):
+        code, line = error_line(capsys, ["partition", "--dataset", src, "--out-of-core", "--nparts", "2",
+                                         "--method", "block", "--output", str(tmp_path / "out")])
+        assert code == 2 and needle in line, line
 
 
 def test_allow_overlap_trains_what_is_refused_otherwise(tmp_path, capsys):

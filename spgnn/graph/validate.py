@@ -54,10 +54,9 @@ def whole_ids(a, where: str, what: str = "node ids") -> np.ndarray:
     return a.astype(np.int64)
 
 
-def edge_pairs(e, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst), int64, of an edge array in either layout: [E, 2] (one edge a row) or [2, E] (PyG's
-    ``edge_index``); a 2×2 array, which reads both ways, is refused, as is any other shape."""
-    e = np.asarray(e)
+def edge_rows(e, where: str) -> np.ndarray:
+    """An edge array in either layout, [E, 2] (one edge a row) or [2, E] (PyG's ``edge_index``), as [E, 2] (a
+    view: memory maps stay unread); a 2×2 array, which reads both ways, is refused, as is any other shape."""
     layouts = "[E, 2] (one 'src dst' pair a row) or [2, E] (PyG's edge_index)"
     if e.ndim != 2 or 2 not in e.shape:
         raise SpgnnError(f"{where}: edges must be a 2-D array {layouts}, got shape {e.shape}"
@@ -66,7 +65,12 @@ def edge_pairs(e, where: str) -> tuple[np.ndarray, np.ndarray]:
     if e.shape == (2, 2):
         raise SpgnnError(f"{where}: a 2×2 edge array reads both as [E, 2] and as [2, E]; the layout expected "
                          f"is [E, 2] (one 'src dst' pair a row): write the two edges to edges.txt instead")
-    e = whole_ids(e if e.shape[1] == 2 else e.T, where, "edge endpoint ids")
+    return e if e.shape[1] == 2 else e.T
+
+
+def edge_pairs(e, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst), int64, of an edge array [E, 2] or [2, E] (`edge_rows`) of whole-number ids."""
+    e = whole_ids(edge_rows(np.asarray(e), where), where, "edge endpoint ids")
     return e[:, 0], e[:, 1]
 
 
