@@ -112,6 +112,12 @@ def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
         (tmp_path / name / "checkpoint.pt").write_bytes(data)
         with pytest.raises(SpgnnError, match="truncated or corrupt"):
             _resume(tmp_path / name)
+    state = torch.load(written / "checkpoint.pt", weights_only=True)
+    del state["identity"]
+    (tmp_path / "keyless").mkdir()
+    torch.save(state, tmp_path / "keyless" / "checkpoint.pt")
+    with pytest.raises(SpgnnError, match="lacks identity: it was not written whole"):
+        _resume(tmp_path / "keyless")
 
 
 def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):

@@ -105,6 +105,10 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
+    missing = [k for k in ("epoch", "model", "optimizer", "progress", "identity") if k not in state]
+    if missing:
+        raise SpgnnError(f"{path} lacks {', '.join(missing)}: it was not written whole by --checkpoint; resume from "
+                         "another checkpoint or start again")
     for what, fix in FIXES.items():
         theirs = state["identity"].get(what, {})
         if theirs != mine[what]:
