@@ -16,9 +16,9 @@ from .comm import calibrate as calibration
 from .comm import launch
 from .config import TrainConfig
 from .errors import SpgnnError
+from .graph import validate
 from .graph.build import reading
 from .graph.datasets import load_dataset
-from .graph.validate import allow_overlap
 from .layers.conv import LAYERS
 from .layers.init import CHOSEN, SCHEMES
 from .partition import partitioned
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rank = launch.detect().rank if argv else 0
     try:
-        with allow_overlap(getattr(args, "allow_overlap", False)):
+        with validate.allow_overlap(getattr(args, "allow_overlap", False)):
             return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
         if rank == 0:  # input errors are the same on every rank: say it once

@@ -116,7 +116,7 @@ def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
     del state["identity"]
     (tmp_path / "keyless").mkdir()
     torch.save(state, tmp_path / "keyless" / "checkpoint.pt")
-    with pytest.raises(SpgnnError, match="lacks identity: it was not written whole"):
+    with pytest.raises(SpgnnError, match="is not an spgnn checkpoint"):
         _resume(tmp_path / "keyless")
 
 

@@ -34,25 +34,16 @@ from ..errors import SpgnnError
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
 MODEL_FIELDS = ("model", "layers", "hidden", "heads", "out_heads", "batch_norm")
-RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
-FIXES = {"graph": "resume on the data it was trained on",
-         "model": "resume with the same --model, --layers, --hidden, --heads, --out-heads and --batch-norm",
-         "run": "resume with the same --seed, --dropout, --feature-norm, --partition and split (a new --lr and "
-                "more --epochs are allowed)"}
 
 
 def identity(cfg, info) -> dict:
-    """What a checkpoint must agree with to resume: the graph, the model's kind and widths, and the run's seed,
-    dropout, feature normalisation, partition and split sizes."""
+    """What a checkpoint must agree with to resume: the graph and the model's kind and widths."""
     graph_hash = getattr(info, "graph_hash", "")
     if not graph_hash and hasattr(info, "adj"):
         from ..partition.partition import graph_hash as hash_of
 
         graph_hash = hash_of(info.adj)
-    counts = getattr(info, "counts", None) or {s: int(getattr(info, f"{s}_mask").sum()) for s in ("train", "val",
-                                                                                                   "test")}
     return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
-            "run": {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}},
             "model": {k: getattr(cfg, k) for k in MODEL_FIELDS} | {"features": int(info.num_features),
                                                                    "classes": int(info.num_classes)}}
 
@@ -83,6 +74,18 @@ def save(folder, state: dict) -> Path:
     return path
 
 
+KEYS = {"epoch", "model", "optimizer", "progress", "identity"}
+RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
+
+
+def run_identity(cfg, info) -> dict:
+    """What else a checkpoint must agree with to resume, as it fixes the run: the seed (split, weights' draws,
+    dropout masks), dropout, feature normalisation, partition, and the split's sizes."""
+    counts = getattr(info, "counts", None) or {s: int(getattr(info, f"{s}_mask").sum()) for s in ("train", "val",
+                                                                                                   "test")}
+    return {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}}
+
+
 def readable(folder) -> Path:
     """The checkpoint file in `folder`, once it is there to be read; else SpgnnError."""
     path = Path(folder) / FILE
@@ -94,27 +97,30 @@ def readable(folder) -> Path:
 
 
 def load(folder, mine: dict, epochs: int | None = None) -> dict:
-    """The checkpoint in `folder`, checked against this run's `identity` and (when given) its total `epochs`,
-    which must go beyond the checkpoint's; SpgnnError naming the file and what differs when it is missing,
-    unreadable, of another graph, model or run, or already as far as `epochs`."""
+    """The checkpoint in `folder`, checked against this run's `identity` (with its "run": `run_identity`) and
+    (when given) its total `epochs`, which must go beyond the checkpoint's; SpgnnError naming the file and what
+    differs when it is missing, unreadable, of another graph, model or run, or already as far as `epochs`."""
     path = readable(folder)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]}): the file is "
                          "truncated or corrupt; resume from another checkpoint or start again") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
-    missing = [k for k in ("epoch", "model", "optimizer", "progress", "identity") if k not in state]
-    if missing:
-        raise SpgnnError(f"{path} lacks {', '.join(missing)}: it was not written whole by --checkpoint; resume from "
-                         "another checkpoint or start again")
-    for what, fix in FIXES.items():
-        theirs = state["identity"].get(what, {})
+    for what, fix in (("graph", "resume on the data it was trained on"),
+                      ("model", "resume with the same --model, --layers, --hidden, --heads, --out-heads and "
+                                "--batch-norm")):
+        theirs = state["identity"][what]
         if theirs != mine[what]:
             differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
                                if theirs.get(k) != mine[what].get(k))
             raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
+    theirs = state["identity"].get("run", {})
+    if theirs != mine["run"]:
+        differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine["run"].items() if theirs.get(k) != v)
+        raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
+                         "--feature-norm, --partition and split (a new --lr and more --epochs are allowed)")
     if epochs is not None and epochs <= state["epoch"] + 1:
         raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
                          f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")

@@ -43,7 +43,8 @@ class Run:
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
         cfg, start, records, best = self.cfg, 0, [], {"val_acc": -1.0}
-        mine = checkpoint.identity(cfg, self.info) if cfg.resume or cfg.checkpoint else None  # hashes the graph
+        mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info)} \
+            if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
             state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
             self.model.load_state_dict(state["model"])
@@ -129,16 +130,6 @@ def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
         offset += p.numel()
 
 
-class Diverged(Exception):
-    """The loss, a weight or a gradient became NaN or infinite at an epoch; holds the records before it."""
-
-    def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict):
-        what = f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient became NaN " \
-            "or infinite"
-        super().__init__(f"{what} at epoch {epoch}; the run stopped there")
-        self.epochs, self.best = epochs, best
-
-
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
                after=None, finite=lambda: True) -> tuple[list[dict], dict]:
     """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
@@ -170,3 +161,13 @@ def format_epoch(r: dict) -> str:
     acc = "".join(f"  {k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
     jit = f" (+ {r['jit_s']:.2f} s numba start-up)" if r.get("jit_s", 0) >= 0.005 else ""
     return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms{jit}"
+
+
+class Diverged(Exception):
+    """The loss, a weight or a gradient became NaN or infinite at an epoch; holds the records before it."""
+
+    def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict):
+        what = f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient became NaN " \
+            "or infinite"
+        super().__init__(f"{what} at epoch {epoch}; the run stopped there")
+        self.epochs, self.best = epochs, best
