@@ -73,7 +73,7 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
             out.parent.mkdir(parents=True, exist_ok=True)
             out.open("a").close()
             if not existed:
-                out.unlink()
+                out.unlink(missing_ok=True)     # (another rank checking it at once may have removed it)
         except OSError as e:
             raise SpgnnError(f"cannot write the report to {output}: {e.strerror or e}; give --output a writable "
                              "file path") from None

@@ -55,21 +55,20 @@ class Run:
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
-        good = [start - 1 if cfg.resume else None]       # the epoch of the last checkpoint written
+        good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
 
         def save(epoch, records, best):
             if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 if self.comm.rank == 0:
                     checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
-                good[0] = epoch
+                good[0] = (folder, epoch)
 
         try:
             records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                        records, best, save, self.finite)
         except Diverged as d:
-            where = folder or cfg.resume
-            kept = f"; {Path(where) / checkpoint.FILE} (epoch {good[0]}) is still good: resume from it with a lower " \
-                   "--lr" if where and good[0] is not None else "; lower --lr, or scale the features down"
+            kept = f"; {Path(good[0][0]) / checkpoint.FILE} (epoch {good[0][1]}) is still good: resume from it with " \
+                   "a lower --lr" if good[0] else "; lower --lr, or scale the features down"
             return self.report(d.epochs, {}, d.best) | {"stopped": f"{d}{kept}"}
         return self.report(records, self.evaluate(), best)
 
