@@ -11,7 +11,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from . import cost, spmm
+from . import spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .config import TrainConfig
@@ -57,9 +57,11 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
     """What a run writes or reads later (its report, α-β figures, checkpoints), checked before any work, so
     that no run is lost at its end to a path that was bad from the start."""
     if calibration:
+        from .cost import load_calibration
+
         try:
             with reading(calibration):
-                cost.load_calibration(calibration)
+                load_calibration(calibration)
         except SpgnnError as e:
             raise SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
     if resume:
@@ -130,6 +132,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     graph.add_argument("--replicate-graph", action="store_true", help="--sampler: every process holds the "
                        "whole graph and features (the default)")
     _launch_options(p, d)
+    _overlap_option(p)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
     a("--checkpoint", default=d.checkpoint, help="write a checkpoint to this folder (rank 0; weights, Adam's state, "
       "the epoch, the config, the graph's and partition's identity, the report so far) every --checkpoint-every "
@@ -138,7 +141,6 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--resume", default=d.resume, help="continue the run checkpointed in this folder (to --epochs in all), under "
       "any number of processes, algorithm or grid; give the same folder to --checkpoint to keep it current")
     a("--quiet", action="store_true", help="no per-epoch lines")
-    _overlap_option(p)
     return p
 
 
@@ -413,6 +415,8 @@ def _process_counts(text: str) -> list[int]:
 
 
 def cost_command(args, argv) -> int:
+    from . import cost
+
     Ps = _process_counts(args.nprocs)
     for flag, value in (("--layers", args.layers), ("--hidden", args.hidden), ("--features", args.features),
                         ("--classes", args.classes)):

@@ -30,10 +30,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from ..graph import validate
 from ..graph.build import class_labels, per_class_split, split_masks
 from ..graph.datasets import edge_delimiter
 from ..graph.ogb import is_ogb, to_edge_folder
-from ..graph.validate import check_labels, check_masks, edge_rows, whole_ids
 from . import streaming
 from .partition import block, fill_empty
 from .partitioned import write
@@ -63,7 +63,7 @@ class EdgeFolder:
         if self.y.shape != (self.n,):
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
         self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
-        check_labels(self.y, self.num_classes, str(f / "labels.npy"))
+        validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
         if self.x.shape[1] == 0:
             raise SpgnnError(f"{f / 'features.npy'}: features have 0 columns; a model needs one at least")
 
@@ -79,7 +79,7 @@ class EdgeFolder:
                  for s in SPLITS}
         masks = dict(zip(SPLITS, split_masks(found, str(self.folder), None) or
                          per_class_split(self.y, self.num_classes, seed)))
-        check_masks(masks, str(self.folder))
+        validate.check_masks(masks, str(self.folder))
         return masks
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
@@ -97,10 +97,10 @@ class EdgeFolder:
     def edges(self):
         """Yield [e, 2] int64 chunks (src, dst), ids checked."""
         if self.edge_file.suffix == ".npy":
-            e = edge_rows(self._npy(self.edge_file.name, mmap=True), str(self.edge_file))
+            e = validate.edge_rows(self._npy(self.edge_file.name, mmap=True), str(self.edge_file))
 
             def read(i):
-                c = whole_ids(np.array(e[i:i + self.chunk]), str(self.edge_file), "edge endpoint ids")
+                c = validate.whole_ids(np.array(e[i:i + self.chunk]), str(self.edge_file), "edge endpoint ids")
                 release(e)
                 return c
 
