@@ -1,7 +1,8 @@
-"""The one check of a node-classification graph's arrays, run on every path before any training: the loaders
-(named datasets, files, edge lists, OGB folders, PyG ``Data``) through `Graph.validate`, the out-of-core
-partitioner chunk by chunk, and every rank's share of a partitioned folder through `spgnn.partition.partitioned`. Each failure is one SpgnnError naming where
-(`where`: a file, or the dataset), how many entries are wrong, the first of them, and what to do.
+"""The one check of a node-classification graph's arrays, run on every path before any training: the loaders (named
+datasets, files, edge lists, OGB folders, PyG ``Data``) through `Graph.validate`, the out-of-core partitioner
+chunk by chunk, and every rank's share of a partitioned folder through `spgnn.partition.partitioned`. Each
+failure is one SpgnnError naming where (`where`: a file, or the dataset), how many entries are wrong, the first
+of them, and what to do.
 
 * edges: [E, 2] (a pair a row) or [2, E] (PyG's ``edge_index``), whole-number ids (`edge_pairs`);
 * features: N×F numbers, F ≥ 1, all finite (`check_features`);
