@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import traceback
 from dataclasses import replace
@@ -15,6 +16,8 @@ from .comm import calibrate as calibration
 from .comm import launch
 from .config import TrainConfig, plugin_options
 from .errors import SpgnnError
+from .graph import validate
+from .graph.build import reading
 from .graph.datasets import load_dataset
 from .layers.init import SCHEMES
 from .layers.registry import CHOSEN, LAYERS
@@ -22,6 +25,7 @@ from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
 from .plan import cached_partition, fit_parts, partition_to_cache, plan, predict
+from .train import checkpoint
 from .train.fullbatch import Trainer
 
 
@@ -31,10 +35,50 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
+def json_safe(obj):
+    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
 def _write_json(path, obj, default=None) -> None:
-    """`obj` as indented JSON at `path`, its folder made if missing (`default` as json.dumps takes it)."""
+    """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing
+    (`default` as json.dumps takes it)."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(obj, indent=1, default=default))
+    Path(path).write_text(json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False))
+
+
+def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None) -> None:
+    """What a run writes or reads later (its report, α-β figures, checkpoints), checked before any work, so
+    that no run is lost at its end to a path that was bad from the start."""
+    if calibration:
+        from .cost import load_calibration
+
+        try:
+            with reading(calibration):
+                load_calibration(calibration)
+        except SpgnnError as e:
+            raise SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
+    if resume:
+        checkpoint.readable(resume)
+    if checkpoint_dir:
+        checkpoint.writable(checkpoint_dir, bool(resume) and Path(resume).resolve() == Path(checkpoint_dir).resolve())
+    if output:
+        out = Path(output)
+        existed = out.exists()
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.open("a").close()
+            if not existed:
+                out.unlink(missing_ok=True)     # (another rank checking it at once may have removed it)
+        except OSError as e:
+            raise SpgnnError(f"cannot write the report to {output}: {e.strerror or e}; give --output a writable "
+                             "file path") from None
 
 
 def _train_parser(sub) -> argparse.ArgumentParser:
@@ -87,6 +131,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     graph.add_argument("--replicate-graph", action="store_true", help="--sampler: every process holds the "
                        "whole graph and features (the default)")
     _launch_options(p, d)
+    _overlap_option(p)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
     a("--checkpoint", default=d.checkpoint, help="write a checkpoint to this folder (rank 0; weights, Adam's state, "
       "the epoch, the config, the graph's and partition's identity, the report so far) every --checkpoint-every "
@@ -96,6 +141,11 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "any number of processes, algorithm or grid; give the same folder to --checkpoint to keep it current")
     a("--quiet", action="store_true", help="no per-epoch lines, stage lines or progress bars")
     return p
+
+
+def _overlap_option(p) -> None:
+    p.add_argument("--allow-overlap", action="store_true", help="accept split masks that share nodes (a node "
+                   "in both train and test, say), which are refused otherwise")
 
 
 def _launch_options(p, d: TrainConfig) -> None:
@@ -157,7 +207,9 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
                              f"{launched.kind} started: drop --nprocs")
     if launched.kind not in ("single", "spawn"):
         warm()
-    return launch.init(device, timeout, transport)
+    comm = launch.init(device, timeout, transport)
+    comm.transport.timeout_s = timeout      # the mpi transport's watchdog (torch's collectives have the group's)
+    return comm
 
 
 def _warm_kernels(device: str, sampler: str | None) -> None:
@@ -172,6 +224,7 @@ def train(args, argv) -> int:
     known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
+    _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
         from .train.minibatch import MinibatchTrainer
@@ -190,6 +243,13 @@ def train(args, argv) -> int:
         print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
               f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}", flush=True)
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
+    if "stopped" in report:                 # diverged: the report so far is written, the line says where
+        if comm.rank == 0:
+            if cfg.output:
+                _write_json(cfg.output, report)
+            _error(report["stopped"])
+        launch.shutdown()
+        return 1
     if comm.rank == 0:
         f = report["final"]
         print(f"final  train {f['train_acc']:.4f}  val {f['val_acc']:.4f}  test {f['test_acc']:.4f}  "
@@ -227,6 +287,7 @@ def calibrate(args, argv) -> int:
     sizes, ops = calibration.parse_sizes(args.sizes), calibration.parse_ops(args.ops)
     if args.repeats < 1:
         raise SpgnnError(f"--repeats must be at least 1, got {args.repeats}")
+    _check_files(args.output)
     comm = _join(args, argv, args.device, args.timeout, args.transport)
     if isinstance(comm, int):
         return comm
@@ -265,6 +326,7 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
     a("--json", default=None, help="write the metrics here as JSON")
     a("--quiet", action="store_true", help="no stage lines or progress bars")
     a("--plot", default=None, help="draw the metrics as bar charts to this image file (.png; needs matplotlib)")
+    _overlap_option(p)
     return p
 
 
@@ -358,10 +420,26 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+def _process_counts(text: str) -> list[int]:
+    """--nprocs of spgnn cost: comma-separated positive integers."""
+    try:
+        Ps = [int(x) for x in text.split(",")]
+    except ValueError:
+        Ps = []
+    if not Ps or min(Ps) < 1:
+        raise SpgnnError(f"--nprocs takes comma-separated process counts >= 1, e.g. 4,16,64; got {text!r}")
+    return Ps
+
+
 def cost_command(args, argv) -> int:
     from . import cost
 
-    Ps = [int(x) for x in args.nprocs.split(",")]
+    Ps = _process_counts(args.nprocs)
+    for flag, value in (("--layers", args.layers), ("--hidden", args.hidden), ("--features", args.features),
+                        ("--classes", args.classes)):
+        if value < 1:
+            raise SpgnnError(f"{flag} must be at least 1, got {value}")
+    _check_files(args.output, args.calibration)
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
@@ -408,7 +486,8 @@ def main(argv: list[str] | None = None) -> int:
     rank = launch.detect().rank if argv else 0
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
     try:
-        return COMMANDS[args.command](args, argv)
+        with validate.allow_overlap(getattr(args, "allow_overlap", False)):
+            return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
         # input errors are the same on every rank: said once; a rank's own (it could not join the job): by each
         if rank == 0 or getattr(e, "every_rank", False):

@@ -2,6 +2,11 @@
 uninterrupted run (every algorithm, full-batch and minibatch); a checkpoint resumes under another algorithm or
 P to float rounding; bad checkpoints and folders fail with one line and change nothing."""
 
+import re
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +19,7 @@ from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
+from spgnn.train import checkpoint
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
 
@@ -38,6 +44,8 @@ def _stop_and_resume(comm, root, cfg, minibatch=False):
     root = Path(root)
     whole = _train(comm, root / "whole", cfg | {"checkpoint": str(root / "whole")}, minibatch)
     _train(comm, root / "part", cfg | {"epochs": STOP, "checkpoint": str(root / "part")}, minibatch)
+    if comm.rank == 0:                           # the checkpoint at STOP, kept (the resume below updates "part")
+        shutil.copytree(root / "part", root / "at-stop")
     resumed = _train(comm, root / "part", cfg | {"resume": str(root / "part"), "checkpoint": str(root / "part")},
                      minibatch)
     return whole, resumed
@@ -50,7 +58,7 @@ def _every_algorithm(comm, root):
         out[name] = _stop_and_resume(comm, Path(root) / name, cfg)
     out["minibatch"] = _stop_and_resume(comm, Path(root) / "minibatch", BASE | {"model": "sage"}, minibatch=True)
     # another algorithm resumes 1d-halo's checkpoint (at STOP) of the same model
-    other = BASE | {"algo": "2d", "resume": str(Path(root) / "1d-halo" / "part")}
+    other = BASE | {"algo": "2d", "resume": str(Path(root) / "1d-halo" / "at-stop")}
     out["other-algo"] = _train(comm, None, other)
     return out
 
@@ -73,7 +81,7 @@ def test_resumed_runs_equal_uninterrupted_ones_bit_for_bit(tmp_path):
         for k, w in whole["weights"].items():
             np.testing.assert_allclose(other["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
     # and on one process (another P), 1d-halo's P = 2 checkpoint continues to the same weights
-    single = _train(Comm(0, 1), None, BASE | {"resume": str(tmp_path / "1d-halo" / "part")})
+    single = _train(Comm(0, 1), None, BASE | {"resume": str(tmp_path / "1d-halo" / "at-stop")})
     np.testing.assert_allclose(single["losses"], ranks[0]["1d-halo"][0]["losses"], rtol=1e-5)
     for k, w in ranks[0]["1d-halo"][0]["weights"].items():
         np.testing.assert_allclose(single["weights"][k].numpy(), w.numpy(), rtol=1e-4, atol=1e-6)
@@ -104,6 +112,12 @@ def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
         (tmp_path / name / "checkpoint.pt").write_bytes(data)
         with pytest.raises(SpgnnError, match="truncated or corrupt"):
             _resume(tmp_path / name)
+    state = torch.load(written / "checkpoint.pt", weights_only=True)
+    del state["identity"]
+    (tmp_path / "keyless").mkdir()
+    torch.save(state, tmp_path / "keyless" / "checkpoint.pt")
+    with pytest.raises(SpgnnError, match="is not an spgnn checkpoint"):
+        _resume(tmp_path / "keyless")
 
 
 def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):
@@ -118,3 +132,68 @@ def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "another model" in err[0]
     assert (written / "checkpoint.pt").read_bytes() == before
+
+
+def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
+    """From a checkpoint after epoch 1, only epochs 2.. run (counted), and they start from the checkpoint's
+    weights: zeroed there, the first resumed loss is ln C (uniform logits), which no rerun from epoch 0 gives."""
+    state = torch.load(written / "checkpoint.pt", weights_only=True)
+    state["model"] = {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in state["model"].items()}
+    (tmp_path / "zero").mkdir()
+    torch.save(state, tmp_path / "zero" / "checkpoint.pt")
+    run = Trainer(TrainConfig(**BASE | {"resume": str(tmp_path / "zero")}), Comm(0, 1))
+    ran, step = [], run.epoch
+    run.epoch = lambda e: ran.append(e) or step(e)
+    report = run.run(log=None)
+    assert ran == list(range(2, EPOCHS))
+    losses = [e["loss"] for e in report["epochs"]]
+    assert losses[:2] == [e["loss"] for e in state["progress"]["epochs"]]        # carried over, not recomputed
+    assert losses[2] == pytest.approx(np.log(run.info.num_classes), rel=1e-6)
+    assert abs(_train(Comm(0, 1), None, BASE)["losses"][2] - losses[2]) > 1e-3
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"seed": 1}, "another run (seed 0 here 1)"),
+    ({"dropout": 0.1}, "another run (dropout 0.5 here 0.1)"),
+    ({"feature_norm": "none"}, "another run (feature_norm 'row' here 'none')"),
+    ({"partition": "random"}, "another run (partition 'block' here 'random')"),
+    ({"epochs": 2}, "has trained 2 epochs already, --epochs 2 leaves none to run"),
+    ({"epochs": 1}, "has trained 2 epochs already, --epochs 1 leaves none to run"),
+])
+def test_resume_refuses_what_would_change_the_run(written, change, needle):
+    with pytest.raises(SpgnnError, match=re.escape(needle)):
+        _resume(written, **change)
+
+
+def test_resume_allows_a_new_lr_and_more_epochs(written):
+    report = _resume(written, lr=0.002, epochs=EPOCHS + 1)
+    assert len(report["epochs"]) == EPOCHS + 1 and report["config"]["lr"] == 0.002
+
+
+WRITER = """
+import sys, torch
+from spgnn.train import checkpoint
+checkpoint.save(sys.argv[1], {"epoch": 0, "model": {"w": torch.ones(3)}})
+print("saved", flush=True)
+sys.stdin.readline()
+checkpoint.save(sys.argv[1], {"epoch": 1, "model": {"w": torch.zeros(1 << 27)}})   # 512 MiB: long enough
+"""
+
+
+def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
+    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "saved"
+        tmp = tmp_path / (checkpoint.FILE + ".tmp")
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        while not (tmp.exists() and tmp.stat().st_size > 0):
+            assert writer.poll() is None, "the writer ended before it was killed"
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    finally:
+        writer.kill()
+    assert tmp.stat().st_size < 1 << 29                                  # killed mid-write
+    state = torch.load(tmp_path / checkpoint.FILE, weights_only=True)
+    assert state["epoch"] == 0 and torch.equal(state["model"]["w"], torch.ones(3))

@@ -1,6 +1,7 @@
 """A killed job resumes to the same weights: under mpirun and under --nprocs, with P = 4, one rank is killed
 (SIGKILL) mid-epoch; the job ends with a non-zero code within 60 s, each surviving rank that reports says so
-in one line, and ``--resume`` from the last checkpoint finishes with the weights of an uninterrupted run."""
+in one line, and ``--resume`` from the last checkpoint finishes with the weights of an uninterrupted run. A
+stalled rank (SIGSTOP: alive, silent) ends the job after --timeout on both transports."""
 
 import os
 import shutil
@@ -77,3 +78,107 @@ def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterr
                    timeout=600, capture_output=True)
     resumed = weights(folder)
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
+
+
+def mpirun_with_mpi4py() -> str:
+    """mpirun beside this interpreter (a venv that is not activated) or on PATH, once mpi4py imports; else skip
+    naming what is missing."""
+    found = Path(sys.executable).with_name("mpirun")
+    mpirun = str(found) if found.is_file() else shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip(f"mpirun is neither beside {sys.executable} nor on PATH (pip install 'spgnn[mpi]')")
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        pytest.skip("mpi4py is not installed (pip install 'spgnn[mpi]')")
+    return mpirun
+
+
+@pytest.mark.parametrize("transport", ["mpi", "torch"])
+def test_stalled_rank_ends_the_job_after_the_timeout(transport, tmp_path):
+    folder = tmp_path / "ckpt"
+    train = ["-m", "spgnn", "train", "--dataset", "sbm:400:4", "--hidden", "8", "--epochs", "1000000",
+             "--eval-every", "0", "--quiet", "--timeout", "5", "--checkpoint", str(folder), "--checkpoint-every", "1"]
+    if transport == "mpi":
+        cmd = [mpirun_with_mpi4py(), "--allow-run-as-root", "--oversubscribe", "-np", "2", sys.executable, *train,
+               "--transport", "mpi"]
+    else:
+        cmd = [sys.executable, *train, "--nprocs", "2", "--transport", "torch"]
+    job = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid = None
+    try:
+        while not (folder / "checkpoint.pt").exists():                # training is under way
+            assert job.poll() is None, job.communicate()[1][-2000:]
+            time.sleep(0.1)
+        pid = rank_pid(str(folder), RANK_VARS["mpirun" if transport == "mpi" else "nprocs"], 1)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        _, err = job.communicate(timeout=300)                         # a hang fails here
+        assert job.returncode != 0
+        lines = [x for x in err.splitlines() if x.startswith("spgnn: error: ")]
+        assert lines and all(x.startswith("spgnn: error: rank 0: communication failed") for x in lines), err[-2000:]
+        if transport == "mpi":
+            assert "waited beyond --timeout 5 s" in lines[0]
+    finally:
+        job.kill()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _fill_cache(cache, barrier, seeds, delay):
+    """What a run does with the cache: partition a small graph into `cache` (taking `delay` seconds), then read
+    the folder's parts for a second, as its ranks would; under each seed. The other process does the same
+    with another delay, so that it writes the same folder while this one reads it."""
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import PartitionedDataset, cached
+    from tests.graphs import small_graph
+
+    g = small_graph(n=57, seed=2)
+
+    def slow(seed):
+        time.sleep(delay)
+        return make_partition("random", g.adj, 3, seed=seed)
+
+    barrier.wait()
+    folders = []
+    for s in seeds:
+        folders.append(str(cached(g, lambda s=s: slow(s), "random", {}, s, 3, cache)))
+        until = time.monotonic() + 1.0
+        while time.monotonic() < until:
+            ds = PartitionedDataset(folders[-1])
+            for p in range(3):
+                ds.share(p)
+    return folders
+
+
+def test_two_runs_filling_one_partition_cache_at_once(tmp_path):
+    import multiprocessing
+
+    import numpy as np
+
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
+    from tests.graphs import small_graph
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, seeds = ctx.Manager().Barrier(2), [0, 1]
+    with ctx.Pool(2) as pool:
+        folders = pool.starmap(_fill_cache, [(str(tmp_path), barrier, seeds, delay) for delay in (0.2, 0.6)])
+    assert folders[0] == folders[1] and sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        Path(f).name for f in folders[0])                                 # no temporary folder left behind
+    g = small_graph(n=57, seed=2)
+    for seed, folder in zip(seeds, folders[0]):
+        memory = InMemoryParts(g, make_partition("random", g.adj, 3, seed=seed))
+        disk = PartitionedDataset(folder)
+        for p in range(3):
+            a, b = memory.share(p), disk.share(p)
+            for name in ("indptr", "indices", "data", "degree", "x", "y", "node_ids"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), (seed, p, name)
+    # the run that finishes second keeps the first one's folder as it is
+    meta = Path(folders[0][0]) / "meta.json"
+    before = meta.stat().st_mtime_ns
+    write_parts(folders[0][0], InMemoryParts(g, make_partition("random", g.adj, 3, seed=0)), overwrite=False)
+    assert meta.stat().st_mtime_ns == before and len(list(tmp_path.iterdir())) == len(seeds)

@@ -7,12 +7,20 @@ MPI communicator made on first use with ``COMM_WORLD.Create_group`` (collective 
 only) and cached by its ranks; the group of all ranks is ``COMM_WORLD`` itself. Member k of a group is
 rank k of its communicator, so splits and chunks are ordered as on the torch transport.
 
+MPI collectives have no timeout of their own: a watchdog thread ends this process (one ``spgnn: error:`` line,
+exit 1, after which mpirun ends the job) when a call has waited longer than `timeout_s` (``--timeout``), so
+that a stalled or dead peer cannot leave the job waiting forever.
+
 torch.distributed stays initialised alongside (the process grid's DeviceMesh uses it); only the data moved
 by `Comm` goes through MPI. `Comm` does the byte accounting, so the ledger is the same on both transports.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+import time
 import zlib
 from contextlib import contextmanager
 
@@ -27,11 +35,34 @@ class MPITransport:
 
     name = "mpi"
 
-    def __init__(self):
+    def __init__(self, timeout_s: float = 300.0):
         from mpi4py import MPI
 
         self.MPI = MPI
         self._comms = {tuple(range(MPI.COMM_WORLD.Get_size())): MPI.COMM_WORLD}
+        self.timeout_s = timeout_s
+        self._waiting: tuple[float, str] | None = None      # (when, what) of the call under way
+        threading.Thread(target=self._watch, daemon=True, name="spgnn-mpi-watchdog").start()
+
+    @contextmanager
+    def _watched(self, what: str):
+        """The block is one MPI call that `_watch` ends the process for if it lasts beyond `timeout_s`."""
+        self._waiting = (time.monotonic(), what)
+        try:
+            yield
+        finally:
+            self._waiting = None
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            waiting = self._waiting
+            if waiting is not None and time.monotonic() - waiting[0] > self.timeout_s:
+                sys.stderr.write(f"spgnn: error: rank {self.MPI.COMM_WORLD.Get_rank()}: communication failed "
+                                 f"({waiting[1]} waited beyond --timeout {self.timeout_s:g} s); another process "
+                                 "probably exited or stalled, see its output\n")
+                sys.stderr.flush()
+                os._exit(1)
 
     def communicator(self, group):
         """The MPI communicator whose rank k is ``group.ranks[k]`` (created on first use, then cached)."""
@@ -44,7 +75,7 @@ class MPITransport:
 
     def broadcast(self, t, src, group):
         """`t` (any shape) from global rank `src` to every member, in place."""
-        with _buffer(t) as buf:
+        with _buffer(t) as buf, self._watched("broadcast"):
             self.communicator(group).Bcast(buf, root=group.ranks.index(src))
 
     def broadcast_async(self, t, src, group):
@@ -53,28 +84,40 @@ class MPITransport:
 
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
         """Rows inp[Σ_{k<j} in_splits_k : …] go to member j; `out` (Σ out_splits rows) receives by source."""
-        with _buffer(inp) as send, _buffer(out) as recv:
+        with _buffer(inp) as send, _buffer(out) as recv, self._watched("all-to-all"):
             self.communicator(group).Alltoallv(_rows(send, in_splits, inp), _rows(recv, out_splits, out))
 
     def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
         """`all_to_all_v` started now (MPI_Ialltoallv) on contiguous `out` and `inp`; the returned request's
         ``wait()`` completes it."""
-        return self.communicator(group).Ialltoallv(_rows(_view(inp), in_splits, inp),
-                                                   _rows(_view(out), out_splits, out))
+        return _Request(self, self.communicator(group).Ialltoallv(_rows(_view(inp), in_splits, inp),
+                                                                  _rows(_view(out), out_splits, out)))
 
     def all_reduce(self, t, group):
         """Sum of `t` over the members, in place."""
-        with _buffer(t) as buf:
+        with _buffer(t) as buf, self._watched("all-reduce"):
             self.communicator(group).Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
 
     def reduce_scatter(self, out, inp, group):
         """Member j gets chunk j (``out``-sized, along dim 0) of the sum over members of `inp`."""
-        with _buffer(inp) as send, _buffer(out) as recv:
+        with _buffer(inp) as send, _buffer(out) as recv, self._watched("reduce-scatter"):
             self.communicator(group).Reduce_scatter_block(send, recv, op=self.MPI.SUM)
 
     def all_gather_object(self, obj, group):
         """Every member's picklable `obj`, in group order."""
-        return self.communicator(group).allgather(obj)
+        with self._watched("all-gather"):
+            return self.communicator(group).allgather(obj)
+
+
+class _Request:
+    """An MPI request whose ``wait()`` the transport's watchdog watches."""
+
+    def __init__(self, transport: MPITransport, request):
+        self.transport, self.request = transport, request
+
+    def wait(self):
+        with self.transport._watched("all-to-all"):
+            return self.request.wait()
 
 
 def _rows(buf: np.ndarray, rows, like: torch.Tensor) -> list:

@@ -36,6 +36,7 @@ from ..progress import stage
 from .build import assemble, from_arrays, reading, simple_adjacency, split_masks, unpickle
 from .graph import Graph, add_self_loops, mean_norm
 from .ogb import is_ogb, read_ogb
+from .validate import edge_pairs
 
 KNOWN_DATASETS = {
     "cora": "Cora citations: 2,708 nodes, 1,433 features, 7 classes, Planetoid split (bundled)",
@@ -162,8 +163,15 @@ def _load_named(name: str, arg: str, data_dir, seed: int) -> Graph:
 
 def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) -> Graph:
     """Graph from a file or folder: OGB folder, Planetoid folder or file, .npz, .zip holding an .npz, edge-list
-    folder."""
+    folder. Its errors name `path`."""
     path = Path(path)
+    try:
+        return _read_path(path, seed, split)
+    except SpgnnError as e:
+        raise e if str(path) in str(e) else SpgnnError(f"{path}: {e}") from None
+
+
+def _read_path(path: Path, seed: int, split: int | None) -> Graph:
     if path.is_dir():
         if is_ogb(path):
             return read_ogb(path)
@@ -331,11 +339,8 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
             if adj.shape[0] != adj.shape[1]:
                 raise SpgnnError(f"cannot read {path}: adjacency must be square, got shape {adj.shape}")
         elif "edges" in keys or "edge_index" in keys:
-            e = np.asarray(npz["edges"]) if "edges" in keys else np.asarray(npz["edge_index"]).T
-            if e.ndim != 2 or e.shape[1] != 2 or e.dtype.kind not in "iu":
-                raise SpgnnError(f"cannot read {path}: edges must be an integer array [E, 2] "
-                                 f"(edge_index: [2, E]), got {e.dtype} {e.shape}")
-            src, dst, n = e[:, 0], e[:, 1], None
+            key = "edges" if "edges" in keys else "edge_index"
+            (src, dst), n = edge_pairs(npz[key], f"{path} ({key})"), None
         else:
             raise SpgnnError(f"cannot read {path}: no graph found: expected adj_indices/adj_indptr/adj_shape "
                              f"or edges [E, 2]; it holds {', '.join(sorted(keys))}")
@@ -419,10 +424,11 @@ def _read_edges_text(path: Path) -> np.ndarray:
 
 
 def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
-    """Graph from a folder holding ``edges.npy`` ([E, 2]), ``edges.txt`` or ``edges.csv`` (lines ``src dst`` or
-    ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy`` [N, F], ``labels.npy`` [N], optional boolean
-    ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N] (without them: per-class random split; without
-    val: none; without test: all the rest) and optional ``meta.json`` {"directed": bool, "name": str}."""
+    """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
+    ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
+    [N, F], ``labels.npy`` [N], optional boolean ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N]
+    (without them: per-class random split; without val: none; without test: all the rest) and optional
+    ``meta.json`` {"directed": bool, "name": str}."""
     folder = Path(folder)
     edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
     if edge_file is None:
@@ -439,12 +445,12 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
         if not (folder / f).is_file():
             raise SpgnnError(f"{folder}: missing {f} (an edge-list folder needs features.npy [N, F] and "
                              f"labels.npy [N])")
-    e = _read_npy(edge_file).astype(np.int64).reshape(-1, 2) if edge_file.suffix == ".npy" else \
-        _read_edges_text(edge_file)
+    src, dst = edge_pairs(_read_npy(edge_file), str(edge_file)) if edge_file.suffix == ".npy" else \
+        _read_edges_text(edge_file).T
     x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}
-    return assemble(str(meta.get("name") or folder.name), e[:, 0], e[:, 1], x, y,
+    return assemble(str(meta.get("name") or folder.name), src, dst, x, y,
                      directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
 
 
@@ -495,7 +501,8 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
     a, b, c, d = 0.57, 0.19, 0.19, 0.05, node ids randomly permuted, symmetrised, self-loops and duplicates
     removed. Features: ``num_features`` N(0, 1) float32 columns. Labels: argmax over ``num_classes`` of a
     random projection XW averaged over each node's closed neighbourhood (one mean-aggregation layer can
-    fit it exactly; features alone only partly). Split: per-class random."""
+    fit it exactly; features alone only partly; classes no node falls in, at small scales, are dropped). Split:
+    per-class random."""
     if not (1 <= scale <= 40 and edge_factor >= 1 and edge_factor << scale <= _MAX_EDGES):
         raise SpgnnError(f"rmat: need SCALE >= 1 and EDGEFACTOR >= 1 with EDGEFACTOR*2^SCALE <= "
                          f"{_MAX_EDGES}, got SCALE={scale}, EDGEFACTOR={edge_factor}")
@@ -513,7 +520,8 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
     y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
-    return from_arrays(name, adj, x, y, None, seed, num_classes)
+    used, y = np.unique(y, return_inverse=True)       # classes no node fell in (small SCALE) are dropped
+    return from_arrays(name, adj, x, y, None, seed, used.size)
 
 
 def _bernoulli_positions(rng, total: int, p: float) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from .validate import SPLITS, check_features, check_labels, check_masks, whole_ids
 
 
 @dataclass
@@ -56,7 +57,8 @@ class Graph:
         return is_symmetric(self.adj)
 
     def validate(self) -> None:
-        """Raise SpgnnError when the parts of the graph disagree or hold values no model can use."""
+        """Raise SpgnnError when the parts of the graph disagree or hold values no model can use (shapes here,
+        values by `spgnn.graph.validate`)."""
         n = self.adj.shape[0]
         where = f"dataset {self.name!r}"
         if self.adj.ndim != 2 or self.adj.shape[1] != n:
@@ -71,21 +73,15 @@ class Graph:
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
                 raise SpgnnError(f"{where}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
-        if not np.isfinite(self.x).all():
-            bad = int(np.flatnonzero(~np.isfinite(self.x).all(axis=1))[0])
-            raise SpgnnError(f"{where}: features contain NaN or infinite values (first at node {bad}); "
-                             f"clean or impute them first")
-        if self.y.size and (self.y.min() < 0 or self.y.max() >= self.num_classes):
-            raise SpgnnError(f"{where}: labels must lie in [0, {self.num_classes}), "
-                             f"found {self.y.min()}..{self.y.max()}")
-        if not self.train_mask.any():
-            raise SpgnnError(f"{where}: the training mask selects no node")
+        check_features(self.x, where)
+        check_labels(self.y, self.num_classes, where)
+        check_masks({s: getattr(self, f"{s}_mask") for s in SPLITS}, where)
 
 
 def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "graph") -> sp.csr_matrix:
     """Binary CSR A (n×n) with A[dst, src] = 1 for each edge; duplicates merged; checks ids lie in [0, n)."""
-    src = np.asarray(src, dtype=np.int64).ravel()
-    dst = np.asarray(dst, dtype=np.int64).ravel()
+    src = whole_ids(src, f"dataset {name!r}", "edge sources").ravel()
+    dst = whole_ids(dst, f"dataset {name!r}", "edge targets").ravel()
     if src.shape != dst.shape:
         raise SpgnnError(f"dataset {name!r}: edge list has {src.size} sources but {dst.size} targets")
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):

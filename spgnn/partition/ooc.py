@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from ..graph import validate
 from ..graph.build import class_labels, per_class_split, split_masks
 from ..graph.datasets import edge_delimiter
 from ..graph.ogb import is_ogb, to_edge_folder
@@ -63,6 +64,9 @@ class EdgeFolder:
         if self.y.shape != (self.n,):
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
         self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
+        validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
+        if self.x.shape[1] == 0:
+            raise SpgnnError(f"{f / 'features.npy'}: features have 0 columns; a model needs one at least")
 
     def _npy(self, name, mmap=False):
         try:
@@ -74,8 +78,10 @@ class EdgeFolder:
         """The split masks as `spgnn.graph.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
         found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
                  for s in SPLITS}
-        masks = split_masks(found, str(self.folder), None) or per_class_split(self.y, self.num_classes, seed)
-        return dict(zip(SPLITS, masks))
+        masks = dict(zip(SPLITS, split_masks(found, str(self.folder), None) or
+                         per_class_split(self.y, self.num_classes, seed)))
+        validate.check_masks(masks, str(self.folder))
+        return masks
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Feature rows `ids` (sorted), read a stretch of the file's rows at a time (about `chunk`/16 rows: as
@@ -92,10 +98,10 @@ class EdgeFolder:
     def edges(self):
         """Yield [e, 2] int64 chunks (src, dst), ids checked."""
         if self.edge_file.suffix == ".npy":
-            e = self._npy(self.edge_file.name, mmap=True)
+            e = validate.edge_rows(self._npy(self.edge_file.name, mmap=True), str(self.edge_file))
 
             def read(i):
-                c = np.array(e[i:i + self.chunk], np.int64)
+                c = validate.whole_ids(np.array(e[i:i + self.chunk]), str(self.edge_file), "edge endpoint ids")
                 release(e)
                 return c
 

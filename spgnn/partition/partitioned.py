@@ -29,6 +29,7 @@ import numpy as np
 from ..comm.halo import owner
 from ..cost import BlockStats
 from ..errors import SpgnnError
+from ..graph.validate import check_features, check_labels, check_masks
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
@@ -108,12 +109,23 @@ class PartitionedDataset:
             raise SpgnnError(f"{meta_file} is of format {meta.get('format')!r}, this spgnn reads {FORMAT!r}: "
                              f"re-create the folder with this version's spgnn partition --output")
         self.meta = meta
-        g, p = meta["graph"], meta["partition"]
-        self.nparts = int(p["nparts"])
-        self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]), int(g["num_classes"]),
-                              bool(g["symmetric"]), dict(g["counts"]), np.asarray(p["offsets"], np.int64),
-                              g["graph_hash"])
-        self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {"folder": str(self.path)}
+        try:
+            g, p = meta["graph"], meta["partition"]
+            self.nparts = int(p["nparts"])
+            self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]),
+                                  int(g["num_classes"]), bool(g["symmetric"]), dict(g["counts"]),
+                                  np.asarray(p["offsets"], np.int64), g["graph_hash"])
+            self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {"folder": str(self.path)}
+        except KeyError as e:
+            raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: re-create the folder with spgnn partition "
+                             "--output") from None
+        except (TypeError, ValueError) as e:
+            raise SpgnnError(f"{meta_file} holds a value of the wrong type ({e}): re-create the folder with spgnn "
+                             "partition --output") from None
+        off = self.info.offsets
+        if off.shape != (self.nparts + 1,) or off[0] != 0 or off[-1] != self.info.n or (np.diff(off) < 0).any():
+            raise SpgnnError(f"{meta_file}: the part offsets {off.tolist()[:8]} do not split {self.info.n} nodes "
+                             f"into {self.nparts} parts: re-create the folder with spgnn partition --output")
 
     def _file(self, part: int, name: str) -> Path:
         return self.path / f"part-{part:05d}" / name
@@ -153,6 +165,7 @@ class PartitionedDataset:
             if arrays[name].shape != shape:
                 raise SpgnnError(f"{folder / (name + '.npy')} has shape {arrays[name].shape}, expected {shape} "
                                  f"(part {part} has {n_p} rows): re-create the folder")
+        check_share_values(arrays, folder, self.info)
         return Share(self.info, part, arrays["indptr"], arrays["indices"], arrays["data"], arrays["degree"],
                      arrays["x"], arrays["y"], {s: arrays[f"{s}_mask"] for s in SPLITS}, arrays["node_ids"])
 
@@ -169,6 +182,30 @@ class PartitionedDataset:
         return self.meta["partition"].get("metrics")
 
 
+def check_share_values(arrays: dict, folder: Path, info: GraphInfo) -> None:
+    """A part's arrays (of the right shapes and dtypes) against meta.json: CSR row pointers from 0 and rising,
+    column and node ids in 0..n−1, finite entries, degrees ≥ 1, labels in 0..C−1, finite features, no node in
+    two splits; else SpgnnError naming the file."""
+    def fail(name, what):
+        raise SpgnnError(f"{folder / (name + '.npy')} {what}: the folder is damaged; re-create it with spgnn "
+                         "partition --output")
+
+    ids = arrays["node_ids"]
+    if arrays["indptr"][0] != 0 or (np.diff(arrays["indptr"]) < 0).any():
+        fail("indptr", "does not rise from 0 (not CSR row pointers)")
+    for name in ("indices", "node_ids"):
+        bad = (arrays[name] < 0) | (arrays[name] >= info.n)
+        if bad.any():
+            fail(name, f"holds {int(bad.sum())} ids outside 0..{info.n - 1} (first {int(arrays[name][bad][0])})")
+    if not np.isfinite(arrays["data"]).all():
+        fail("data", "holds NaN or infinite entries")
+    if not (arrays["degree"] >= 1).all():    # also false for NaN
+        fail("degree", "holds degrees below 1 or NaN (d counts the self-loop)")
+    check_features(arrays["x"], str(folder / "x.npy"), ids)
+    check_labels(arrays["y"], info.num_classes, str(folder / "y.npy"), every_class=False, ids=ids)
+    check_masks({s: arrays[f"{s}_mask"] for s in SPLITS}, f"{folder}/*_mask.npy", need_train=False, ids=ids)
+
+
 def is_partitioned(path) -> bool:
     """Whether `path` is a partitioned dataset folder (holds a meta.json of ours)."""
     try:
@@ -177,10 +214,12 @@ def is_partitioned(path) -> bool:
         return False
 
 
-def write(path, info: GraphInfo, shares, partition: dict) -> Path:
+def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True) -> Path:
     """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
     written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
-    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete."""
+    summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete.
+    A folder already at `path` is replaced (`overwrite`), or else kept, ours dropped: so runs filling the same
+    cache folder at once each end with the one complete folder."""
     path = Path(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
@@ -205,18 +244,23 @@ def write(path, info: GraphInfo, shares, partition: dict) -> Path:
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
-        if path.exists():
+        if overwrite and path.exists():
             shutil.rmtree(path)
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)           # fails when another writer's folder is there
+        except OSError:
+            if overwrite or not is_partitioned(path):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SpgnnError(f"cannot write the partitioned dataset {path}: {e}; choose a writable folder") from None
     return path
 
 
-def write_parts(path, parts: InMemoryParts) -> Path:
-    """Write an in-memory partitioned graph (`InMemoryParts`) to `path`."""
-    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info)
+def write_parts(path, parts: InMemoryParts, overwrite: bool = True) -> Path:
+    """Write an in-memory partitioned graph (`InMemoryParts`) to `path` (see `write` for `overwrite`)."""
+    return write(path, parts.info, (parts.share(p) for p in range(parts.nparts)), parts.partition_info, overwrite)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -257,4 +301,4 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
     except OSError as e:
         raise SpgnnError(f"the partition cache folder {root} is not writable ({e.strerror}): set --cache-dir or "
                          f"${CACHE_ENV} to a writable folder") from None
-    return write_parts(folder, InMemoryParts(graph, partition_fn()))
+    return write_parts(folder, InMemoryParts(graph, partition_fn()), overwrite=False)

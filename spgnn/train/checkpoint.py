@@ -8,7 +8,9 @@
     optimizer   Adam's state_dict (torch.optim.Adam's layout)
     progress    the per-epoch records and the best-validation record so far, and the run's own counters
                 (minibatch: the steps taken, which key the next steps' dropout masks)
-    identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths
+    identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths, and what else
+                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation,
+                partition, split sizes
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
 
@@ -74,18 +76,39 @@ def save(folder, state: dict) -> Path:
     return path
 
 
-def load(folder, mine: dict) -> dict:
-    """The checkpoint in `folder`, checked against this run's `identity`; SpgnnError naming the file and what
-    differs when it is missing, unreadable, or of another graph or model."""
+KEYS = {"epoch", "model", "optimizer", "progress", "identity"}
+RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
+
+
+def run_identity(cfg, info) -> dict:
+    """What else a checkpoint must agree with to resume, as it fixes the run: the seed (split, weights' draws,
+    dropout masks), dropout, feature normalisation, partition, and the split's sizes."""
+    counts = getattr(info, "counts", None) or {s: int(getattr(info, f"{s}_mask").sum()) for s in ("train", "val",
+                                                                                                   "test")}
+    return {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}}
+
+
+def readable(folder) -> Path:
+    """The checkpoint file in `folder`, once it is there to be read; else SpgnnError."""
     path = Path(folder) / FILE
     if not path.is_file():
         raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
+    if not os.access(path, os.R_OK):
+        raise SpgnnError(f"cannot read {path} (permission denied): make it readable to every rank")
+    return path
+
+
+def load(folder, mine: dict, epochs: int | None = None) -> dict:
+    """The checkpoint in `folder`, checked against this run's `identity` (with its "run": `run_identity`) and
+    (when given) its total `epochs`, which must go beyond the checkpoint's; SpgnnError naming the file and what
+    differs when it is missing, unreadable, of another graph, model or run, or already as far as `epochs`."""
+    path = readable(folder)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
         raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]}): the file is "
                          "truncated or corrupt; resume from another checkpoint or start again") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT:
+    if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
     for what, fix in (("graph", "resume on the data it was trained on"),
                       ("model", "resume with the same --model, --layers, --hidden, --batch-norm and the model's "
@@ -95,6 +118,14 @@ def load(folder, mine: dict) -> dict:
             differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
                                if theirs.get(k) != mine[what].get(k))
             raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
+    theirs = state["identity"].get("run", {})
+    if "run" in mine and theirs != mine["run"]:
+        differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine["run"].items() if theirs.get(k) != v)
+        raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
+                         "--feature-norm, --partition and split (a new --lr and more --epochs are allowed)")
+    if epochs is not None and epochs <= state["epoch"] + 1:
+        raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
+                         f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")
     return state
 
 

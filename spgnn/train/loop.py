@@ -7,6 +7,7 @@ leaves out the seconds numba spent in it compiling kernels or loading them from 
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -41,9 +42,10 @@ class Run:
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
         cfg, start, records, best = self.cfg, 0, [], {"val_acc": -1.0}
-        mine = checkpoint.identity(cfg, self.info) if cfg.resume or cfg.checkpoint else None  # hashes the graph
+        mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info)} \
+            if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
-            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine))
+            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
@@ -52,16 +54,29 @@ class Run:
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
-        def save(epoch, records, best):
-            if folder and self.comm.rank == 0 and ((epoch + 1) % cfg.checkpoint_every == 0 or
-                                                   epoch == cfg.epochs - 1):
-                checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
+        good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
 
-        records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
-                                   records, best, save)
+        def save(epoch, records, best):
+            if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
+                if self.comm.rank == 0:
+                    checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
+                good[0] = (folder, epoch)
+
+        try:
+            records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
+                                       records, best, save, self.finite)
+        except Diverged as d:
+            kept = f"; {Path(good[0][0]) / checkpoint.FILE} (epoch {good[0][1]}) is still good: resume from it with " \
+                   "a lower --lr" if good[0] else "; lower --lr, or scale the features down"
+            return self.report(d.epochs, {}, d.best) | {"stopped": f"{d}{kept}"}
         with progress.stage("evaluating", "(final)"):
             final = self.evaluate()
         return self.report(records, final, best)
+
+    def finite(self) -> bool:
+        """Whether every weight and gradient is finite (the same on every rank: weights are replicated)."""
+        return all(bool(torch.isfinite(p).all()) and (p.grad is None or bool(torch.isfinite(p.grad).all()))
+                   for p in self.model.parameters())
 
     def counters(self) -> dict:
         """The run's own counters a checkpoint keeps (ints)."""
@@ -104,15 +119,18 @@ class Run:
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
-               after=None) -> tuple[list[dict], dict]:
+               after=None, finite=lambda: True) -> tuple[list[dict], dict]:
     """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
     cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record, those
     given (`epochs`, `best`: a resumed run's) continued. `log` gets one line an epoch, `after(epoch, records,
-    best)` is called after each."""
+    best)` is called after each. Raises `Diverged` when the loss is not finite or `finite()` is false after a
+    step."""
     epochs, best = list(epochs or []), best or {"val_acc": -1.0}
     for epoch in range(start, cfg.epochs):
         jit0, t0 = compile_seconds(), time.perf_counter()
         loss = step(epoch)
+        if not (math.isfinite(loss) and finite()):
+            raise Diverged(epoch, loss, epochs, best)
         wall, jit = time.perf_counter() - t0, compile_seconds() - jit0
         record = {"epoch": epoch, "loss": loss, "time_s": wall - jit, "jit_s": jit}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
@@ -131,3 +149,13 @@ def format_epoch(r: dict) -> str:
     acc = "".join(f"  {k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
     jit = f" (+ {r['jit_s']:.2f} s numba start-up)" if r.get("jit_s", 0) >= 0.005 else ""
     return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms{jit}"
+
+
+class Diverged(Exception):
+    """The loss, a weight or a gradient became NaN or infinite at an epoch; holds the records before it."""
+
+    def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict):
+        what = f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient became NaN " \
+            "or infinite"
+        super().__init__(f"{what} at epoch {epoch}; the run stopped there")
+        self.epochs, self.best = epochs, best

@@ -1,0 +1,125 @@
+"""The one check of a node-classification graph's arrays, run on every path before any training: the loaders (named
+datasets, files, edge lists, OGB folders, PyG ``Data``) through `Graph.validate`, the out-of-core partitioner
+chunk by chunk, and every rank's share of a partitioned folder through `spgnn.partition.partitioned`. Each
+failure is one SpgnnError naming where (`where`: a file, or the dataset), how many entries are wrong, the first
+of them, and what to do.
+
+* edges: [E, 2] (a pair a row) or [2, E] (PyG's ``edge_index``), whole-number ids (`edge_pairs`);
+* features: N×F numbers, F ≥ 1, all finite (`check_features`);
+* labels: class ids in 0..C−1, every class with a node (`check_labels`);
+* masks: a training node at least, no node in two of train/val/test unless overlap is allowed (`check_masks`;
+  ``spgnn train --allow-overlap`` or `allow_overlap`).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from ..errors import SpgnnError
+
+SPLITS = ("train", "val", "test")
+_overlap_allowed = False
+
+
+@contextmanager
+def allow_overlap(allowed: bool = True):
+    """Within the block, masks may share nodes (a node in train and test, say): for those who mean it."""
+    global _overlap_allowed
+    before, _overlap_allowed = _overlap_allowed, bool(allowed)
+    try:
+        yield
+    finally:
+        _overlap_allowed = before
+
+
+def _first(bad: np.ndarray, ids=None) -> int:
+    """The first True position of `bad`, as a node id (`ids[i]`, the original ids of a share's rows)."""
+    i = int(np.flatnonzero(bad)[0])
+    return i if ids is None else int(ids[i])
+
+
+def whole_ids(a, where: str, what: str = "node ids") -> np.ndarray:
+    """`a` as int64 when it holds integers (or floats of whole values); else SpgnnError."""
+    a = np.asarray(a)
+    if a.dtype.kind in "iu":
+        return a.astype(np.int64, copy=False)
+    if a.dtype.kind != "f":
+        raise SpgnnError(f"{where}: {what} must be integers, got a {a.dtype} array; save them as int64")
+    bad = ~(np.isfinite(a) & (a == np.round(a)))
+    if bad.any():
+        i = np.unravel_index(_first(bad.ravel()), a.shape)
+        raise SpgnnError(f"{where}: {what} must be whole numbers, {int(bad.sum())} are not (first at "
+                         f"{tuple(int(k) for k in i) if a.ndim > 1 else int(i[0])}: {a[i].item()}); save them as int64")
+    return a.astype(np.int64)
+
+
+def edge_rows(e, where: str) -> np.ndarray:
+    """An edge array in either layout, [E, 2] (one edge a row) or [2, E] (PyG's ``edge_index``), as [E, 2] (a
+    view: memory maps stay unread); a 2×2 array, which reads both ways, is refused, as is any other shape."""
+    layouts = "[E, 2] (one 'src dst' pair a row) or [2, E] (PyG's edge_index)"
+    if e.ndim != 2 or 2 not in e.shape:
+        raise SpgnnError(f"{where}: edges must be a 2-D array {layouts}, got shape {e.shape}"
+                         + ("; an odd count cannot be pairs" if e.ndim == 1 and e.size % 2 else "")
+                         + "; save it as np.save(path, np.stack([src, dst], axis=1))")
+    if e.shape == (2, 2):
+        raise SpgnnError(f"{where}: a 2×2 edge array reads both as [E, 2] and as [2, E]; the layout expected "
+                         f"is [E, 2] (one 'src dst' pair a row): write the two edges to edges.txt instead")
+    return e if e.shape[1] == 2 else e.T
+
+
+def edge_pairs(e, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(src, dst), int64, of an edge array [E, 2] or [2, E] (`edge_rows`) of whole-number ids."""
+    e = whole_ids(edge_rows(np.asarray(e), where), where, "edge endpoint ids")
+    return e[:, 0], e[:, 1]
+
+
+def check_features(x, where: str, ids=None) -> None:
+    """N×F numbers with F ≥ 1, every one finite (`ids`: the node ids of the rows, if not 0..N−1)."""
+    x = np.asarray(x)
+    if x.dtype.kind not in "biuf":
+        raise SpgnnError(f"{where}: features must be numbers, got a {x.dtype} array")
+    if x.ndim != 2:
+        raise SpgnnError(f"{where}: features must be a 2-D array (nodes x features), got shape {x.shape}")
+    if x.shape[1] == 0:
+        raise SpgnnError(f"{where}: features have 0 columns; a model needs one at least (for a graph without "
+                         f"features give a column of ones, np.ones((N, 1)))")
+    if x.dtype.kind == "f":
+        bad = ~np.isfinite(x)
+        if bad.any():
+            rows = bad.any(axis=1)
+            raise SpgnnError(f"{where}: features hold {int(bad.sum())} NaN or infinite values in "
+                             f"{int(rows.sum())} rows (first at node {_first(rows, ids)}); clean or impute them first")
+
+
+def check_labels(y, num_classes: int, where: str, every_class: bool = True, ids=None) -> None:
+    """Class ids in 0..num_classes−1 and (`every_class`) each class held by a node at least."""
+    y = np.asarray(y)
+    bad = (y < 0) | (y >= num_classes)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise SpgnnError(f"{where}: {int(bad.sum())} labels lie outside 0..{num_classes - 1} (first at node "
+                         f"{_first(bad, ids)}: {int(y[i])}); labels must be class ids 0..C-1")
+    if every_class:
+        empty = np.flatnonzero(np.bincount(y, minlength=num_classes) == 0)
+        if empty.size:
+            raise SpgnnError(f"{where}: {empty.size} of the {num_classes} classes have no node (first: class "
+                             f"{int(empty[0])}); labels must number the classes 0..C-1 without gaps: renumber "
+                             f"them, e.g. y = np.unique(y, return_inverse=True)[1]")
+
+
+def check_masks(masks: dict, where: str, need_train: bool = True, ids=None) -> None:
+    """{"train", "val", "test"} boolean masks: a training node at least (`need_train`), and no node in two of
+    them unless `allow_overlap` is in force."""
+    if need_train and not masks["train"].any():
+        raise SpgnnError(f"{where}: the training mask selects no node")
+    if _overlap_allowed:
+        return
+    for i, a in enumerate(SPLITS):
+        for b in SPLITS[i + 1:]:
+            both = masks[a] & masks[b]
+            if both.any():
+                raise SpgnnError(f"{where}: {int(both.sum())} nodes are in both the {a} and the {b} mask (first "
+                                 f"at node {_first(both, ids)}); a node belongs to one split: fix the masks, or pass "
+                                 f"--allow-overlap if you mean it")

@@ -1,0 +1,240 @@
+"""The catalogue of bad input: each case is refused before any training with one ``spgnn: error:`` line that
+names the problem (and the file), and exit code 2; what is right in an unusual form (edges as [2, E]) is read
+right. Cases run in this process through `spgnn.cli.main` (fast); one runs two ranks, to show that a bad share
+on one rank stops both with one line."""
+
+import json
+import math
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from spgnn import cli
+from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.pyg import from_pyg
+from spgnn.partition.partition import make_partition
+from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
+
+N, F, C = 24, 4, 3
+RING = np.stack([np.arange(N), (np.arange(N) + 1) % N], axis=1)       # [E, 2]
+QUICK = ["--epochs", "2", "--hidden", "4", "--quiet", "--eval-every", "0"]
+
+
+def edge_folder(folder, edges=RING, x=None, y=None, masks=None, name="edges.npy"):
+    """An edge-list dataset folder: `edges` saved as given, features, labels and masks (defaults all good)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    np.save(folder / name, np.asarray(edges))
+    np.save(folder / "features.npy", np.random.default_rng(0).standard_normal((N, F)).astype(np.float32)
+            if x is None else x)
+    np.save(folder / "labels.npy", np.arange(N) % C if y is None else y)
+    split = {"train": np.arange(N) < 9, "val": (np.arange(N) >= 9) & (np.arange(N) < 15),
+             "test": np.arange(N) >= 15} | (masks or {})
+    for k, m in split.items():
+        np.save(folder / f"{k}_mask.npy", m)
+    return str(folder)
+
+
+def error_line(capsys, argv) -> tuple[int, str]:
+    """Exit code and the one stderr line of `spgnn argv`; asserts there is one line and no epoch ran."""
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    lines = [x for x in err.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("spgnn: error: "), err[-2000:]
+    assert "epoch" not in out and "final" not in out, out[-500:]
+    return code, lines[0]
+
+
+def bad_datasets(tmp):
+    """{case: (dataset path, what the line must say)}."""
+    x = np.random.default_rng(0).standard_normal((N, F)).astype(np.float32)
+    nan, inf = x.copy(), x.copy()
+    nan[5, 1] = nan[7, 0] = np.nan
+    inf[3] = np.inf
+    overlap = {"test": np.ones(N, bool)}
+    np.savez(tmp / "outside.npz", edges=RING, features=x, labels=np.where(np.arange(N) == 4, 7, np.arange(N) % C),
+             num_classes=C, train_mask=np.arange(N) < 9)
+    return {
+        "odd-sized edges": (edge_folder(tmp / "odd", RING.ravel()[:-1]), "edges.npy: edges must be a 2-D array"),
+        "flat edges": (edge_folder(tmp / "flat", RING.ravel()), "got shape (48,)"),
+        "2x2 edges": (edge_folder(tmp / "square", [[0, 1], [1, 2]]), "reads both as [E, 2] and as [2, E]"),
+        "3 x E edges": (edge_folder(tmp / "three", np.zeros((3, 5), np.int64)), "edges must be a 2-D array [E, 2]"),
+        "fractional ids": (edge_folder(tmp / "frac", RING + 0.5),
+                           "must be whole numbers, 48 are not (first at (0, 0): 0.5)"),
+        "string ids": (edge_folder(tmp / "str", RING.astype(str)), "must be integers"),
+        "overlapping masks": (edge_folder(tmp / "overlap", masks=overlap), "nodes are in both the train and the test"),
+        "stray label": (edge_folder(tmp / "stray", y=np.where(np.arange(N) == 0, 1000000, np.arange(N) % C)),
+                        "999997 of the 1000001 classes have no node (first: class 3)"),
+        "labels 1..C": (edge_folder(tmp / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
+        "label outside 0..C-1": (str(tmp / "outside.npz"), "1 labels lie outside 0..2 (first at node 4: 7)"),
+        "no feature columns": (edge_folder(tmp / "nofeat", x=np.zeros((N, 0), np.float32)), "0 columns"),
+        "NaN features": (edge_folder(tmp / "nan", x=nan), "2 NaN or infinite values in 2 rows (first at node 5)"),
+        "infinite features": (edge_folder(tmp / "inf", x=inf), "4 NaN or infinite values in 1 rows (first at node 3)"),
+        "float64 features beyond float32": (edge_folder(tmp / "big", x=x.astype(np.float64) * 1e300),
+                                           "NaN or infinite"),
+        "no training node": (edge_folder(tmp / "notrain", masks={"train": np.zeros(N, bool)}), "selects no node"),
+    }
+
+
+def test_bad_datasets_refused_before_training(tmp_path, capsys):
+    for case, (path, needle) in bad_datasets(tmp_path).items():
+        code, line = error_line(capsys, ["train", "--dataset", path, *QUICK])
+        assert code == 2 and needle in line, f"{case}: {line}"
+        assert path.rstrip("/").split("/")[-1] in line, f"{case} does not name the file: {line}"
+
+
+def test_both_edge_layouts_read_the_same(tmp_path):
+    """[E, 2] and PyG's [2, E] give one graph (a plain reshape of [2, E] read wrong pairs before)."""
+    rows = load_dataset(edge_folder(tmp_path / "rows", RING))
+    cols = load_dataset(edge_folder(tmp_path / "cols", RING.T))
+    assert (rows.adj != cols.adj).nnz == 0 and rows.adj[1, 0] == 1 and rows.adj[2, 1] == 1 and rows.adj[2, 0] == 0
+    whole = load_dataset(edge_folder(tmp_path / "whole", RING.astype(np.float64)))   # whole-number floats: fine
+    assert (whole.adj != rows.adj).nnz == 0
+    np.savez(tmp_path / "ei.npz", edge_index=RING.T, features=rows.x, labels=rows.y, train_mask=rows.train_mask)
+    assert (load_dataset(str(tmp_path / "ei.npz")).adj != rows.adj).nnz == 0
+
+
+def test_out_of_core_partitioner_checks_alike(tmp_path, capsys):
+    """spgnn partition --out-of-core reads an edge-list folder in chunks: the same layouts, the same refusals."""
+    folders = {}
+    for name, edges in (("rows", RING), ("cols", RING.T)):
+        src = edge_folder(tmp_path / name, edges)
+        assert cli.main(["partition", "--dataset", src, "--out-of-core", "--nparts", "2", "--method", "block",
+                         "--output", str(tmp_path / f"{name}-parts")]) == 0
+        folders[name] = PartitionedDataset(tmp_path / f"{name}-parts")
+    for p in range(2):
+        a, b = folders["rows"].share(p), folders["cols"].share(p)
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+    capsys.readouterr()
+    for src, needle in ((edge_folder(tmp_path / "frac", RING + 0.5), "must be whole numbers"),
+                        (edge_folder(tmp_path / "square", [[0, 1], [1, 2]]), "reads both as"),
+                        (edge_folder(tmp_path / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
+                        (edge_folder(tmp_path / "ovl", masks={"test": np.ones(N, bool)}), "both the train and")):
+        code, line = error_line(capsys, ["partition", "--dataset", src, "--out-of-core", "--nparts", "2",
+                                         "--method", "block", "--output", str(tmp_path / "out")])
+        assert code == 2 and needle in line, line
+
+
+def test_allow_overlap_trains_what_is_refused_otherwise(tmp_path, capsys):
+    path = edge_folder(tmp_path / "overlap", masks={"test": np.ones(N, bool)})
+    assert cli.main(["train", "--dataset", path, *QUICK, "--allow-overlap"]) == 0
+    assert "final" in capsys.readouterr().out
+    with pytest.raises(SpgnnError, match="both the train and the test mask"):       # the switch does not stick
+        load_dataset(path)
+
+
+def test_pyg_data_is_checked_alike():
+    data = SimpleNamespace(edge_index=RING.T.astype(np.float32) + 0.25, x=np.ones((N, F), np.float32),
+                           y=np.arange(N) % C, num_nodes=N, train_mask=np.arange(N) < 9, val_mask=None,
+                           test_mask=None)
+    with pytest.raises(SpgnnError, match="whole numbers"):
+        from_pyg(data)
+    data.edge_index, data.test_mask = RING.T, np.ones(N, bool)
+    with pytest.raises(SpgnnError, match="both the train and the test mask"):
+        from_pyg(data)
+
+
+def _parts(tmp, nparts=1):
+    g = load_dataset(edge_folder(tmp / "src"))
+    return write_parts(tmp / f"parts{nparts}", InMemoryParts(g, make_partition("block", g.adj, nparts)))
+
+
+def _damage(folder, part, name, change):
+    f = folder / f"part-{part:05d}" / f"{name}.npy"
+    a = np.load(f)
+    change(a)
+    np.save(f, a)
+
+
+def _no_key(folder):
+    meta = json.loads((folder / "meta.json").read_text())
+    del meta["graph"]["num_classes"]
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+SHARE_DAMAGE = {
+    "indices out of range": (lambda f: _damage(f, 0, "indices", lambda a: a.__setitem__(3, N + 5)),
+                             "indices.npy holds 1 ids outside 0..23"),
+    "label >= classes": (lambda f: _damage(f, 0, "y", lambda a: a.__setitem__(2, C)), "y.npy: 1 labels lie outside"),
+    "NaN in x": (lambda f: _damage(f, 0, "x", lambda a: a.__setitem__((4, 0), np.nan)), "x.npy: features hold 1 NaN"),
+    "meta.json without a key": (_no_key, "meta.json lacks the key 'num_classes'"),
+    "overlapping masks": (lambda f: _damage(f, 0, "test_mask", lambda a: a.__setitem__(0, True)),
+                          "in both the train and the test mask"),
+    "indptr not CSR": (lambda f: _damage(f, 0, "indptr", lambda a: a.__setitem__(1, a[2] + 1)), "does not rise"),
+}
+
+
+def test_damaged_partitioned_folders_refused(tmp_path, capsys):
+    for case, (damage, needle) in SHARE_DAMAGE.items():
+        folder = _parts(tmp_path / case.replace(" ", "_"))
+        damage(folder)
+        code, line = error_line(capsys, ["train", "--dataset", str(folder), *QUICK])
+        assert code == 2 and needle in line, f"{case}: {line}"
+
+
+def test_bad_share_on_one_rank_stops_both(tmp_path):
+    folder = _parts(tmp_path, nparts=2)
+    _damage(folder, 1, "x", lambda a: a.__setitem__((0, 0), np.inf))
+    res = subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", str(folder), "--nprocs", "2", *QUICK],
+                         capture_output=True, text=True, timeout=300)
+    lines = [x for x in res.stderr.splitlines() if x.strip()]
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "part-00001/x.npy: features hold 1 NaN or infinite values" in lines[0]
+
+
+def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
+    good = edge_folder(tmp_path / "good")
+    (tmp_path / "bad.json").write_text("{")
+    (tmp_path / "nokey.json").write_text("{}")
+    (tmp_path / "file").write_text("")
+    cases = {
+        "missing calibration": (["--calibration", str(tmp_path / "absent.json")], "absent.json: FileNotFoundError"),
+        "malformed calibration": (["--calibration", str(tmp_path / "bad.json")], "bad.json: JSONDecodeError"),
+        "calibration without fits": (["--calibration", str(tmp_path / "nokey.json")], "KeyError: 'collectives'"),
+        "unwritable output": (["--output", str(tmp_path / "file" / "r.json")], "cannot write the report"),
+        "output is a folder": (["--output", str(tmp_path)], "cannot write the report"),
+        "unwritable checkpoint": (["--checkpoint", str(tmp_path / "file" / "ck")], "cannot write checkpoints"),
+        "resume without checkpoint": (["--resume", str(tmp_path)], "holds no checkpoint"),
+    }
+    for case, (args, needle) in cases.items():
+        code, line = error_line(capsys, ["train", "--dataset", good, *QUICK, *args])
+        assert code == 2 and needle in line, f"{case}: {line}"
+    assert not (tmp_path / "absent.json").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--nprocs", "2,x"], "--nprocs takes comma-separated process counts"),
+    (["--nprocs", "0,4"], "--nprocs takes comma-separated process counts"),
+    (["--layers", "0"], "--layers must be at least 1"),
+    (["--hidden", "-1"], "--hidden must be at least 1"),
+])
+def test_cost_arguments(args, needle, capsys):
+    code, line = error_line(capsys, ["cost", "--nodes", "1000", "--nnz", "10000", *args])
+    assert code == 2 and needle in line
+
+
+def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys):
+    """--lr 1e30, or finite features of 3e38: the run stops at the first non-finite loss with one line naming
+    the epoch and the checkpoint still good (exit 1), and the report so far holds no NaN token."""
+    x = np.full((N, F), 3e38, np.float32)
+    for case, args in {"lr": ["--dataset", edge_folder(tmp_path / "ok"), "--lr", "1e30"],
+                       "huge": ["--dataset", edge_folder(tmp_path / "huge", x=x), "--feature-norm", "none"]}.items():
+        report, ck = tmp_path / f"{case}.json", tmp_path / f"ck-{case}"
+        code = cli.main(["train", *args, "--epochs", "20", "--hidden", "4", "--quiet", "--output", str(report),
+                         "--checkpoint", str(ck), "--checkpoint-every", "1"])
+        err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+        assert code == 1 and len(err) == 1, err
+        epoch = int(err[0].split(" at epoch ")[1].split(";")[0])
+        assert err[0].startswith("spgnn: error: the training loss became nan at epoch") and epoch < 19
+        data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the report"))
+        assert len(data["epochs"]) == epoch and all(math.isfinite(e["loss"]) for e in data["epochs"])
+        if epoch:
+            assert f"{ck}/checkpoint.pt (epoch {epoch - 1}) is still good" in err[0]
+
+
+def test_json_safe_leaves_no_nan():
+    obj = {"a": [1.0, float("nan"), {"b": float("inf")}], "c": (float("-inf"), 2)}
+    assert cli.json_safe(obj) == {"a": [1.0, None, {"b": None}], "c": [None, 2]}
