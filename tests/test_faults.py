@@ -4,7 +4,6 @@ in one line, and ``--resume`` from the last checkpoint finishes with the weights
 stalled rank (SIGSTOP: alive, silent) ends the job after --timeout on both transports."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.launchers import MPIRUN, MPIRUN_ARGS, env
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = 40
@@ -23,9 +24,9 @@ RANK_VARS = {"mpirun": "OMPI_COMM_WORLD_RANK", "nprocs": "RANK"}
 
 def command(how: str, *args: str) -> list[str]:
     if how == "mpirun":
-        if shutil.which("mpirun") is None:
-            pytest.skip("mpirun is not installed (pip install 'spgnn[mpi]')")
-        return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4", sys.executable, *TRAIN, *args]
+        if MPIRUN is None:
+            pytest.skip(f"mpirun is neither beside {sys.executable} nor on PATH (pip install 'spgnn[mpi]')")
+        return [*MPIRUN_ARGS, "--oversubscribe", "-np", "4", sys.executable, *TRAIN, *args]
     return [sys.executable, *TRAIN, "--nprocs", "4", *args]
 
 
@@ -49,15 +50,15 @@ def weights(folder: Path) -> dict:
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     folder = tmp_path_factory.mktemp("whole")
-    subprocess.run([sys.executable, *TRAIN, "--nprocs", "4", "--checkpoint", str(folder)], cwd=ROOT, check=True,
-                   timeout=600, capture_output=True)
+    subprocess.run([sys.executable, *TRAIN, "--nprocs", "4", "--checkpoint", str(folder)], cwd=ROOT, env=env(),
+                   check=True, timeout=600, capture_output=True)
     return weights(folder)
 
 
 @pytest.mark.parametrize("how", ["mpirun", "nprocs"])
 def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterrupted):
     folder = tmp_path / "ckpt"
-    job = subprocess.Popen(command(how, "--checkpoint", str(folder)), cwd=ROOT, stdout=subprocess.PIPE,
+    job = subprocess.Popen(command(how, "--checkpoint", str(folder)), cwd=ROOT, env=env(), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     while not (folder / "checkpoint.pt").exists():                    # two epochs done
@@ -74,7 +75,7 @@ def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterr
     assert reports == {"0", "1", "3"} if how == "nprocs" else reports <= {"0", "1", "3"} and reports, err[-2000:]
     done = torch.load(folder / "checkpoint.pt", weights_only=True)["epoch"]
     assert done < EPOCHS - 1                                          # killed before the end
-    subprocess.run(command(how, "--resume", str(folder), "--checkpoint", str(folder)), cwd=ROOT, check=True,
+    subprocess.run(command(how, "--resume", str(folder), "--checkpoint", str(folder)), cwd=ROOT, env=env(), check=True,
                    timeout=600, capture_output=True)
     resumed = weights(folder)
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
@@ -83,8 +84,7 @@ def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterr
 def mpirun_with_mpi4py() -> str:
     """mpirun beside this interpreter (a venv that is not activated) or on PATH, once mpi4py imports; else skip
     naming what is missing."""
-    found = Path(sys.executable).with_name("mpirun")
-    mpirun = str(found) if found.is_file() else shutil.which("mpirun")
+    mpirun = MPIRUN
     if mpirun is None:
         pytest.skip(f"mpirun is neither beside {sys.executable} nor on PATH (pip install 'spgnn[mpi]')")
     try:
@@ -104,7 +104,7 @@ def test_stalled_rank_ends_the_job_after_the_timeout(transport, tmp_path):
                "--transport", "mpi"]
     else:
         cmd = [sys.executable, *train, "--nprocs", "2", "--transport", "torch"]
-    job = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = None
     try:
         while not (folder / "checkpoint.pt").exists():                # training is under way
