@@ -1,6 +1,7 @@
 """Every command the README shows runs, so that none can rot. Each line of its ```bash blocks (comments dropped,
 `&&` chains split) is one case. What is changed to keep the whole module near a minute on 2 cores, and why:
-- `spgnn train` and `python algorithms/...` get `--epochs 1` (the README's runs train the default 200 or 100);
+- `spgnn train` and `python algorithms/...` get `--epochs 1` (the README's runs train the default 200 or 100),
+  and every launch starts 2 processes instead of the README's 4 (the same code paths at half the start-up);
 - `mpirun` gets `--allow-run-as-root --oversubscribe` (CI runs as root, with fewer cores than ranks);
 - `srun` is a stand-in on PATH that starts the tasks on this machine with the environment Slurm gives them;
 - `torchrun` gets `--master-port` of a free port (other jobs on the machine may hold its default);
@@ -58,9 +59,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# the flag giving the number of processes, per launcher
+LAUNCH_COUNTS = {"mpirun": "-np", "srun": "-n", "torchrun": "--nproc-per-node"}
+
+
 def _as_run(cmd: str, bin_dir: Path) -> tuple[list[str], dict]:
     """The command as this test runs it (the substitutions of the module docstring), and the environment it adds."""
     argv, env = shlex.split(cmd), {}
+    trains = "train" in argv and "spgnn" in argv[:argv.index("train")] or any(a.startswith("algorithms/") for a in argv)
+    if trains:
+        argv += ["--epochs", "1"]
+        for k, a in enumerate(argv[:-1]):
+            if a in ("--nprocs", LAUNCH_COUNTS.get(argv[0])):
+                argv[k + 1] = "2"
     if argv[0] == "mpirun":
         argv[1:1] = ["--allow-run-as-root", "--oversubscribe"]
     if argv[0] == "torchrun":
@@ -69,8 +80,6 @@ def _as_run(cmd: str, bin_dir: Path) -> tuple[list[str], dict]:
         (bin_dir / "srun").write_text(SRUN.format(python=sys.executable))
         (bin_dir / "srun").chmod(0o755)
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    if "train" in argv and "spgnn" in argv[:argv.index("train")] or any(a.startswith("algorithms/") for a in argv):
-        argv += ["--epochs", "1"]
     if argv[0] == "python":
         argv[0] = sys.executable
     return argv, env
