@@ -1,0 +1,38 @@
+"""The documentation cannot fall behind the code: every public name is in the API reference, and the programs the
+pages show in full are the files the tests run (algorithms/your_model.py, spgnn/layers/gin.py and the plug-in
+algorithm tests/plugin_algorithm.py), so none of them can rot."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+import spgnn
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+BLOCKS = [b for page in sorted(DOCS.rglob("*.md")) for b in re.findall(r"```python\n(.*?)```", page.read_text(), re.S)]
+
+
+def _code(text: str) -> str:
+    """The file's code after its module docstring."""
+    return re.sub(r'^"""(.*?)"""\n', "", text, flags=re.S).strip()
+
+
+def _documented() -> list[str]:
+    """The names docs/api.md documents: the targets of its autodoc and py: directives."""
+    api = (DOCS / "api.md").read_text()
+    return re.findall(r"(?:\.\. auto\w+::|\{py:\w+\})\s+spgnn\.(\w+)", api)
+
+
+def test_api_reference_documents_every_public_name_once():
+    documented = _documented()
+    assert sorted(set(spgnn.__all__) - set(documented)) == [], "names of spgnn.__all__ missing from docs/api.md"
+    assert sorted(set(documented) - set(spgnn.__all__)) == [], "docs/api.md documents names not in spgnn.__all__"
+    assert len(documented) == len(set(documented)), "a name documented twice in docs/api.md"
+
+
+@pytest.mark.parametrize("path", ["algorithms/your_model.py", "spgnn/layers/gin.py", "tests/plugin_algorithm.py"])
+def test_docs_show_the_file_as_it_is(path):
+    code = _code((ROOT / path).read_text())
+    assert any(_code(block) == code for block in BLOCKS), f"the docs' copy of {path} differs from the file"
