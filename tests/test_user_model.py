@@ -103,16 +103,23 @@ def _prepared(comm, what):
     return None
 
 
-@pytest.mark.parametrize("what,expected", [
-    ("differ", "parameter 'convs.0.weight' of the model differs between ranks"),
-    ("unsummed", "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients"),
-    ("adjacency", "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']"),
-    ("whole rows", "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo"),
-])
-def test_what_a_user_gets_wrong_is_refused_with_one_line(what, expected):
-    errors = run_local(_prepared, 2, what, timeout_s=300)
-    assert errors[0] is not None and errors[0].startswith(expected), errors[0]
-    assert errors[1] == errors[0]
+REFUSED = {
+    "differ": "parameter 'convs.0.weight' of the model differs between ranks",
+    "unsummed": "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients",
+    "adjacency": "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']",
+    "whole rows": "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo",
+}
+
+
+def _refused(comm):
+    return {what: _prepared(comm, what) for what in REFUSED}
+
+
+def test_what_a_user_gets_wrong_is_refused_with_one_line():
+    mine, theirs = run_local(_refused, 2, timeout_s=300)
+    for what, expected in REFUSED.items():
+        assert mine[what] is not None and mine[what].startswith(expected), (what, mine[what])
+        assert theirs[what] == mine[what], what
 
 
 def test_layouts_refuse_what_they_cannot_do():
