@@ -103,8 +103,9 @@ def machine_lock():
 
 def warm_up(sampler: str | None = None) -> None:
     """Make ready (compile, or load from numba's cache) the kernels a CPU training run calls, with the argument
-    types it calls them with, by calling them on a 4-node ring: the SpMM Z = A·H (float32) and the dropout mask,
-    and with `sampler` ("sage" or "ladies", optionally with ":SIZES") that sampler's kernels."""
+    types it calls them with, by calling them on a 4-node ring: the SpMM Z = A·H (float32), the dropout mask and
+    attention's weighted sum, and with `sampler` ("sage" or "ladies", optionally with ":SIZES") that sampler's
+    kernels."""
     if numba is None:
         return
     import numpy as np
@@ -113,6 +114,7 @@ def warm_up(sampler: str | None = None) -> None:
 
     from .hashing import dropout_mask
     from .sampling.sampler import make_sampler
+    from .sparse.attention import weighted_sum
     from .sparse.csr import CSR
     from .sparse.kernels import spmm
 
@@ -121,6 +123,9 @@ def warm_up(sampler: str | None = None) -> None:
                                            np.r_[np.arange(1, n + 1) % n, np.arange(-1, n - 1) % n])))
     spmm(CSR.from_scipy(ring), torch.ones(n, 2))
     dropout_mask(np.arange(n), 2, 0.5, key=1)
+    edges = ring.tocoo()                                    # attention's weighted sum, forward and backward
+    p, v = torch.ones(ring.nnz, 1, requires_grad=True), torch.ones(n, 1, 2, requires_grad=True)
+    weighted_sum(p, torch.as_tensor(edges.row), torch.as_tensor(edges.col), v, n).sum().backward()
     if sampler:
         make_sampler(f"{sampler.partition(':')[0]}:2", ring).sample([np.arange(2)], [1])
 
@@ -130,7 +135,7 @@ def _ready_marker(sampler: str | None) -> Path:
     Python's versions, numba's cache folder and the kernels' source files (numba recompiles when they change)."""
     from . import hashing  # noqa: F401 - importing the kernels' modules registers them
     from .sampling import sampler as _  # noqa: F401
-    from .sparse import kernels  # noqa: F401
+    from .sparse import attention, kernels  # noqa: F401
 
     files = sorted({d.py_func.__code__.co_filename for d in _dispatchers})
     key = json.dumps([numba.__version__, sys.version, numba.config.CACHE_DIR, (sampler or "").partition(":")[0],

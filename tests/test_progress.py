@@ -33,7 +33,7 @@ def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
     lines = res.stdout.splitlines()
     for name, what in (("reading", "cora"), ("partitioning", "into 2 parts by random"), ("writing shares", "2 parts"),
                        ("partition cache", "cora in 2 parts"), ("compiling kernels", "numba"),
-                       ("setting up", ""), ("evaluating", "(final)")):
+                       ("setting up", ""), ("set-up exchanges", "(1d-halo: gcn)"), ("evaluating", "(final)")):
         started = [x for x in lines if x.startswith(f"spgnn: {name} ") and x.endswith(" ...")]
         done = [x for x in lines if x.startswith(f"spgnn: {name} done in ") and x.endswith(" s")]
         assert len(started) == len(done) == 1, (name, res.stdout)           # said once: by rank 0 only
@@ -44,7 +44,7 @@ def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
     stages = r["stages"]
     assert len(stages["per_rank"]) == 2
     for mine in stages["per_rank"]:                         # every rank sets up and evaluates; the parent did the rest
-        assert set(mine) == {"setting up", "evaluating"} and all(s > 0 for s in mine.values())
+        assert set(mine) == {"setting up", "set-up exchanges", "evaluating"} and all(s > 0 for s in mine.values())
     assert set(stages["launcher"]) == {"reading", "partitioning", "writing shares", "partition cache",
                                        "compiling kernels"}
     launcher = stages["launcher"]
