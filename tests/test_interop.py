@@ -265,7 +265,7 @@ def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
     t.model.eval()
     with torch.no_grad():
         ours = t.logits()
-        twins = [_pyg_twin(conv) for conv in t.model.convs]
+        twins = [_pyg_twin(conv) for conv in t.model.layers]
         theirs = twins[1](twins[0](data.x, data.edge_index).relu(), data.edge_index)
     assert_close(ours.numpy(), theirs.numpy(), "logits", rtol=1e-5)
     if model == "gcn":

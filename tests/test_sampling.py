@@ -259,7 +259,7 @@ def test_bad_input():
         check_options(cfg, "sage:3", train + 1, 1, g)
     with pytest.raises(SpgnnError, match="--bulk"):
         check_options(cfg, "sage:3", 4, 0, g)
-    with pytest.raises(SpgnnError, match="gcn or sage"):
+    with pytest.raises(SpgnnError, match="run on sampled blocks \\(gcn, sage\\)"):
         check_options(TrainConfig(model="gat", algo="1d-halo"), "sage:3", 4, 1, g)
     with pytest.raises(SpgnnError, match="--replication 3 must divide the number of processes 4"):
         check_options(TrainConfig(model="sage", replication=3), "sage:3", 4, 1, g, nprocs=4, split_graph=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import pickle
 import signal
 import socket
 import subprocess
@@ -364,7 +365,7 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue):
 
         queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
         sys.exit(1)
-    queue.put((rank, True, result))
+    queue.put((rank, True, pickle.dumps(result)))   # tensors by value: a rank that exits cannot share an fd late
     shutdown()
 
 
@@ -397,7 +398,7 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
                 continue
             if not ok:
                 raise RuntimeError(f"rank {rank} failed: {value}")
-            results[rank] = value
+            results[rank] = pickle.loads(value)
     finally:
         for p in procs:
             p.join(timeout=5)
