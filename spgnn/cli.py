@@ -14,6 +14,7 @@ from pathlib import Path
 from . import jit, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
+from .comm.agree import agree
 from .config import TrainConfig, plugin_options
 from .errors import SpgnnError
 from .graph import validate
@@ -224,7 +225,8 @@ def train(args, argv) -> int:
     known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
-    _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
+    if launch.detect().rank == 0:       # the files rank 0 writes or reads, before any work, said once
+        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
     if sampled:
         from .train.minibatch import MinibatchTrainer
@@ -234,6 +236,8 @@ def train(args, argv) -> int:
                  lambda: _warm_kernels(cfg.device, args.sampler))
     if isinstance(comm, int):
         return comm
+    if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
+        agree(comm, lambda: checkpoint.readable(cfg.resume))
     with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):
         trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else \
             Trainer(cfg, comm)
