@@ -173,3 +173,40 @@ def test_a_layer_registered_later_brings_its_options():
         assert np.isfinite(t.run(log=None)["final"]["loss"])
     finally:
         LAYERS.pop("scaled-gin")
+
+
+def test_an_adjacency_of_ones_own():
+    """A user's adjacency (here D⁻¹(A + I), a random walk with self-loops) registered with register_adjacency is laid
+    out from each rank's block row and multiplies as the same normalisation of the whole matrix does; a name
+    registered twice is refused."""
+    import scipy.sparse as sp
+
+    from spgnn import Adjacency, DistGraph, register_adjacency
+    from spgnn.comm.comm import Comm
+    from spgnn.graph.adjacency import ADJACENCIES, normalize
+    from spgnn.graph.graph import add_self_loops, mean_dinv
+    from spgnn.sparse.csr import with_unit_diagonal
+
+    class RandomWalk(Adjacency):
+        name, unit_diagonal, symmetric = "random-walk", True, False
+
+        def of(self, adj):
+            a = add_self_loops(adj)
+            return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
+
+        def block_row(self, share, halo=None):
+            a = with_unit_diagonal(share.adj, share.rows.start)
+            return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
+
+    register_adjacency(RandomWalk())
+    try:
+        with pytest.raises(SpgnnError, match="adjacency 'random-walk' is registered already"):
+            register_adjacency(RandomWalk())
+        g = DistGraph(Comm(0, 1), graph=G, algo="1d-halo", adjacency="random-walk", feature_norm="none")
+        x = torch.as_tensor(G.x)
+        ours = g.spmm(g.x, "random-walk").numpy()
+        theirs = normalize(G.adj, "random-walk") @ x.numpy()
+        assert_close(ours, theirs[g.node_ids.numpy()], "Â·X with a registered adjacency")
+        assert not np.allclose(theirs, normalize(G.adj, "mean") @ x.numpy())     # not another normalisation
+    finally:
+        ADJACENCIES.pop("random-walk")
