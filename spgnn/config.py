@@ -151,10 +151,6 @@ def validate(self):
         cls = spmm.get(self.algo)
         needs = sorted(model.needs) + (["whole_rows"] if self.batch_norm else [])
         for need in needs:
-            if not getattr(cls, need):
-                what = "--batch-norm" if need == "whole_rows" and self.batch_norm and "whole_rows" not in model.needs \
-                    else f"--model {self.model}"
-                offer = [n for n, c in spmm.ALGORITHMS.items() if getattr(c, need)]
-                raise SpgnnError(f"{what} needs {need.replace('_', ' ')}, which --algo {self.algo} does not offer: "
-                                 f"use --algo {' or '.join(offer)}")
+            cls.require(need, "--batch-norm" if need == "whole_rows" and self.batch_norm and
+                        "whole_rows" not in model.needs else f"--model {self.model}")
     return self

@@ -125,9 +125,9 @@ class DistGraph:
 
     def _adjacencies(self, adjacency) -> list[str]:
         if adjacency is None and self._model is not None:
-            from .layers.registry import Layer
+            from .layers.registry import adjacencies_of
 
-            adjacency = [m.adjacency for m in self._built().modules() if isinstance(m, Layer) and m.adjacency]
+            adjacency = adjacencies_of(self._built())
         if adjacency is None:
             adjacency = "gcn"
         names = [get_adjacency(a).name for a in ([adjacency] if isinstance(adjacency, str) or

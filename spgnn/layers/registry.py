@@ -110,6 +110,11 @@ class Layer(nn.Module):
         return [cls(a, b, init=init, **options) for a, b in zip(widths[:-1], widths[1:])]
 
 
+def adjacencies_of(model: nn.Module) -> list[str]:
+    """The adjacencies the `Layer`s of `model` aggregate with, in the order they were registered, each once."""
+    return list(dict.fromkeys(m.adjacency for m in model.modules() if isinstance(m, Layer) and m.adjacency))
+
+
 def register_layer(cls):
     """Class decorator: register layer `cls` under ``cls.name`` (a name registered twice is an error)."""
     if not cls.name:

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..hashing import dropout_mask, mix_key
 from .norm import BatchNorm
-from .registry import get_layer
+from .registry import adjacencies_of, get_layer
 
 
 class GNN(nn.Module):
@@ -29,7 +29,7 @@ class GNN(nn.Module):
     @property
     def adjacencies(self) -> list[str]:
         """The adjacencies its layers aggregate with, in order of first use."""
-        return list(dict.fromkeys(layer.adjacency for layer in self.layers if layer.adjacency is not None))
+        return adjacencies_of(self)
 
     def forward(self, g, h, node_ids=None, epoch: int = 0):
         """Logits of the rows `g` gives this rank; `node_ids` (default ``g.node_ids``) their original ids, for the

@@ -61,11 +61,13 @@ class RowLayout:
     attention = False           # implements `attend` (runs GAT)
     adjacency = None            # the name of the adjacency its sparse product multiplies by (None: as given)
 
-    def require(self, need: str, what: str) -> None:
-        """SpgnnError unless this layout offers `need` ("whole_rows", "attention"), which `what` needs."""
-        if not getattr(self, need):
+    @classmethod
+    def require(cls, need: str, what: str) -> None:
+        """SpgnnError unless this layout offers `need` ("whole_rows", "attention"), which `what` needs (on the
+        class, before any set-up, or on a built layout)."""
+        if not getattr(cls, need):
             offer = [n for n, c in registry.ALGORITHMS.items() if getattr(c, need)]
-            raise SpgnnError(f"{what} needs {need.replace('_', ' ')}, which --algo {self.name} does not offer: "
+            raise SpgnnError(f"{what} needs {need.replace('_', ' ')}, which --algo {cls.name} does not offer: "
                              f"use --algo {' or '.join(offer)}")
 
     def check_adjacency(self, adjacency) -> None:
