@@ -145,6 +145,11 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
     ledger = Ledger()
     first = next(iter(stats.values()))
     memo = {}
+    g, me = cls.member(shape, cls.rows_group_name, rank)
+
+    def reduce_calls(words, itemsize) -> list:          # one all-reduce over the rows group (Comm.all_reduce)
+        b = ring_words(words, g, me) * itemsize
+        return [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))]
 
     def cost(op) -> dict:
         if op not in memo:
@@ -153,9 +158,7 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
             elif isinstance(op, Dense):
                 memo[op] = cls.dense_cost(first, shape, rank, "linear", op.f_in, op.f_out)
             else:
-                g, me = cls.member(shape, cls.rows_group_name, rank)
-                b = ring_words(op.words, g, me) * op.itemsize
-                call = [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))]
+                call = reduce_calls(op.words, op.itemsize)
                 memo[op] = {"forward": call, "backward": call if op.backward else [], "eval": [] if op.train_only
                             else call}
         return memo[op]
@@ -164,11 +167,8 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
         for op, group, sent, recv, messages in calls:
             ledger.record((phase, layer, op, group), sent, recv, messages, 0.0)
 
-    g, me = cls.member(shape, cls.rows_group_name, rank)
-
     def all_reduce(phase, words, itemsize):
-        b = ring_words(words, g, me) * itemsize
-        record(phase, None, [("all_reduce", cls.rows_group_name, b, b, 2 * (g - 1))])
+        record(phase, None, reduce_calls(words, itemsize))
 
     def forward(phase):
         for layer, ops in enumerate(model.layers):
