@@ -26,6 +26,7 @@ from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
 from .plan import cached_partition, fit_parts, partition_to_cache, plan, predict
+from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
 
@@ -97,6 +98,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "./datasets, ~/.cache/spgnn/datasets); cora is bundled")
     a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
       "once and reused (else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions)")
+    a("--task", default=d.task, choices=["auto", *TASKS], help="what to learn: "
+      + "; ".join(f"{name}: {t.summary}" for name, t in TASKS.items()) + "; auto: the node task the labels describe")
     a("--model", default=d.model, choices=sorted(LAYERS), help="the model: its layer kind ("
       + "; ".join(f"{name}: {cls.summary}" for name, cls in LAYERS.items()) + ")")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: "
@@ -239,8 +242,8 @@ def train(args, argv) -> int:
     if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
         agree(comm, lambda: checkpoint.readable(cfg.resume))
     with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):
-        trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else \
-            Trainer(cfg, comm)
+        full = Trainer if cfg.task == "auto" else get_task(cfg.task).trainer()
+        trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else full(cfg, comm)
     if comm.rank == 0 and not args.quiet:
         g = trainer.info
         how = f"sampler {args.sampler}" if sampled else cfg.algo

@@ -16,11 +16,13 @@ from .comm.launch import TRANSPORTS
 from .errors import SpgnnError
 from .layers import registry as layers
 from .layers.init import SCHEMES
+from .tasks import TASKS
 
 FIELDS = [          # (name, type, default), in the order of ``spgnn train --help``
     ("dataset", str, "cora"),
     ("data_dir", str | None, None),
     ("cache_dir", str | None, None),
+    ("task", str, "auto"),
     ("model", str, "gcn"),
     ("algo", str, "1d-halo"),
     ("partition", str, "block"),
@@ -133,6 +135,7 @@ def validate(self):
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
         (self.device == "cpu" or self.device.startswith("cuda"),
          f"--device must be cpu or cuda[:N], got {self.device!r}"),
+        (self.task in ("auto", *TASKS), f"--task must be auto or {', '.join(TASKS)}, got {self.task!r}"),
         (self.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"),
     ]
     for ok, message in checks:
