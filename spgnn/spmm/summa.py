@@ -241,6 +241,8 @@ class SUMMA(DistSpMM):
                 kernels.spmm(a, hk, out=z, accumulate=True)
         if L > 1 and z.numel():
             z = self.comm.reduce_scatter(z, self.fiber, self.sizes[self.i * L:(self.i + 1) * L])
+        elif L > 1:         # nothing to sum (no columns in this grid column): this member's rows, empty
+            z = z.new_zeros((int(self.sizes[self.i * L + self.l]), z.shape[1]))
         return z
 
     def _forward(self, h):
