@@ -4,7 +4,8 @@ The pipeline, a package a stage: `graph` (the graph, its datasets and the adjace
 `partition` (vertex partitions, a rank's share, partitioned folders) → `comm` (launch, the process grid, counted
 collectives) → `spmm` (the distributed SpMM algorithms, a registry) → `distgraph` (`DistGraph`: a rank's share
 on a layout, and the operations a model and a loop need there) → `layers` (self-describing layers, a registry:
-GCN, GraphSAGE, GAT, GIN, APPNP, GCNII) → `train` (the built-in full-batch and minibatch runs), with `sampling`
+GCN, GraphSAGE, GAT, GIN, APPNP, GCNII) → `tasks` (what a run learns and how it is judged, a registry; `metrics`)
+→ `train` (the built-in full-batch and minibatch runs), with `sampling`
 (minibatches as sparse products) beside it; `config`, `plan` and `cost` decide a run before it starts.
 """
 
@@ -35,6 +36,7 @@ from .layers import (
                      build_model,
                      register_layer,
 )
+from .metrics import average_precision, roc_auc
 from .options import Option
 from .partition.metrics import partition_metrics
 from .partition.partition import Partition, make_partition, make_parts, register, save_partition
@@ -42,6 +44,7 @@ from .partition.partitioned import PartitionedDataset
 from .partition.share import Share
 from .spmm import ALGORITHMS, DistSpMM
 from .spmm import register as register_algorithm
+from .tasks import Task, register_task
 from .train import MinibatchTrainer, Trainer
 
 __version__ = "0.1.0"
@@ -49,6 +52,6 @@ __version__ = "0.1.0"
 __all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "BatchNorm", "Comm", "Dense", "DistGraph", "DistSpMM",
            "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer", "Ledger", "Linear",
            "MinibatchTrainer", "Option", "Partition", "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share",
-           "SpgnnError", "Spmm", "TrainConfig", "Trainer", "build_model", "from_pyg", "launch", "make_partition",
-           "make_parts", "partition_metrics", "register", "register_adjacency", "register_algorithm",
-           "register_layer", "run", "save_partition", "to_pyg"]
+           "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer", "average_precision", "build_model", "from_pyg",
+           "launch", "make_partition", "make_parts", "partition_metrics", "register", "register_adjacency",
+           "register_algorithm", "register_layer", "register_task", "roc_auc", "run", "save_partition", "to_pyg"]

@@ -103,9 +103,10 @@ def simple_adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_m
 
 def class_labels(y, name: str) -> np.ndarray:
     """Labels as spgnn keeps them: class ids (int64 [n]; a [n, 1] column is one too), or, for a [n, t] array with
-    t > 1, t binary targets (float32, 0/1, NaN where a node's target is unknown, as OGB writes them)."""
+    t > 1 or a [n, 1] column holding NaN, t binary targets (float32, 0/1, NaN where a node's target is unknown, as
+    OGB writes them)."""
     y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] > 1 and y.dtype.kind in "biuf":
+    if y.ndim == 2 and y.dtype.kind in "biuf" and (y.shape[1] > 1 or np.isnan(y.astype(np.float32)).any()):
         targets = y.astype(np.float32)
         check_targets(targets, f"dataset {name!r}")
         return targets

@@ -12,8 +12,10 @@ three forms, read in this order:
 
 and the official split ``split/<TYPE>/{train,valid,test}.csv.gz`` (node ids, one a line; ``PATH:TYPE`` picks
 one when there are several). Files may also be uncompressed ``.csv``. Labels may be missing (NaN, as in
-ogbn-papers100M) for nodes outside the split: those nodes take label 0 and are in no mask. As every spgnn
-graph, the edges are symmetrised (OGB's GNN baselines do the same) and self-loops dropped.
+ogbn-papers100M) for nodes outside the split: those nodes take label 0 and are in no mask. Several label columns
+(ogbn-proteins' 112) are binary targets, kept as they are (`spgnn.tasks`: ``multilabel``). A folder without node
+features but with ``edge-feat`` (ogbn-proteins) gets as its node's features the mean of its edges' (`edge_mean`).
+As every spgnn graph, the edges are symmetrised (OGB's GNN baselines do the same) and self-loops dropped.
 """
 
 from __future__ import annotations
@@ -90,8 +92,9 @@ def _name(folder: Path) -> str:
 
 
 def _raw_csv(raw: Path) -> dict:
-    feat = _file(raw, "node-feat")
-    return {"edge_index": _csv(_file(raw, "edge"), np.int64, 2).T,
+    feat, edge_feat = _file(raw, "node-feat"), _file(raw, "edge-feat")
+    return {"edge_feat": None if edge_feat is None else _csv(edge_feat, np.float32, 2),
+            "edge_index": _csv(_file(raw, "edge"), np.int64, 2).T,
             "num_nodes_list": _csv(_file(raw, "num-node-list"), np.int64),
             "num_edges_list": _csv(_file(raw, "num-edge-list"), np.int64),
             "node_feat": None if feat is None else _csv(feat, np.float32, 2),
@@ -104,7 +107,7 @@ def _raw_binary(raw: Path) -> dict:
         if missing:
             raise SpgnnError(f"cannot read {raw / 'data.npz'}: missing arrays {', '.join(sorted(missing))}")
         out = {k: npz[k] for k in ("edge_index", "num_nodes_list", "num_edges_list")}
-        out["node_feat"] = npz["node_feat"] if "node_feat" in npz.files else None
+        out |= {k: npz[k] if k in npz.files else None for k in ("node_feat", "edge_feat")}
     labels = raw / "node-label.npz"
     with reading(labels), np.load(labels, allow_pickle=False) as npz:
         if "node_label" not in npz.files:
@@ -120,7 +123,7 @@ def _processed(path: Path) -> dict:
         graph = graph[0] if isinstance(graph, list) else graph
         return {"edge_index": graph["edge_index"], "num_nodes_list": np.array([graph["num_nodes"]]),
                 "num_edges_list": np.array([graph["edge_index"].shape[1]]), "node_feat": graph.get("node_feat"),
-                "labels": labels}
+                "edge_feat": graph.get("edge_feat"), "labels": labels}
 
 
 def _split(folder: Path, split: str | None, n: int) -> dict:
@@ -147,11 +150,11 @@ def _split(folder: Path, split: str | None, n: int) -> dict:
 
 
 def _labels(raw_labels, masks: dict, where: Path) -> np.ndarray:
-    """Class ids; a node without a label (NaN) must lie outside the split, and gets 0."""
+    """Class ids, a node without a label (NaN) outside the split and given 0; or, for t > 1 label columns
+    (ogbn-proteins' 112), t binary targets as they are (float32, NaN unknown)."""
     y = np.asarray(raw_labels)
-    if y.ndim == 2 and y.shape[1] != 1:
-        raise SpgnnError(f"{where}: labels have {y.shape[1]} columns; spgnn trains single-label multi-class "
-                         f"tasks (ogbn-proteins' 112 binary tasks are not one)")
+    if y.ndim == 2 and y.shape[1] > 1:
+        return y.astype(np.float32)
     y = y.reshape(-1).astype(np.float64)
     missing = ~np.isfinite(y)
     in_split = masks["train"] | masks["val"] | masks["test"]
@@ -160,6 +163,20 @@ def _labels(raw_labels, masks: dict, where: Path) -> np.ndarray:
                          f"label")
     y[missing] = 0
     return y
+
+
+def edge_mean(edge_index: np.ndarray, edge_feat: np.ndarray, n: int, where: Path) -> np.ndarray:
+    """Node features where a folder has none (ogbn-proteins): the mean of the features of the edges incident to the
+    node, each edge counted at both ends (OGB's own examples build them so: ``adj_t.mean(dim=1)`` over the
+    symmetrised edges); 0 for an isolated node."""
+    if edge_feat.ndim != 2 or len(edge_feat) != edge_index.shape[1]:
+        raise SpgnnError(f"{where}: edge features have shape {edge_feat.shape}, expected ({edge_index.shape[1]}, F) "
+                         "as the edge list says")
+    ends = np.concatenate([edge_index[0], edge_index[1]])
+    total = np.zeros((n, edge_feat.shape[1]), np.float64)
+    np.add.at(total, ends, np.concatenate([edge_feat, edge_feat]))
+    degree = np.bincount(ends, minlength=n)
+    return (total / np.maximum(degree, 1)[:, None]).astype(np.float32)
 
 
 def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
@@ -174,8 +191,11 @@ def read_ogb(folder: str | os.PathLike, split: str | None = None) -> Graph:
         raise SpgnnError(f"{folder}: the edge list has shape {edge_index.shape}, expected (2, {e}) as "
                          f"num-edge-list says")
     x = data["node_feat"]
+    if x is None and data.get("edge_feat") is not None:
+        x = edge_mean(edge_index, np.asarray(data["edge_feat"], np.float32), n, folder)
     if x is None:
-        raise SpgnnError(f"{folder}: the graph has no node features (node-feat); spgnn's models need them")
+        raise SpgnnError(f"{folder}: the graph has no node features (node-feat) nor edge features to build them "
+                         f"from; spgnn's models need them")
     if np.ndim(x) != 2 or len(x) != n:
         raise SpgnnError(f"{folder}: node features have shape {np.shape(x)}, expected ({n}, F) as num-node-list "
                          f"says")
@@ -268,7 +288,8 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
         raise SpgnnError(f"{folder}: the edges or node features are missing or fewer than num-node-list and "
                          f"num-edge-list announce ({n} nodes)")
     masks = _split(folder, split, n)
-    np.save(out / "labels.npy", _labels(labels, masks, folder).astype(np.int64))
+    y = _labels(labels, masks, folder)
+    np.save(out / "labels.npy", y if y.ndim == 2 else y.astype(np.int64))
     for key, m in masks.items():
         np.save(out / f"{key}_mask.npy", m)
     (out / "meta.json").write_text(json.dumps({"name": _name(folder), "directed": False}))
