@@ -242,11 +242,22 @@ def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None) -> float:
 
 
 def load_calibration(path) -> dict:
-    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a
-    call took there)."""
+    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file, schema 1 or 2 (α a call over the
+    steps a call took there)."""
     data = json.loads(open(path).read())
     return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1), v["beta_s_per_byte"])
             for op, v in data["collectives"].items()}
+
+
+def load_rates(path=None) -> Rates:
+    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2), the defaults' for a
+    schema-1 file (which has α and β only), with the world size its α and β were measured at; no path: the
+    defaults."""
+    if path is None:
+        return DEFAULT_RATES
+    data = json.loads(open(path).read())
+    return replace(DEFAULT_RATES, **data.get("compute", {}), cores=data.get("cores", DEFAULT_RATES.cores),
+                   comm_ranks=data["world_size"])
 
 
 def candidates(P: int) -> list[dict]:
@@ -313,6 +324,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     SpMM of width f          4·f_r·(nnz_r + rows_out) bytes at `spmm_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` (backward: dW, and dX past layer 0)
 #     around each dense        4·rows·(f_in,r + f_out,r) bytes (dropout, bias, activation) at `elementwise_bytes_per_s`
+#                              (evaluation: no dropout, 4·rows·f_out,r; backward of layer 0: its input has no gradient)
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #
@@ -441,9 +453,11 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 add(("backward",) if op.backward else (), spmm_bytes=b, ops=1)
             elif isinstance(op, Dense):
                 flops = 2 * first.rows * first.width(op.f_in) * op.f_out
-                moved = 4 * first.rows * (first.width(op.f_in) + first.width(op.f_out))
-                add(("forward", "eval"), flops=flops, elementwise_bytes=moved, ops=1)
-                add(("backward",), flops=flops * (2 if layer else 1), elementwise_bytes=moved, ops=1)
+                out = 4 * first.rows * first.width(op.f_out)
+                moved = 4 * first.rows * first.width(op.f_in) + out
+                add(("forward",), flops=flops, elementwise_bytes=moved, ops=1)
+                add(("eval",), flops=flops, elementwise_bytes=out, ops=1)
+                add(("backward",), flops=flops * (2 if layer else 1), elementwise_bytes=moved if layer else out, ops=1)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
