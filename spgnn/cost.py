@@ -269,12 +269,57 @@ def candidates(P: int) -> list[dict]:
             for values in cls.candidates(P)]
 
 
+def memory_limit(text) -> int | None:
+    """Bytes of a ``--memory-per-rank`` value ("4GB", "512M"; K, M, G powers of 2¹⁰), None for none."""
+    from .comm.calibrate import parse_sizes
+
+    if text is None or text == "":
+        return None
+    sizes = parse_sizes(str(text), "--memory-per-rank")
+    if len(sizes) != 1:
+        raise SpgnnError(f"--memory-per-rank takes one size like 4GB or 512M, got {text!r}")
+    return sizes[0]
+
+
+def _fits(table: list, limit: int | None, what: str) -> list:
+    """The rows of `table` under the memory limit, those over it marked {"dropped": "memory"} (SpgnnError naming
+    the least need when none is under)."""
+    if limit is None:
+        return table
+    for r in table:
+        if r["memory_bytes"] > limit:
+            r["dropped"] = "memory"
+    fits = [r for r in table if "dropped" not in r]
+    if table and not fits:
+        least = min(table, key=lambda r: r["memory_bytes"])
+        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits {what}; the least needs "
+                         f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}): use more processes or "
+                         "allow more memory")
+    return fits
+
+
+def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: Rates = None, overlap: bool = True,
+                   ranks=None, ranks_per_node: int | None = None) -> dict:
+    """One row of a comparison: the predicted epoch seconds (a training step, slowest rank per phase), its
+    communication alone, the largest peak memory and bytes received of a rank, over `ranks` (default all)."""
+    ranks = range(int(np.prod(shape))) if ranks is None else ranks
+    ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
+    local = ranks_per_node or int(np.prod(shape))
+    ab = (rates or DEFAULT_RATES).alpha_beta(alpha_beta, local)
+    t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
+    return {"seconds": t["epoch_s"], "comm_seconds": max(seconds(led, ab) for led in ledgers),
+            "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
+            "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
+
+
 def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
-    """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
-    rank) for `model`, and the table of what was compared. `stats_of(cls, shape, adjacencies)`: {name: the block
-    statistics of A under that adjacency} for that layout, or None when the layout does not fit the data (not
-    compared). Layouts that do not offer what the model needs are not compared. `hint` ends the error when
-    nothing fits."""
+    """The config with the algorithm and grid of lowest predicted epoch seconds (`predict_layout`: compute and
+    communication, P ranks on the calibrated machine, rates from cfg.calibration) for `model` among those whose
+    predicted peak memory fits cfg.memory_per_rank, and the table of what was compared (those dropped for memory
+    marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics of A under that
+    adjacency} for that layout, or None when the layout does not fit the data (not compared). Layouts that do not
+    offer what the model needs are not compared. `hint` ends the error when nothing fits."""
+    rates, limit = load_rates(getattr(cfg, "calibration", None)), memory_limit(getattr(cfg, "memory_per_rank", None))
     table = []
     for option in candidates(P):
         cls = spmm.get(option["algo"])
@@ -284,36 +329,55 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
         stats = stats_of(cls, shape, model.adjacencies)
         if stats is None:
             continue
-        ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
-        table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
-                               "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
+        overlap = getattr(cfg, "overlap", "on") == "on" and _overlaps(cls)
+        table.append(option | predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap))
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
+    fits = _fits(table, limit, f"on {P} processes")
     keys = ["algo", *(o.name for o in spmm.options().values() if o.shapes)]
 
     def order(row):                                     # fastest; ties by name, then option values (None last)
         return (row["seconds"], *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))
 
-    best = min(table, key=order)
+    best = min(fits, key=order)
     return replace(cfg, **{k: best[k] for k in keys}), table
 
 
-def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8) -> list[dict]:
-    """Predicted per-epoch communication (one training step) of every modelled algorithm and grid for a
-    graph known by n and nnz (`BlockStats.expected`), at each P in `Ps`: the largest over the first
-    `ranks` ranks of bytes received and of seconds. Parts are equal, so those ranks stand for all
-    (in 2D/3D up to the one column more that the first f mod C column blocks hold)."""
+def _overlaps(cls) -> bool:
+    """Whether `cls` takes ``--overlap`` (on by default: its exchanges run behind its products)."""
+    return any(o.name == "overlap" for o in cls.options)
+
+
+def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None, memory_per_rank: int | None = None,
+            ranks: int | None = None, ranks_per_node: int | None = None) -> list[dict]:
+    """`predict_layout` of every modelled algorithm and grid at each P in `Ps` (`stats_of(cls, shape)`: {adjacency:
+    BlockStats}), over the first `ranks` ranks (default all), with `ranks_per_node` processes sharing each machine
+    like the calibrated one (default all P); layouts over `memory_per_rank` bytes marked {"dropped": "memory"}
+    (SpgnnError when none fits at some P)."""
     rows = []
     for P in Ps:
+        table = []
         for option in candidates(P):
             cls = spmm.get(option["algo"])
             shape = cls.grid_for(P, **option)
-            stats = dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
-            ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(P, ranks))]
-            rows.append({"P": P, **option, "shape": format_grid(shape),
-                         "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
-                         "seconds": max(seconds(led, alpha_beta) for led in ledgers)})
+            table.append({"P": P, **option, "shape": format_grid(shape)} | predict_layout(
+                cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
+                range(min(P, ranks or P)), min(P, ranks_per_node or P)))
+        _fits(table, memory_per_rank, f"on {P} processes")
+        rows += table
     return rows
+
+
+def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,
+               memory_per_rank: int | None = None) -> list[dict]:
+    """`compare` for a graph known by n and nnz (`BlockStats.expected`), on machines like the calibrated one, a
+    rank a core: the largest over the first `ranks` ranks. Parts are equal, so those ranks stand for all (in
+    2D/3D up to the one column more that the first f mod C column blocks hold)."""
+    rates = rates or DEFAULT_RATES
+
+    def stats_of(cls, shape):
+        return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
+    return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores)
 
 
 # -- compute seconds and memory ---------------------------------------------------------------------------------
