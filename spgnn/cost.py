@@ -300,14 +300,15 @@ def _fits(table: list, limit: int | None, what: str) -> list:
 
 def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: Rates = None, overlap: bool = True,
                    ranks=None, ranks_per_node: int | None = None) -> dict:
-    """One row of a comparison: the predicted epoch seconds (a training step, slowest rank per phase), its
-    communication alone, the largest peak memory and bytes received of a rank, over `ranks` (default all)."""
+    """One row of a comparison: the predicted epoch seconds ("epoch_s": a training step, slowest rank per phase),
+    its communication alone ("comm_seconds"), the largest peak memory and bytes received of a rank, over `ranks`
+    (default all)."""
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
     ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
     local = ranks_per_node or int(np.prod(shape))
     ab = (rates or DEFAULT_RATES).alpha_beta(alpha_beta, local)
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
-    return {"seconds": t["epoch_s"], "comm_seconds": max(seconds(led, ab) for led in ledgers),
+    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
             "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
 
@@ -318,7 +319,8 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
     predicted peak memory fits cfg.memory_per_rank, and the table of what was compared (those dropped for memory
     marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics of A under that
     adjacency} for that layout, or None when the layout does not fit the data (not compared). Layouts that do not
-    offer what the model needs are not compared. `hint` ends the error when nothing fits."""
+    offer what the model needs are not compared. `hint` ends the error when nothing fits. A row's "seconds" is the
+    epoch's, the ranking key."""
     rates, limit = load_rates(getattr(cfg, "calibration", None)), memory_limit(getattr(cfg, "memory_per_rank", None))
     table = []
     for option in candidates(P):
@@ -330,7 +332,8 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
         if stats is None:
             continue
         overlap = getattr(cfg, "overlap", "on") == "on" and _overlaps(cls)
-        table.append(option | predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap))
+        row = predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap)
+        table.append(option | row | {"seconds": row["epoch_s"]})
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
     fits = _fits(table, limit, f"on {P} processes")
@@ -352,7 +355,8 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
             ranks: int | None = None, ranks_per_node: int | None = None) -> list[dict]:
     """`predict_layout` of every modelled algorithm and grid at each P in `Ps` (`stats_of(cls, shape)`: {adjacency:
     BlockStats}), over the first `ranks` ranks (default all), with `ranks_per_node` processes sharing each machine
-    like the calibrated one (default all P); layouts over `memory_per_rank` bytes marked {"dropped": "memory"}
+    like the calibrated one (default all P); "seconds" is the communication's (CAGNET's comparison), "epoch_s" the
+    whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"}
     (SpgnnError when none fits at some P)."""
     rows = []
     for P in Ps:
@@ -360,9 +364,9 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
         for option in candidates(P):
             cls = spmm.get(option["algo"])
             shape = cls.grid_for(P, **option)
-            table.append({"P": P, **option, "shape": format_grid(shape)} | predict_layout(
-                cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
-                range(min(P, ranks or P)), min(P, ranks_per_node or P)))
+            row = predict_layout(cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
+                                 range(min(P, ranks or P)), min(P, ranks_per_node or P))
+            table.append({"P": P, **option, "shape": format_grid(shape), "seconds": row["comm_seconds"]} | row)
         _fits(table, memory_per_rank, f"on {P} processes")
         rows += table
     return rows
@@ -479,7 +483,8 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
     if issubclass(cls, OneD):
         share = list(range(coord[1], shape[0], shape[1]))
         nnz = row[share].sum()
-        return LocalShare(int(n[p]), int(n[p]), nnz, nnz - row[share[-1]], tuple((n[p], row[j]) for j in share))
+        last = row[share[-1]] if share else 0          # a replica past the last team has no stage
+        return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share))
     if issubclass(cls, SAR):
         P = len(n)
         last = row[(p + 1) % P] if P > 1 else 0              # round P−1 receives from (p − (P−1)) mod P
