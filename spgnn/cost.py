@@ -429,9 +429,9 @@ class Rates:
         return {op: (a * k, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate` at P = 2.
-DEFAULT_RATES = Rates(spmm_bytes_per_s=1.0e9, flops_per_s=2.0e10, elementwise_bytes_per_s=1.0e9, op_s=5e-5,
-                      runtime_bytes=350 * 2**20, cores=2, comm_ranks=2)
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2`.
+DEFAULT_RATES = Rates(spmm_bytes_per_s=4.3e9, flops_per_s=2.8e10, elementwise_bytes_per_s=0.83e9, op_s=1.4e-5,
+                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2)
 
 
 @dataclass(frozen=True)
