@@ -8,7 +8,6 @@ import json
 import math
 import sys
 import traceback
-from dataclasses import replace
 from pathlib import Path
 
 from . import jit, progress, spmm
@@ -25,7 +24,7 @@ from .layers.registry import CHOSEN, LAYERS
 from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
-from .plan import cached_partition, fit_parts, partition_to_cache, plan, predict
+from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, plan
 from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
@@ -135,6 +134,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     graph.add_argument("--replicate-graph", action="store_true", help="--sampler: every process holds the "
                        "whole graph and features (the default)")
     _launch_options(p, d)
+    a("--memory-per-rank", default=d.memory_per_rank, help="--algo auto: leave out the layouts whose predicted "
+      "peak memory per rank exceeds this (e.g. 4GB; see spgnn cost)")
     _overlap_option(p)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
     a("--checkpoint", default=d.checkpoint, help="write a checkpoint to this folder (rank 0; weights, Adam's state, "
@@ -407,8 +408,9 @@ def plot_command(args, argv) -> int:
 
 
 def _cost_parser(sub) -> argparse.ArgumentParser:
-    p = _subparser(sub, "cost", "predict communication with the cost model, without running",
-                   "Bytes per rank and seconds of one training epoch for every modelled algorithm and grid, for "
+    p = _subparser(sub, "cost", "predict epoch seconds and memory with the cost model, without running",
+                   "Bytes per rank, seconds (communication and compute) and peak memory per rank of one training "
+                   "epoch for every modelled algorithm and grid, for "
                    "a graph given by statistics (planning at cluster scale: P can be thousands) or by --dataset "
                    "(exact block statistics of its partition).")
     a = p.add_argument
@@ -423,7 +425,10 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--classes", type=int, default=128, help="output classes (--nodes mode)")
     a("--layers", type=int, default=3, help="GNN layers")
     a("--model", default="gcn", choices=sorted(LAYERS), help="the model (its layers must declare their costs)")
-    a("--calibration", default=None, help="α-β figures from spgnn calibrate --output (default: gloo, 2 cores)")
+    a("--calibration", default=None, help="α-β and compute figures from spgnn calibrate --output (default: this "
+      "project's 2-core machine); with --dataset all P processes share one such machine, with --nodes one a core")
+    a("--memory-per-rank", default=None, help="leave out the layouts whose predicted peak memory per rank exceeds "
+      "this (e.g. 4GB)")
     a("--output", default=None, help="write the table as JSON here")
     return p
 
@@ -449,29 +454,31 @@ def cost_command(args, argv) -> int:
             raise SpgnnError(f"{flag} must be at least 1, got {value}")
     _check_files(args.output, args.calibration)
     ab = cost.load_calibration(args.calibration) if args.calibration else None
+    rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
                           layers=args.layers, partition=args.partition)
         graph = plan(cfg, 1).graph
-        rows = []
-        for P in Ps:
-            for option in cost.candidates(P):
-                ledgers = predict(replace(cfg, **option), graph, P, evals=0, setup=False)
-                rows.append({"P": P, **option, "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
-                             "seconds": max(cost.seconds(led, ab) for led in ledgers)})
+        model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
+        rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit)
     elif args.nodes and args.nnz:
         cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers)
         model = cost.ModelCost.of_config(cfg, args.features, args.classes)
-        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab)
+        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit)
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
-    best = {P: min((r for r in rows if r["P"] == P), key=lambda r: r["seconds"]) for P in Ps}
-    print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13}")
+    best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r), key=lambda r: r["epoch_s"]) for P in Ps}
+    print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
+          f"{'GB/rank':>8}")
     for r in rows:
-        mark = "  <- best" if best[r["P"]] is r else ""
+        mark = "  <- best" if best[r["P"]] is r else "  (does not fit --memory-per-rank)" if "dropped" in r else ""
         shape = " ".join(str(r[o.name]) for o in spmm.options().values() if o.shapes and r[o.name] != o.default)
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
-              f"{r['seconds']:>13.4f}{mark}")
+              f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 1e9:>8.2f}{mark}")
+    for P in Ps:
+        r = best[P]
+        print(f"{args.dataset or 'the graph'} at P = {P}: {r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 1e9:.2f} "
+              f"GB per rank ({r['algo']} {r['shape']})")
     if args.output:
         _write_json(args.output, {"rows": rows, "argv": argv})
     return 0

@@ -41,6 +41,7 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("timeout", float, 300.0),
     ("transport", str, "auto"),
     ("calibration", str | None, None),
+    ("memory_per_rank", str | None, None),
     ("output", str | None, None),
     ("checkpoint", str | None, None),
     ("checkpoint_every", int, 10),

@@ -92,6 +92,7 @@ class ModelCost:
     classes: int
     n_params: int
     needs: frozenset = frozenset()
+    features: int = 0           # the width of its input (the memory model's feature rows)
 
     @classmethod
     def of(cls, model) -> ModelCost:
@@ -121,7 +122,7 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
-        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs)
+        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in)
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -232,19 +233,31 @@ def latency_steps(op: str, calls: int, messages: int) -> float:
     return calls * max(1, math.ceil(math.log2(messages / calls + 1)))
 
 
-def seconds(ledger: Ledger, alpha_beta=None) -> float:
-    """Predicted seconds of a ledger's collectives: Σ α_op·latency_steps + β_op·charged_bytes."""
+def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None) -> float:
+    """Predicted seconds of a ledger's collectives (of one `phase`, if given): Σ α_op·latency_steps +
+    β_op·charged_bytes."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
     return sum(ab[op][0] * latency_steps(op, row[0], row[3]) + ab[op][1] * charged_bytes(op, row[1], row[2])
-               for (_, _, op, _), row in ledger.rows.items())
+               for (ph, _, op, _), row in ledger.rows.items() if phase in (None, ph))
 
 
 def load_calibration(path) -> dict:
-    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a
-    call took there)."""
+    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file, schema 1 or 2 (α a call over the
+    steps a call took there)."""
     data = json.loads(open(path).read())
     return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1), v["beta_s_per_byte"])
             for op, v in data["collectives"].items()}
+
+
+def load_rates(path=None) -> Rates:
+    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2), the defaults' for a
+    schema-1 file (which has α and β only), with the world size its α and β were measured at; no path: the
+    defaults."""
+    if path is None:
+        return DEFAULT_RATES
+    data = json.loads(open(path).read())
+    return replace(DEFAULT_RATES, **data.get("compute", {}), cores=data.get("cores", DEFAULT_RATES.cores),
+                   comm_ranks=data["world_size"])
 
 
 def candidates(P: int) -> list[dict]:
@@ -256,12 +269,59 @@ def candidates(P: int) -> list[dict]:
             for values in cls.candidates(P)]
 
 
+def memory_limit(text) -> int | None:
+    """Bytes of a ``--memory-per-rank`` value ("4GB", "512M"; K, M, G powers of 2¹⁰), None for none."""
+    from .comm.calibrate import parse_sizes
+
+    if text is None or text == "":
+        return None
+    sizes = parse_sizes(str(text), "--memory-per-rank")
+    if len(sizes) != 1:
+        raise SpgnnError(f"--memory-per-rank takes one size like 4GB or 512M, got {text!r}")
+    return sizes[0]
+
+
+def _fits(table: list, limit: int | None, what: str) -> list:
+    """The rows of `table` under the memory limit, those over it marked {"dropped": "memory"} (SpgnnError naming
+    the least need when none is under)."""
+    if limit is None:
+        return table
+    for r in table:
+        if r["memory_bytes"] > limit:
+            r["dropped"] = "memory"
+    fits = [r for r in table if "dropped" not in r]
+    if table and not fits:
+        least = min(table, key=lambda r: r["memory_bytes"])
+        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits {what}; the least needs "
+                         f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}): use more processes or "
+                         "allow more memory")
+    return fits
+
+
+def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: Rates = None, overlap: bool = True,
+                   ranks=None, ranks_per_node: int | None = None) -> dict:
+    """One row of a comparison: the predicted epoch seconds ("epoch_s": a training step, slowest rank per phase),
+    its communication alone ("comm_seconds"), the largest peak memory and bytes received of a rank, over `ranks`
+    (default all)."""
+    ranks = range(int(np.prod(shape))) if ranks is None else ranks
+    ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
+    local = ranks_per_node or int(np.prod(shape))
+    ab = (rates or DEFAULT_RATES).alpha_beta(alpha_beta, local)
+    t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
+    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab) for led in ledgers),
+            "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
+            "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
+
+
 def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
-    """The config with the algorithm and grid of lowest predicted communication time per epoch (slowest
-    rank) for `model`, and the table of what was compared. `stats_of(cls, shape, adjacencies)`: {name: the block
-    statistics of A under that adjacency} for that layout, or None when the layout does not fit the data (not
-    compared). Layouts that do not offer what the model needs are not compared. `hint` ends the error when
-    nothing fits."""
+    """The config with the algorithm and grid of lowest predicted epoch seconds (`predict_layout`: compute and
+    communication, P ranks on the calibrated machine, rates from cfg.calibration) for `model` among those whose
+    predicted peak memory fits cfg.memory_per_rank, and the table of what was compared (those dropped for memory
+    marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics of A under that
+    adjacency} for that layout, or None when the layout does not fit the data (not compared). Layouts that do not
+    offer what the model needs are not compared. `hint` ends the error when nothing fits. A row's "seconds" is the
+    epoch's, the ranking key."""
+    rates, limit = load_rates(getattr(cfg, "calibration", None)), memory_limit(getattr(cfg, "memory_per_rank", None))
     table = []
     for option in candidates(P):
         cls = spmm.get(option["algo"])
@@ -271,33 +331,338 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
         stats = stats_of(cls, shape, model.adjacencies)
         if stats is None:
             continue
-        ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in range(P)]
-        table.append(option | {"seconds": max(seconds(led, alpha_beta) for led in ledgers),
-                               "max_recv_bytes": max(led.total("recv_bytes") for led in ledgers)})
+        overlap = getattr(cfg, "overlap", "on") == "on" and _overlaps(cls)
+        row = predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap)
+        table.append(option | row | {"seconds": row["epoch_s"]})
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
+    fits = _fits(table, limit, f"on {P} processes")
     keys = ["algo", *(o.name for o in spmm.options().values() if o.shapes)]
 
     def order(row):                                     # fastest; ties by name, then option values (None last)
         return (row["seconds"], *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))
 
-    best = min(table, key=order)
+    best = min(fits, key=order)
     return replace(cfg, **{k: best[k] for k in keys}), table
 
 
-def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8) -> list[dict]:
-    """Predicted per-epoch communication (one training step) of every modelled algorithm and grid for a
-    graph known by n and nnz (`BlockStats.expected`), at each P in `Ps`: the largest over the first
-    `ranks` ranks of bytes received and of seconds. Parts are equal, so those ranks stand for all
-    (in 2D/3D up to the one column more that the first f mod C column blocks hold)."""
+def _overlaps(cls) -> bool:
+    """Whether `cls` takes ``--overlap`` (on by default: its exchanges run behind its products)."""
+    return any(o.name == "overlap" for o in cls.options)
+
+
+def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None, memory_per_rank: int | None = None,
+            ranks: int | None = None, ranks_per_node: int | None = None) -> list[dict]:
+    """`predict_layout` of every modelled algorithm and grid at each P in `Ps` (`stats_of(cls, shape)`: {adjacency:
+    BlockStats}), over the first `ranks` ranks (default all), with `ranks_per_node` processes sharing each machine
+    like the calibrated one (default all P); "seconds" is the communication's (CAGNET's comparison), "epoch_s" the
+    whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"}
+    (SpgnnError when none fits at some P)."""
     rows = []
     for P in Ps:
+        table = []
         for option in candidates(P):
             cls = spmm.get(option["algo"])
             shape = cls.grid_for(P, **option)
-            stats = dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
-            ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(P, ranks))]
-            rows.append({"P": P, **option, "shape": format_grid(shape),
-                         "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers),
-                         "seconds": max(seconds(led, alpha_beta) for led in ledgers)})
+            row = predict_layout(cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
+                                 range(min(P, ranks or P)), min(P, ranks_per_node or P))
+            table.append({"P": P, **option, "shape": format_grid(shape), "seconds": row["comm_seconds"]} | row)
+        _fits(table, memory_per_rank, f"on {P} processes")
+        rows += table
     return rows
+
+
+def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,
+               memory_per_rank: int | None = None) -> list[dict]:
+    """`compare` for a graph known by n and nnz (`BlockStats.expected`), on machines like the calibrated one, a
+    rank a core: the largest over the first `ranks` ranks. Parts are equal, so those ranks stand for all (in
+    2D/3D up to the one column more that the first f mod C column blocks hold)."""
+    rates = rates or DEFAULT_RATES
+
+    def stats_of(cls, shape):
+        return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
+    return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores)
+
+
+# -- compute seconds and memory ---------------------------------------------------------------------------------
+#
+# A rank's time in a phase (forward, backward, optimizer, eval) is its communication (the ledger's rows of that
+# phase, α and β scaled for ranks sharing cores) plus its computation, from the operations the layers declare:
+#
+#     SpMM of width f          4·f_r·(nnz_r + rows_out) bytes at `spmm_bytes_per_s`
+#     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` (backward: dW, and dX past layer 0)
+#     around each dense        4·rows·(f_in,r + f_out,r) bytes (dropout, bias, activation) at `elementwise_bytes_per_s`
+#                              (evaluation: no dropout, 4·rows·f_out,r; backward of layer 0: its input has no gradient)
+#     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
+#     every operation          `op_s` seconds (Python, autograd, dispatch)
+#
+# (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
+# (P ranks on C cores: C // P each, or C/P when P > C). With ``--overlap on`` an SpMM hides min(its
+# communication, the product computed while that is in flight). Ranks wait for each other at every collective, so
+# a phase takes the slowest rank's time, and an epoch the sum of its phases.
+
+PHASES = ("forward", "backward", "optimizer", "eval")
+ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """The compute side of a calibration: one core's rates, the fixed memory of a process, and the machine."""
+
+    spmm_bytes_per_s: float         # 4·width·(nnz + rows) bytes of a local SpMM a second, one core
+    flops_per_s: float              # dense products, one core
+    elementwise_bytes_per_s: float  # dropout, bias, activation, softmax, Adam: bytes in + out a second, one core
+    op_s: float                     # fixed seconds an operation costs whatever its size
+    runtime_bytes: int              # resident bytes of a process with torch and spgnn imported, joined to its peers
+    cores: int                      # cores of the machine the ranks share
+    comm_ranks: int = 2             # ranks on it when α and β were measured
+
+    def cores_each(self, ranks: int) -> float:
+        """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
+        threads; beyond C processes they time-share)."""
+        return self.cores // ranks if ranks <= self.cores else self.cores / ranks
+
+    def alpha_beta(self, alpha_beta, ranks: int) -> dict:
+        """α and β for `ranks` processes on this machine: those measured with `comm_ranks`, slowed by the
+        ranks beyond the cores (the transport's copies are the CPU's work)."""
+        k = max(ranks, self.cores) / max(self.comm_ranks, self.cores)
+        return {op: (a * k, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
+
+
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2`.
+DEFAULT_RATES = Rates(spmm_bytes_per_s=4.3e9, flops_per_s=2.8e10, elementwise_bytes_per_s=0.83e9, op_s=1.4e-5,
+                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2)
+
+
+@dataclass(frozen=True)
+class LocalShare:
+    """What one rank multiplies in an SpMM of its layout: `rows` of H held (whole rows, or column block `j` of
+    `C`), `out_rows` rows of its product, `nnz` nonzeros multiplied, `overlap_nnz` of them while its next exchange
+    is in flight (``--overlap on``), and its blocks of A as stored (`blocks`: (rows, nnz) per CSR, `wire`: bytes of
+    packed copies)."""
+
+    rows: int
+    out_rows: int
+    nnz: int
+    overlap_nnz: int
+    blocks: tuple = ()
+    wire: int = 0
+    j: int = 0
+    C: int = 1
+
+    def width(self, f: int) -> int:
+        """The columns of an f-wide matrix this rank holds (the first f mod C column blocks one wider)."""
+        return f // self.C + (self.j < f % self.C)
+
+
+def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
+    """The `LocalShare` of `rank` in the layout of `cls` on grid `shape`, from the block statistics: 1d/1.5d
+    multiply block row q's blocks j ≡ k (mod c), one stage each; 1d-halo and sar the whole block row, the local
+    block A_qq (1d-halo) or all but the last ring round (sar) while the rest arrives; 2d/3d row block i's blocks of
+    the inner parts (k, l), on column block j. A layout of another kind is taken to hold and multiply its whole
+    block row."""
+    from .spmm.halo import OneDHalo
+    from .spmm.oned import OneD
+    from .spmm.sar import SAR
+    from .spmm.summa import SUMMA, _wire_bytes
+
+    N, n = stats.block_nnz, stats.sizes
+    coord = tuple(int(x) for x in np.unravel_index(rank, shape))
+    if issubclass(cls, SUMMA):
+        R, C, L = shape
+        i, j, l = coord
+        block = list(range(i * L, (i + 1) * L))
+        m = int(n[block].sum())
+        nnz = [N[block, k * L + l].sum() for k in range(R)]
+        held = [k for k in range(R) if k % C == j]
+        wire = sum(_wire_bytes(m, int(nnz[k])) for k in held) if C > 1 else 0
+        return LocalShare(int(n[i * L + l]), m, sum(nnz), sum(nnz) - nnz[-1], tuple((m, nnz[k]) for k in held),
+                          wire, j, C)
+    p = cls.part_of(shape, coord)
+    row = N[p]
+    if issubclass(cls, OneD):
+        share = list(range(coord[1], shape[0], shape[1]))
+        nnz = row[share].sum()
+        last = row[share[-1]] if share else 0          # a replica past the last team has no stage
+        return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share))
+    if issubclass(cls, SAR):
+        P = len(n)
+        last = row[(p + 1) % P] if P > 1 else 0              # round P−1 receives from (p − (P−1)) mod P
+        return LocalShare(int(n[p]), int(n[p]), row.sum(), row.sum() - last,
+                          tuple((n[p], row[j]) for j in range(P)))
+    own = row[p] if issubclass(cls, OneDHalo) else 0
+    return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)))
+
+
+def _call_seconds(calls, alpha_beta) -> float:
+    """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages)."""
+    return sum(alpha_beta[op][0] * latency_steps(op, 1, m) + alpha_beta[op][1] * charged_bytes(op, s, r)
+               for op, _, s, r, m in calls)
+
+
+def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
+    """{phase: {"spmm_bytes", "flops", "elementwise_bytes", "ops"}}: what `rank` computes in one training step
+    (forward, backward, optimizer) and one evaluation, from the operations the layers declare (module section
+    above). `stats`: {adjacency: BlockStats}."""
+    shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
+    first = next(iter(shares.values()))
+    work = {ph: dict.fromkeys(("spmm_bytes", "flops", "elementwise_bytes", "ops"), 0) for ph in PHASES}
+
+    def add(phases, **amounts):
+        for ph in phases:
+            for k, v in amounts.items():
+                work[ph][k] += v
+
+    for layer, ops in enumerate(model.layers):
+        for op in ops:
+            if isinstance(op, Spmm):
+                s = shares[op.adjacency]
+                b = 4 * s.width(op.width) * (s.nnz + s.out_rows)
+                add(("forward", "eval"), spmm_bytes=b, ops=1)
+                add(("backward",) if op.backward else (), spmm_bytes=b, ops=1)
+            elif isinstance(op, Dense):
+                flops = 2 * first.rows * first.width(op.f_in) * op.f_out
+                out = 4 * first.rows * first.width(op.f_out)
+                moved = 4 * first.rows * first.width(op.f_in) + out
+                add(("forward",), flops=flops, elementwise_bytes=moved, ops=1)
+                add(("eval",), flops=flops, elementwise_bytes=out, ops=1)
+                add(("backward",), flops=flops * (2 if layer else 1), elementwise_bytes=moved if layer else out, ops=1)
+            else:
+                add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
+                add(("backward",) if op.backward else (), ops=1)
+    softmax = 8 * first.rows * first.width(model.classes)
+    add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1)
+    add(("optimizer",), elementwise_bytes=4 * ADAM_WORDS * model.n_params, ops=2 * len(model.layers))
+    return work
+
+
+def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
+    """Seconds of one phase's `compute_work` on `cores` cores."""
+    return (work["spmm_bytes"] / rates.spmm_bytes_per_s + work["flops"] / rates.flops_per_s
+            + work["elementwise_bytes"] / rates.elementwise_bytes_per_s) / cores + work["ops"] * rates.op_s
+
+
+def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_beta=None, rates: Rates = None,
+                  overlap: bool = True, ranks_per_node: int | None = None) -> dict:
+    """{phase: {"comm_s", "compute_s", "hidden_s", "seconds"}} of `rank` in one training step and one
+    evaluation: its ledger's seconds per phase (α-β for `ranks_per_node` processes sharing a machine, default all
+    of the grid's), its compute, and what ``overlap`` hides (each SpMM: the lesser of its exchange's seconds and
+    its product's computed meanwhile); seconds = comm + compute − hidden."""
+    rates = rates or DEFAULT_RATES
+    local = ranks_per_node or int(np.prod(shape))
+    ab, cores = rates.alpha_beta(alpha_beta, local), rates.cores_each(local)
+    ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
+    work = compute_work(cls, stats, shape, rank, model)
+    hidden = dict.fromkeys(PHASES, 0.0)
+    if overlap:
+        shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
+        for ops in model.layers:
+            for op in (o for o in ops if isinstance(o, Spmm)):
+                s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
+                during = 4 * s.width(op.width) * s.overlap_nnz / rates.spmm_bytes_per_s / cores
+                for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
+                    if way == "forward" or op.backward:
+                        hidden[ph] += min(_call_seconds(calls[way], ab), during)
+    out = {}
+    for ph in PHASES:
+        comm = seconds(ledger, ab, ph)
+        compute = compute_seconds(work[ph], rates, cores)
+        out[ph] = {"comm_s": comm, "compute_s": compute, "hidden_s": hidden[ph], "seconds": comm + compute - hidden[ph]}
+    return out
+
+
+def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, rates: Rates = None,
+                  overlap: bool = True, ranks=None, ranks_per_node: int | None = None) -> dict:
+    """The predicted seconds of a training step and an evaluation: per phase the slowest rank's (ranks wait
+    for each other at the collectives), over `ranks` (default all); "epoch_s" = forward + backward + optimizer,
+    "eval_s"; and per phase the slowest rank's communication and compute."""
+    ranks = range(int(np.prod(shape))) if ranks is None else ranks
+    per_rank = [phase_seconds(cls, stats, shape, r, model, alpha_beta, rates, overlap, ranks_per_node) for r in ranks]
+    phases = {ph: {k: max(p[ph][k] for p in per_rank) for k in per_rank[0][ph]} for ph in PHASES}
+    return {"phases": phases, "epoch_s": sum(phases[ph]["seconds"] for ph in PHASES[:3]),
+            "eval_s": phases["eval"]["seconds"]}
+
+
+# A rank's peak memory: the runtime (a process with torch and spgnn imported), the graph it holds (its blocks of Â
+# as the layout stores them, exactly as `spgnn.DistGraph.graph_bytes` counts them, and its node data), what
+# autograd keeps for the backward at the end of the forward, the parameters with their gradients and Adam's two
+# moments, the exchange buffers of its widest SpMM and the activations in flight around the widest layer.
+
+
+def _csr_bytes(blocks) -> int:
+    """Bytes of local CSR blocks (rows, nnz): int64 row pointers, int32 column ids, float32 values."""
+    return int(sum(8 * (m + 1) + 8 * z for m, z in blocks))
+
+
+def layout_bytes(cls, stats: BlockStats, shape, rank: int) -> int:
+    """Bytes the layout of `cls` keeps for one adjacency (`DistSpMM.graph_bytes`): its blocks of Â (and of Âᵀ
+    where Â is not symmetric: kept by 1d, 1.5d, 2d, 3d; the transposes 1d-halo and sar cache at the first
+    backward), the packed copies 2d/3d broadcast, and the halo plan (int32 remote ids, int64 rows to send)."""
+    from .spmm.halo import OneDHalo
+    from .spmm.sar import SAR
+
+    s = local_share(cls, stats, shape, rank)
+    total = _csr_bytes(s.blocks) + s.wire
+    if issubclass(cls, OneDHalo):
+        p, R = cls.part_of(shape, tuple(int(x) for x in np.unravel_index(rank, shape))), stats.halo
+        total += 4 * R[p].sum() + (8 * R[:, p].sum() if len(R) > 1 else 0)
+        if not stats.symmetric:
+            cols = np.where(np.arange(len(R)) == p, s.rows, R[p]) if issubclass(cls, SAR) else [s.rows, R[p].sum()]
+            total += _csr_bytes(zip(cols, (z for _, z in s.blocks)))
+    elif not stats.symmetric:
+        t = local_share(cls, replace(stats, block_nnz=stats.block_nnz.T), shape, rank)
+        total += _csr_bytes(t.blocks) + t.wire
+    return int(total)
+
+
+def graph_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
+    """What `spgnn.DistGraph.graph_bytes` reports on `rank`: each adjacency's `layout_bytes`, and its part's node
+    data (float32 feature columns it holds, int64 labels and ids, three boolean masks)."""
+    s = local_share(cls, next(iter(stats.values())), shape, rank)
+    return sum(layout_bytes(cls, st, shape, rank) for st in stats.values()) + s.rows * (4 * s.width(model.features)
+                                                                                      + 8 + 8 + 3)
+
+
+def _widths(ops) -> tuple[int, int]:
+    """(input, output) width of a layer from its declared operations (its dense products, else its SpMMs)."""
+    dense = [op for op in ops if isinstance(op, Dense)]
+    spmms = [op for op in ops if isinstance(op, Spmm)]
+    return (dense[0].f_in, dense[-1].f_out) if dense else (spmms[0].width, spmms[-1].width) if spmms else (0, 0)
+
+
+def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, dropout: bool = True) -> int:
+    """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
+    peak): per layer the dropout mask of its input (past layer 0, whose input needs no gradient), each dense
+    product's input and weight, the activation's output (all but the last layer), and the log-softmax output."""
+    s = local_share(cls, next(iter(stats.values())), shape, rank)
+    total = 4 * s.rows * s.width(model.classes)
+    for layer, ops in enumerate(model.layers):
+        f_in, f_out = _widths(ops)
+        total += 4 * s.rows * s.width(f_in) if dropout and layer else 0
+        total += sum(4 * (s.rows * s.width(op.f_in) + op.f_in * op.f_out) for op in ops if isinstance(op, Dense))
+        total += 4 * s.rows * s.width(f_out) if layer < len(model.layers) - 1 else 0
+    return int(total)
+
+
+def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: bool = True) -> int:
+    """The exchange buffers of the widest SpMM: per call what arrives (a broadcast's block) or what is sent and
+    received (the others), the largest call, twice when ``overlap`` keeps the next one in flight."""
+    out = 0
+    for op in (o for ops in model.layers for o in ops if isinstance(o, Spmm)):
+        calls = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)["forward"]
+        each = [r if kind == "broadcast" else s + r for kind, _, s, r, _ in calls]
+        out = max(out, max(each, default=0) * (2 if overlap and len(each) > 1 else 1))
+    return int(out)
+
+
+def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Rates = None, overlap: bool = True,
+                 dropout: bool = True) -> dict:
+    """The predicted peak resident bytes of `rank` while training, by part (module section above) and "total"."""
+    rates = rates or DEFAULT_RATES
+    s = local_share(cls, next(iter(stats.values())), shape, rank)
+    widest = max([model.features, model.classes, *(w for ops in model.layers for w in _widths(ops))])
+    out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
+           "saved": saved_bytes(cls, stats, shape, rank, model, dropout), "params": 16 * model.n_params,
+           "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
+           "working": 3 * 4 * s.rows * s.width(widest)}
+    return out | {"total": int(sum(out.values()))}

@@ -68,6 +68,14 @@ def peak_rss_bytes() -> int:
     return max(int(peak), _PEAK_BEFORE_RESET[0])
 
 
+def rss_bytes() -> int:
+    """Resident set size of this process now (VmRSS; the peak where /proc is missing)."""
+    try:
+        return _status_bytes("VmRSS")
+    except (OSError, StopIteration):
+        return peak_rss_bytes()
+
+
 def _status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))

@@ -17,9 +17,16 @@ otherwise) and of seconds; per size, t is the median over repetitions. α ≥ 0 
 are fitted by least squares on the relative error, Σ_s ((α + β·x_s − t_s)/t_s)², so the small sizes fix α
 and the large ones β.
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/1"):
+Compute (`measure_compute`), timed on every rank at once (so with the cores shared as in a run) and divided by
+the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm`, 4·f·(nnz + rows)
+bytes), a dense product (torch.mm, 2·m·k·n flops), the elementwise work around a dense product (a dropout mask,
+bias and ReLU: 8 bytes an element in and out), the fixed seconds of a tiny autograd operation, and the resident
+bytes of this process (torch and spgnn imported, joined to its peers).
 
-    {"schema": "spgnn.calibration/1",
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
+"cores", are still read):
+
+    {"schema": "spgnn.calibration/2",
      "transport": "mpi" | "torch",          # the transport measured
      "world_size": P,                       # group size the fits hold for
      "device": "cpu" | "cuda[:N]",
@@ -33,36 +40,43 @@ JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/1")
          "alpha_per_message_s": α / m,      # the per-message latency (null when m = 0)
          "bandwidth_bytes_per_s": 1 / β,    # null when β = 0
          "rms_relative_error": e,           # of the fit over the sizes
-         "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}}}
+         "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
+     "cores": C,                            # cores of the machine (os.cpu_count)
+     "compute": {"spmm_bytes_per_s": ..., "flops_per_s": ..., "elementwise_bytes_per_s": ...,   # one core
+                 "op_s": ..., "runtime_bytes": ...}}
 """
 
 from __future__ import annotations
 
+import os
 import re
 import statistics
 import time
+from dataclasses import replace
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from scipy.optimize import nnls
 
 from ..cost import charged_bytes
 from ..errors import SpgnnError
+from ..memory import rss_bytes
 from .comm import Comm
 
-SCHEMA = "spgnn.calibration/1"
+SCHEMA = "spgnn.calibration/2"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
 
-def parse_sizes(text: str) -> list[int]:
-    """'4K,1M,64M' → byte counts (K, M, G are powers of 2¹⁰)."""
+def parse_sizes(text: str, what: str = "message size") -> list[int]:
+    """'4K,1M,64M' → byte counts (K, M, G are powers of 2¹⁰); `what` names them in the error."""
     sizes = []
     for item in text.split(","):
         m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", item.upper())
         if not m or int(m[1]) == 0:
-            raise SpgnnError(f"bad message size {item!r} in {text!r}: give positive sizes like 4K,1M,64M")
+            raise SpgnnError(f"bad {what} {item!r} in {text!r}: give positive sizes like 4K,1M,64M")
         sizes.append(int(m[1]) * _UNITS[m[2]])
     return sizes
 
@@ -138,7 +152,7 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
         raise SpgnnError("calibrate needs at least 2 processes (mpirun -np N, torchrun or --nprocs N)")
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
-              "collectives": {}}
+              "cores": os.cpu_count() or 1, "compute": measure_compute(comm, repeats), "collectives": {}}
     for op in ops:
         points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]
         alpha, beta, err = fit_alpha_beta([p["bytes"] for p in points], [p["seconds"] for p in points])
@@ -151,11 +165,55 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
     return result
 
 
+def _median_seconds(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(max(repeats, 3)):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure_compute(comm: Comm, repeats: int = 5, n: int = 2**17, degree: int = 16, f: int = 64) -> dict:
+    """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
+    at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`)."""
+    from ..cost import DEFAULT_RATES
+    from ..hashing import dropout_mask
+    from ..sparse import kernels
+    from ..sparse.csr import CSR
+
+    runtime = rss_bytes()
+    rng = np.random.default_rng(comm.rank)
+    rows = np.repeat(np.arange(n), degree)
+    cols = rng.integers(0, n, n * degree)
+    a = CSR.from_scipy(sp.csr_matrix((np.ones(n * degree, np.float32), (rows, cols)), shape=(n, n)))
+    h, w, b = torch.rand(n, f), torch.rand(f, f), torch.rand(f)
+    ids = np.arange(n)
+    x = torch.rand(4, 4, requires_grad=True)
+    times = {"spmm": _median_seconds(lambda: kernels.spmm(a, h), repeats),
+             "mm": _median_seconds(lambda: h @ w, repeats),
+             "elementwise": _median_seconds(lambda: torch.relu(h * dropout_mask(ids, f, 0.5, 1) + b), repeats),
+             "op": _median_seconds(lambda: (x @ x).sum().backward(), repeats) / 4}
+    cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
+    mine = [4 * f * (a.nnz + n) / times["spmm"] / cores, 2 * n * f * f / times["mm"] / cores,
+            8 * n * f / times["elementwise"] / cores, times["op"], runtime]
+    med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
+    return {"spmm_bytes_per_s": float(med[0]), "flops_per_s": float(med[1]), "elementwise_bytes_per_s": float(med[2]),
+            "op_s": float(med[3]), "runtime_bytes": int(med[4])}
+
+
 def format_table(result: dict) -> str:
     """The fits as a Markdown table."""
     lines = [f"transport {result['transport']}, P = {result['world_size']}: seconds = α + β·bytes (ledger bytes)",
              "", "| collective | α (µs) | α per message (µs) | 1/β (GB/s) | rms rel. error | sizes |",
              "|---|---|---|---|---|---|"]
+    c = result.get("compute")
+    if c:
+        lines[:0] = [f"compute, one core: SpMM {c['spmm_bytes_per_s'] / 1e9:.2f} GB/s, dense "
+                     f"{c['flops_per_s'] / 1e9:.1f} GFlop/s, elementwise {c['elementwise_bytes_per_s'] / 1e9:.2f} "
+                     f"GB/s, {c['op_s'] * 1e6:.0f} µs an operation; a process holds "
+                     f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data", ""]
     for op, c in result["collectives"].items():
         per_msg = f"{c['alpha_per_message_s'] * 1e6:.1f}" if c["alpha_per_message_s"] is not None else "-"
         bw = f"{c['bandwidth_bytes_per_s'] / 1e9:.3f}" if c["bandwidth_bytes_per_s"] else "inf"

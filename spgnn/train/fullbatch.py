@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from .. import cost
+from ..comm import launch
 from ..comm.comm import Comm
 from ..config import TrainConfig
 from ..distgraph import DistGraph
@@ -123,16 +124,26 @@ class Trainer(Run):
                 "predicted": self.predicted(len(epochs), evals)}
 
     def predicted(self, epochs: int, evals: int) -> dict | None:
-        """The cost model's figures for this run (setup, `epochs` steps, `evals` evaluations), to set
-        beside the measured `comm` (on rank 0, for models whose layers declare their costs and algorithms with a
-        cost model; else None)."""
+        """The cost model's figures for this run (setup, `epochs` steps, `evals` evaluations), to set beside the
+        measured `comm`, `median_epoch_s` and `memory` (a step's seconds per phase, slowest rank, beside rank 0's
+        measured communication; the epoch's; each rank's peak memory) (on rank 0, for multiclass runs of models whose
+        layers declare their costs and algorithms with a cost model; else None)."""
         if self.costs is None or self.task.name != "multiclass":     # the model predicts the multiclass run's bytes
             return None
         model, stats = self.costs
         ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None
         ledgers = [cost.epoch_ledger(type(self.algo), stats, self.grid.shape, r, model, epochs, evals)
                    for r in range(self.comm.world_size)]
+        cls, shape, rates = type(self.algo), self.grid.shape, cost.load_rates(self.cfg.calibration)
+        overlap, local = getattr(self.cfg, "overlap", "off") == "on", launch.detect().local_world_size
+        time = cost.epoch_seconds(cls, stats, shape, model, ab, rates, overlap, ranks_per_node=local)
+        per = {"eval": max(evals, 1)}                  # rank 0's measured communication a step (an evaluation)
+        measured = {ph: self.comm.ledger.total("seconds", phase=ph) / per.get(ph, max(epochs, 1)) for ph in cost.PHASES}
         return {"alpha_beta": self.cfg.calibration or "default: gloo on 2 cores",
                 "auto_compared": self.compared,
+                "epoch_s": time["epoch_s"], "eval_s": time["eval_s"], "phases": time["phases"],
+                "measured_comm_s_rank0": measured,
+                "memory_per_rank": [cost.memory_bytes(cls, stats, shape, r, model, rates, overlap)
+                                    for r in range(self.comm.world_size)],
                 "per_rank": [{"rank": r} | led.summary(table=False, seconds=cost.seconds(led, ab))
                              for r, led in enumerate(ledgers)]}

@@ -1,0 +1,171 @@
+"""The compute and memory side of the cost model: what each rank multiplies, derived from the operations the layers
+declare, checked against hand-computed values; the graph bytes a rank holds predicted exactly and the activations
+autograd keeps within a stated tolerance; the calibration file; --memory-per-rank; what spgnn cost prints."""
+
+import json
+
+import pytest
+
+from spgnn import cli, cost, plan, spmm
+from spgnn.comm.calibrate import SCHEMA, measure_compute
+from spgnn.comm.comm import Comm
+from spgnn.config import TrainConfig
+from spgnn.graph.adjacency import normalize
+from spgnn.train.fullbatch import Trainer
+from tests.graphs import small_graph
+from tests.worlds import errors, run_worlds
+
+GRAPHS = {"sym": small_graph(n=60, f=7, seed=11), "dir": small_graph(n=60, f=7, seed=12, directed=True)}
+LAYOUTS = [("1d", 0, None), ("1d-halo", 0, None), ("sar", 0, None), ("1.5d", 2, None), ("2d", 0, "2x2"),
+           ("3d", 0, "1x2x2")]
+SAVED_TOLERANCE = 0.20      # SAGE's two dense products of one input are counted twice
+
+
+def _layout(algo, c, grid, model="gcn", gname="sym", P=4):
+    cfg = TrainConfig(model=model, algo=algo, replication=c, grid=grid, hidden=16, layers=3, partition="random",
+                      feature_norm="none")
+    p = plan.plan(cfg, P, GRAPHS[gname])
+    mc = plan.model_cost(p.cfg, p.graph)
+    return p, spmm.get(algo), mc, {a: plan.block_stats(p.graph, p.partition, a) for a in mc.adjacencies}
+
+
+@pytest.mark.parametrize("algo,c,grid", LAYOUTS)
+def test_compute_work_from_the_declared_ops(algo, c, grid):
+    """Over all ranks, each SpMM multiplies every nonzero of Â by every column once (4·f·nnz bytes, plus the rows
+    of each rank's product) and the dense products cost 2·n·f_in·f_out flops (c times over in 1.5d, whose replicas
+    repeat them); 1d-halo's rank p multiplies exactly its block row, counted here from Â itself."""
+    p, cls, mc, stats = _layout(algo, c, grid)
+    g, P = p.graph, 4
+    a = p.partition.renumber(normalize(g.adj, "gcn"))
+    work = [cost.compute_work(cls, stats, p.shape, r, mc) for r in range(P)]
+    shares = [cost.local_share(cls, stats["gcn"], p.shape, r) for r in range(P)]
+    spmms = [op for ops in mc.layers for op in ops if isinstance(op, cost.Spmm)]
+    dense = [op for ops in mc.layers for op in ops if isinstance(op, cost.Dense)]
+    classes = mc.classes
+    assert [op.width for op in spmms] == [7, 16, min(16, classes)]
+    assert [(d.f_in, d.f_out) for d in dense] == [(7, 16), (16, 16), (16, classes)]
+    out_rows = sum(4 * s.width(op.width) * s.out_rows for s in shares for op in spmms)
+    assert sum(w["forward"]["spmm_bytes"] for w in work) == 4 * a.nnz * sum(op.width for op in spmms) + out_rows
+    replicas = c or 1
+    assert sum(w["forward"]["flops"] for w in work) == replicas * sum(2 * g.n * d.f_in * d.f_out for d in dense)
+    # backward: dW everywhere, dX past layer 0; the first SpMM (Â·X, X needs no gradient) has no backward
+    assert sum(w["backward"]["flops"] for w in work) == replicas * 2 * g.n * (7 * 16 + 2 * 16 * 16 + 2 * 16 * classes)
+    if algo == "1d-halo":
+        for r in range(P):
+            rows = slice(*p.partition.offsets[r:r + 2])
+            block = a[rows]
+            assert shares[r].nnz == block.nnz and shares[r].overlap_nnz == block[:, rows].nnz
+            assert work[r]["forward"]["spmm_bytes"] == sum(4 * op.width * (block.nnz + block.shape[0]) for op in spmms)
+            assert work[r]["forward"]["flops"] == sum(2 * block.shape[0] * d.f_in * d.f_out for d in dense)
+
+
+def _held(comm):
+    out = []
+    for gname, model in (("sym", "gcn"), ("dir", "gcn"), ("dir", "sage")):
+        for algo, c, grid in LAYOUTS:
+            if (c and comm.world_size % c) or (grid and comm.world_size != 4) or (model == "sage" and grid) \
+                    or (model == "sage" and algo == "1d"):
+                continue
+            cfg = TrainConfig(model=model, algo=algo, replication=c, grid=grid if comm.world_size == 4 else None,
+                              hidden=16, layers=3, partition="random", feature_norm="none")
+            t = Trainer(cfg, comm, graph=GRAPHS[gname])
+            t.step(0)
+            out.append(((gname, model, algo, c, cfg.grid), t.graph_bytes(), t.meter.peak_bytes))
+    return out
+
+
+def test_memory_model_against_what_a_rank_holds():
+    """After a training step, every rank's `graph_bytes` (its blocks of Â and Âᵀ, halo plans, packed copies, node
+    data) equals the prediction to the byte, for every layout, symmetric and directed, GCN and GraphSAGE, P = 2 and
+    4; what autograd kept (`SavedTensorMeter`'s peak) is within SAVED_TOLERANCE of `saved_bytes`."""
+    worlds = run_worlds(_held, (2, 4))
+    for P, ranks in worlds.items():
+        assert not errors(ranks), errors(ranks)
+        for k, ((gname, model, algo, c, grid), _, _) in enumerate(ranks[0]):
+            cfg = TrainConfig(model=model, algo=algo, replication=c, grid=grid, hidden=16, layers=3,
+                              partition="random", feature_norm="none")
+            p = plan.plan(cfg, P, GRAPHS[gname])
+            mc = plan.model_cost(p.cfg, p.graph)
+            stats = {a: plan.block_stats(p.graph, p.partition, a) for a in mc.adjacencies}
+            for r in range(P):
+                _, held, saved = ranks[r][k]
+                what = f"{algo} c={c} {grid} {model} {gname} P={P} rank {r}"
+                assert cost.graph_bytes(spmm.get(algo), stats, p.shape, r, mc) == held, what
+                predicted = cost.saved_bytes(spmm.get(algo), stats, p.shape, r, mc)
+                assert abs(predicted / saved - 1) <= SAVED_TOLERANCE, (what, predicted, saved)
+                total = cost.memory_bytes(spmm.get(algo), stats, p.shape, r, mc)
+                assert total["total"] == sum(v for k_, v in total.items() if k_ != "total")
+
+
+def test_calibration_file_round_trips(tmp_path):
+    """A schema-2 file gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with the
+    default rates and its own world size."""
+    compute = measure_compute(Comm(), repeats=1, n=2**10, degree=4, f=8)
+    assert all(v > 0 for v in compute.values())
+    coll = {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-9, "messages": 2}}
+    new = {"schema": SCHEMA, "world_size": 2, "cores": 2, "compute": compute, "collectives": coll}
+    old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
+    for name, data in (("new", new), ("old", old)):
+        (tmp_path / name).write_text(json.dumps(data))
+    assert SCHEMA == "spgnn.calibration/2"
+    rates = cost.load_rates(tmp_path / "new")
+    assert (rates.spmm_bytes_per_s, rates.flops_per_s, rates.runtime_bytes, rates.comm_ranks) == (
+        compute["spmm_bytes_per_s"], compute["flops_per_s"], compute["runtime_bytes"], 2)
+    assert cost.load_rates(tmp_path / "old") == cost.replace(cost.DEFAULT_RATES, comm_ranks=4)
+    for name in ("new", "old"):
+        assert cost.load_calibration(tmp_path / name) == {"all_reduce": (2e-4, 1e-9)}
+
+
+def test_ranks_sharing_cores_slow_compute_and_transfers():
+    rates = cost.replace(cost.DEFAULT_RATES, cores=2, comm_ranks=2)
+    assert [rates.cores_each(P) for P in (1, 2, 4, 8)] == [2, 1, 0.5, 0.25]
+    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (4.0, 8.0)}
+
+
+def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):
+    """spgnn cost marks the layouts over --memory-per-rank and --algo auto leaves them out; with no layout under
+    it both refuse in one line."""
+    g = GRAPHS["sym"]
+    _, table = plan.choose(TrainConfig(algo="auto", hidden=64, partition="random"), g, 4)
+    need = sorted({r["memory_bytes"] for r in table})
+    assert len(need) > 1
+    limit = (need[0] + need[1]) // 2
+    cfg, table = plan.choose(TrainConfig(algo="auto", hidden=64, partition="random", memory_per_rank=str(limit)), g,
+                             4)
+    kept = [r for r in table if "dropped" not in r]
+    assert kept and all(r["memory_bytes"] <= limit for r in kept)
+    assert all(r["memory_bytes"] > limit for r in table if "dropped" in r) and len(kept) < len(table)
+    assert cfg.algo == min(kept, key=lambda r: r["seconds"])["algo"]
+    with pytest.raises(cost.SpgnnError, match="--memory-per-rank"):
+        plan.choose(TrainConfig(algo="auto", hidden=64, memory_per_rank="1K"), g, 4)
+    argv = ["cost", "--dataset", "cora", "--nprocs", "2,4"]
+    assert cli.main(argv + ["--memory-per-rank", "1K"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("spgnn: error: --memory-per-rank") and "no layout fits" in err[-1]
+    assert cli.main(argv + ["--memory-per-rank", "lots"]) == 2
+    assert "bad --memory-per-rank" in capsys.readouterr().err
+
+
+def test_cost_prints_seconds_and_memory(tmp_path, capsys):
+    """spgnn cost (exact and by statistics) prints each layout's epoch seconds beside its communication and its
+    memory per rank, and a line per P for the best; the epoch includes compute, the memory the runtime."""
+    out = tmp_path / "cost.json"
+    assert cli.main(["cost", "--dataset", "cora", "--nprocs", "2", "--output", str(out)]) == 0
+    assert cli.main(["cost", "--nodes", "111059956", "--nnz", "3231371744", "--nprocs", "64"]) == 0
+    text = capsys.readouterr().out
+    assert "s/epoch" in text and "GB/rank" in text
+    assert "cora at P = 2:" in text and "the graph at P = 64:" in text and "GB per rank" in text
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["epoch_s"] > r["comm_seconds"] == r["seconds"] and r["memory_bytes"] > cost.DEFAULT_RATES.runtime_bytes
+               for r in rows)
+
+
+def test_overlap_hides_at_most_the_exchange():
+    """With --overlap on, a phase takes comm + compute − hidden, hidden no more than either part."""
+    p, cls, mc, stats = _layout("1d-halo", 0, None, P=4)
+    on = cost.phase_seconds(cls, stats, p.shape, 0, mc, overlap=True)
+    off = cost.phase_seconds(cls, stats, p.shape, 0, mc, overlap=False)
+    for ph in ("forward", "backward", "eval"):
+        assert 0 < on[ph]["hidden_s"] <= min(on[ph]["comm_s"], on[ph]["compute_s"])
+        assert off[ph]["hidden_s"] == 0
+        assert on[ph]["seconds"] == pytest.approx(off[ph]["seconds"] - on[ph]["hidden_s"])
