@@ -119,7 +119,7 @@ class LinkTrainer(Run):
         self.edges = LinkShare(share, perm, self.split)
         columns = self.g.algo.column_group()
         self.columns = columns if columns is not None and columns.size > 1 else None
-        self.counts = {s: int(c) for s, c in zip(SPLITS, self._sum(self.edges.counted()))}   # positives, global
+        self.counts = {s: int(c) for s, c in zip(SPLITS, self._sum([c * self.counting for c in self.edges.counted()]))}
         empty = [s for s in SPLITS if not self.counts[s]]
         if empty:
             raise SpgnnError(f"--task link: the {' and '.join(empty)} split of {self.g.info.name!r} holds no edge "
