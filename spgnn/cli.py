@@ -267,9 +267,9 @@ def train(args, argv) -> int:
         return 1
     if comm.rank == 0:
         f = report["final"]
-        m = get_task(cfg.task).metric if cfg.task != "auto" else "acc"
-        print(f"final  train {f[f'train_{m}']:.4f}  val {f[f'val_{m}']:.4f}  test {f[f'test_{m}']:.4f}  "
-              f"median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
+        m = report["task"]["metric"]
+        print(f"final {report['task']['label']}  train {f[f'train_{m}']:.4f}  val {f[f'val_{m}']:.4f}  test "
+              f"{f[f'test_{m}']:.4f}  median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
         jit = max(report["jit_s"]["per_rank"])
         if jit >= 0.005 and not args.quiet:
             print(f"numba start-up {jit:.2f} s (compiling kernels, or loading them from its cache on later runs; "

@@ -40,6 +40,8 @@ from .graph.adjacency import get_adjacency
 from .graph.graph import row_normalize
 from .graph.pyg import as_graph
 from .plan import open_parts
+from .tasks import resolve as resolve_task
+from .tasks.node import target_counts
 
 SPLITS = ("train", "val", "test")
 
@@ -66,6 +68,7 @@ class DistGraph:
         self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, as_graph(graph), parts,
                                                                 self.model_cost if model is not None else None)
         cfg, self.info = self.cfg, self.parts.info
+        self.task = resolve_task(cfg.task, self.info)
         names = names or self._adjacencies(None)
         cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, shape, cls.grid_names, cfg.device, cls.planes())
@@ -94,6 +97,11 @@ class DistGraph:
         return self.info.num_classes
 
     @property
+    def num_outputs(self) -> int:
+        """The width of the model's output the task needs (classes, or binary targets)."""
+        return self.task.out_dim(self.info)
+
+    @property
     def n(self) -> int:
         return self.info.n
 
@@ -112,7 +120,7 @@ class DistGraph:
         if not isinstance(self._model, torch.nn.Module):
             info = info or self.info
             with torch.random.fork_rng():
-                self._model = self._model(info.num_features, info.num_classes)
+                self._model = self._model(info.num_features, resolve_task(self.cfg.task, info).out_dim(info))
         return self._model
 
     def model_cost(self, info=None):
@@ -208,8 +216,8 @@ class DistGraph:
                                  "tensor over this rank's rows")
             return self.masks[mask]
         mask = torch.as_tensor(mask, device=self.y.device)
-        if mask.dtype != torch.bool or mask.shape != self.y.shape:
-            raise SpgnnError(f"a mask must be a boolean tensor of shape {tuple(self.y.shape)} (this rank's rows), "
+        if mask.dtype != torch.bool or mask.shape != self.y.shape[:1]:
+            raise SpgnnError(f"a mask must be a boolean tensor of shape {tuple(self.y.shape[:1])} (this rank's rows), "
                              f"got {mask.dtype} {tuple(mask.shape)}")
         return mask
 
@@ -225,6 +233,57 @@ class DistGraph:
             / max(self._count(mask, mine), 1)
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
+
+    def targets(self) -> torch.Tensor:
+        """This rank's columns of its rows' binary targets (n_p×|columns(t)|; 0, 1 or NaN where unknown): the
+        labels' columns, or for class ids of two classes class 1 as the one target."""
+        y = self.y if self.info.targets else self.y.to(torch.float32).unsqueeze(1)
+        return y[:, self.columns(y.shape[1])]
+
+    def binary_cross_entropy(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
+        """(1/|K|) Σ_{(v,k)∈K} BCE-with-logits(logits_vk, y_vk) over the known targets K of the global rows of
+        `mask` (a split name or a boolean tensor over this rank's rows): its value the global loss on every rank,
+        its gradient this rank's share (each entry counted by the rank that holds its column)."""
+        y, m = self.targets(), self._mask(mask)
+        y, out = y[m], logits[m]
+        known = ~torch.isnan(y)
+        count = sum(map(sum, target_counts(self.info, mask))) if isinstance(mask, str) else \
+            int(self.all_sum([float(known.sum())])[0])
+        local = F.binary_cross_entropy_with_logits(out[known], y[known], reduction="sum") / max(count, 1)
+        (total,) = self.all_sum([local.item()])
+        return local + (total - local.detach())
+
+    def roc_auc(self, logits: torch.Tensor, masks=SPLITS) -> dict:
+        """{"<mask>_rocauc": ROC-AUC} for each split in `masks`: per target over the split's known targets, exact
+        over all ranks (`spgnn.metrics`, one distributed sort for every split and target), averaged over the targets
+        with both classes in the split; NaN where none has."""
+        from .metrics import roc_auc
+
+        y, cols = self.targets(), self.columns(self.num_outputs)
+        t = self.num_outputs
+        scores, labels, which = [], [], []
+        for i, k in enumerate(masks):
+            m = self._mask(k)
+            known = ~torch.isnan(y[m])
+            ids = i * t + torch.arange(cols.start, cols.stop, device=y.device).expand_as(known)
+            scores.append(logits[m][known])
+            labels.append(y[m][known])
+            which.append(ids[known])
+        per = roc_auc(torch.cat(scores), torch.cat(labels), self.comm, self.rows_group(), torch.cat(which),
+                      t * len(masks))
+        out = {}
+        for i, k in enumerate(masks):
+            defined = [a for a in per[i * t:(i + 1) * t] if a == a]
+            out[f"{k}_rocauc"] = sum(defined) / len(defined) if defined else float("nan")
+        return out
+
+    def evaluate(self, logits: torch.Tensor, masks=SPLITS) -> dict:
+        """The task's figure on each split in `masks` (accuracy, or ROC-AUC), as `task.evaluate` gives it."""
+        return self.task.evaluate(self, logits, masks)
+
+    def loss(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
+        """The task's global mean loss over `mask` (cross-entropy, or BCE over the known targets)."""
+        return self.task.loss(self, logits, mask)
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
         """The predicted class (the global column of the row's largest logit, the first on a tie) of each row."""

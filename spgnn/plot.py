@@ -94,13 +94,16 @@ def report_figure(reports: list[dict]):
     ax.legend(fontsize=7)
 
     ax = axes[0, 1]
-    for i, (name, r) in enumerate(zip(names, reports)):
-        evaluated = [e for e in r["epochs"] if "test_acc" in e]
+    tasks = [r.get("task", {"metric": "acc", "label": "accuracy"}) for r in reports]     # reports before tasks: acc
+    for i, (name, r, task) in enumerate(zip(names, reports, tasks)):
+        m = task["metric"]
+        evaluated = [e for e in r["epochs"] if f"test_{m}" in e]
         style = dict(color=f"C{i}") | markers(i, len(evaluated))
-        ax.plot([e["epoch"] for e in evaluated], [e["test_acc"] for e in evaluated], label=f"{name} test", **style)
-        ax.plot([e["epoch"] for e in evaluated], [e["val_acc"] for e in evaluated], ls="--", label=f"{name} val",
+        ax.plot([e["epoch"] for e in evaluated], [e[f"test_{m}"] for e in evaluated], label=f"{name} test", **style)
+        ax.plot([e["epoch"] for e in evaluated], [e[f"val_{m}"] for e in evaluated], ls="--", label=f"{name} val",
                 **style)
-    ax.set(title="accuracy", xlabel="epoch", ylabel="accuracy")
+    label = " / ".join(dict.fromkeys(t["label"] for t in tasks))
+    ax.set(title=label, xlabel="epoch", ylabel=label)
     ax.legend(fontsize=7)
 
     ax = axes[0, 2]

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from .graph import Graph, edges_to_adj
+from .validate import check_targets
 
 
 @contextmanager
@@ -101,10 +102,17 @@ def simple_adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_m
 
 
 def class_labels(y, name: str) -> np.ndarray:
+    """Labels as spgnn keeps them: class ids (int64 [n]; a [n, 1] column is one too), or, for a [n, t] array with
+    t > 1, t binary targets (float32, 0/1, NaN where a node's target is unknown, as OGB writes them)."""
     y = np.asarray(y)
+    if y.ndim == 2 and y.shape[1] > 1 and y.dtype.kind in "biuf":
+        targets = y.astype(np.float32)
+        check_targets(targets, f"dataset {name!r}")
+        return targets
+    y = y.reshape(-1) if y.ndim == 2 else y
     if y.ndim != 1 or y.dtype.kind not in "biuf":
-        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids, got {y.dtype} array of "
-                         f"shape {y.shape}")
+        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids or an n×t array of binary "
+                         f"targets, got {y.dtype} array of shape {y.shape}")
     if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
         raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
     y = y.astype(np.int64)
@@ -113,15 +121,27 @@ def class_labels(y, name: str) -> np.ndarray:
     return y
 
 
+def random_split(n: int, seed: int, fractions=(0.6, 0.2)) -> tuple:
+    """Boolean (train, val, test) masks: a seeded random 60/20/20 split of the n nodes."""
+    perm = np.random.default_rng(seed).permutation(n)
+    cut = np.cumsum((np.asarray(fractions) * n).astype(np.int64))
+    masks = [np.zeros(n, bool) for _ in range(3)]
+    for m, ids in zip(masks, np.split(perm, cut)):
+        m[ids] = True
+    return tuple(masks)
+
+
 def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None = None) -> Graph:
-    """Graph from its parts; ``masks`` None means a seeded per-class random split."""
+    """Graph from its parts; ``masks`` None means a seeded per-class random split (60/20/20 for binary targets)."""
     x = np.asarray(x)
     if x.dtype.kind not in "biuf":
         raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
     y = class_labels(y, name)
+    if y.ndim == 2:
+        num_classes = y.shape[1]
     num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
     if masks is None:
-        masks = per_class_split(y, num_classes, seed)
+        masks = random_split(len(y), seed) if y.ndim == 2 else per_class_split(y, num_classes, seed)
     return Graph(adj, x, y, *masks, name=name, num_classes=num_classes)
 
 

@@ -12,12 +12,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
-from .validate import SPLITS, check_features, check_labels, check_masks, whole_ids
+from .validate import SPLITS, check_features, check_labels, check_masks, check_targets, whole_ids
 
 
 @dataclass
 class Graph:
-    """A graph with features ``x`` (n×f float32), labels ``y`` (n, int64) and boolean split masks."""
+    """A graph with features ``x`` (n×f float32), labels ``y`` and boolean split masks. Labels are class ids (n,
+    int64; ``num_classes`` C) or t binary targets (n×t float32: 0, 1, or NaN where unknown; ``num_classes`` = t)."""
 
     adj: sp.csr_matrix
     x: np.ndarray
@@ -33,10 +34,12 @@ class Graph:
         self.adj.sum_duplicates()
         self.adj.sort_indices()
         self.x = np.ascontiguousarray(self.x, dtype=np.float32)
-        self.y = np.asarray(self.y, dtype=np.int64)
+        self.y = np.asarray(self.y, dtype=np.float32 if np.ndim(self.y) == 2 else np.int64)
         for m in ("train_mask", "val_mask", "test_mask"):
             setattr(self, m, np.asarray(getattr(self, m), dtype=bool))
-        if not self.num_classes:
+        if self.y.ndim == 2:
+            self.num_classes = self.y.shape[1]
+        elif not self.num_classes:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
         self.validate()
 
@@ -51,6 +54,11 @@ class Graph:
     @property
     def num_features(self) -> int:
         return self.x.shape[1]
+
+    @property
+    def targets(self) -> int:
+        """The number of binary targets (0 for class labels)."""
+        return self.y.shape[1] if self.y.ndim == 2 else 0
 
     @property
     def is_symmetric(self) -> bool:
@@ -68,13 +76,16 @@ class Graph:
         if self.x.ndim != 2 or self.x.shape[0] != n:
             raise SpgnnError(f"{where}: features have {self.x.shape[0] if self.x.ndim else 0} rows but the "
                              f"graph has {n} nodes")
-        if self.y.shape != (n,):
+        if self.y.shape[:1] != (n,) or self.y.ndim > 2:
             raise SpgnnError(f"{where}: labels have shape {self.y.shape} but the graph has {n} nodes")
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
                 raise SpgnnError(f"{where}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
         check_features(self.x, where)
-        check_labels(self.y, self.num_classes, where)
+        if self.targets:
+            check_targets(self.y, where)
+        else:
+            check_labels(self.y, self.num_classes, where)
         check_masks({s: getattr(self, f"{s}_mask") for s in SPLITS}, where)
 
 

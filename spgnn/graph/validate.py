@@ -6,7 +6,8 @@ of them, and what to do.
 
 * edges: [E, 2] (a pair a row) or [2, E] (PyG's ``edge_index``), whole-number ids (`edge_pairs`);
 * features: N×F numbers, F ≥ 1, all finite (`check_features`);
-* labels: class ids in 0..C−1, every class with a node (`check_labels`);
+* labels: class ids in 0..C−1, every class with a node (`check_labels`), or binary targets: 0, 1 or NaN
+  (unknown) (`check_targets`), with the positives and negatives of each target in each split (`label_counts`);
 * masks: a training node at least, no node in two of train/val/test unless overlap is allowed (`check_masks`;
   ``spgnn train --allow-overlap`` or `allow_overlap`).
 """
@@ -107,6 +108,29 @@ def check_labels(y, num_classes: int, where: str, every_class: bool = True, ids=
             raise SpgnnError(f"{where}: {empty.size} of the {num_classes} classes have no node (first: class "
                              f"{int(empty[0])}); labels must number the classes 0..C-1 without gaps: renumber "
                              f"them, e.g. y = np.unique(y, return_inverse=True)[1]")
+
+
+def check_targets(y, where: str, ids=None) -> None:
+    """Binary targets (n×t): every entry 0, 1 or NaN (unknown)."""
+    bad = ~(np.isnan(y) | (y == 0) | (y == 1))
+    if bad.any():
+        row, col = (int(v[0]) for v in np.nonzero(bad))
+        raise SpgnnError(f"{where}: {int(bad.sum())} binary targets are not 0, 1 or NaN (first at node "
+                         f"{_first(bad.any(1), ids)}, target {col}: {y[row, col]}); multi-label targets must be 0/1, "
+                         f"NaN where unknown")
+
+
+def label_counts(y, masks: dict, num_classes: int) -> dict:
+    """{split: counts} of the labels in each split: for class ids the nodes of each class ([C]), for binary targets
+    the negatives and positives of each target ([t][2]); plain lists, for meta.json."""
+    out = {}
+    for s, m in masks.items():
+        if y.ndim == 2:
+            rows = y[m]
+            out[s] = np.stack([(rows == 0).sum(0), (rows == 1).sum(0)], 1).tolist()
+        else:
+            out[s] = np.bincount(y[m], minlength=num_classes).tolist()
+    return out
 
 
 def check_masks(masks: dict, where: str, need_train: bool = True, ids=None) -> None:

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import class_labels, per_class_split, split_masks
+from ..graph.build import class_labels, per_class_split, random_split, split_masks
 from ..graph.datasets import edge_delimiter
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
@@ -60,11 +60,13 @@ class EdgeFolder:
         if self.x.ndim != 2:
             raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")
         self.n = self.x.shape[0]
-        self.y = class_labels(self._npy("labels.npy"), self.name)
-        if self.y.shape != (self.n,):
+        self.y = class_labels(self._npy("labels.npy"), self.name)          # class ids, or n×t binary targets
+        if self.y.shape[0] != self.n:
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
-        self.num_classes = int(self.y.max()) + 1 if self.y.size else 0
-        validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
+        self.targets = self.y.shape[1] if self.y.ndim == 2 else 0
+        self.num_classes = self.targets or (int(self.y.max()) + 1 if self.y.size else 0)
+        if not self.targets:
+            validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
         if self.x.shape[1] == 0:
             raise SpgnnError(f"{f / 'features.npy'}: features have 0 columns; a model needs one at least")
 
@@ -79,7 +81,8 @@ class EdgeFolder:
         found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
                  for s in SPLITS}
         masks = dict(zip(SPLITS, split_masks(found, str(self.folder), None) or
-                         per_class_split(self.y, self.num_classes, seed)))
+                         (random_split(self.n, seed) if self.targets else
+                          per_class_split(self.y, self.num_classes, seed))))
         validate.check_masks(masks, str(self.folder))
         return masks
 
@@ -257,7 +260,8 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
             trim()
         masks = src.masks(seed)
         info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
-                         {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest())
+                         {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest(),
+                         src.targets, validate.label_counts(src.y, masks, src.num_classes))
 
         def shares():
             for p in range(P):

@@ -29,7 +29,7 @@ import numpy as np
 from ..comm.halo import owner
 from ..cost import BlockStats
 from ..errors import SpgnnError
-from ..graph.validate import check_features, check_labels, check_masks
+from ..graph.validate import check_features, check_labels, check_masks, check_targets
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
@@ -38,7 +38,7 @@ from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype
 FORMAT = "spgnn-partitioned/1"
 CACHE_ENV = "SPGNN_CACHE_DIR"
 ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float32, "degree": np.float32,
-          "x": np.float32, "y": np.int64, "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
+          "x": np.float32, "y": (np.int64, np.float32), "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
 
 
 class Tally:
@@ -114,7 +114,8 @@ class PartitionedDataset:
             self.nparts = int(p["nparts"])
             self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]),
                                   int(g["num_classes"]), bool(g["symmetric"]), dict(g["counts"]),
-                                  np.asarray(p["offsets"], np.int64), g["graph_hash"])
+                                  np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
+                                  dict(g.get("label_counts", {})))
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {"folder": str(self.path)}
         except KeyError as e:
             raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: re-create the folder with spgnn partition "
@@ -159,7 +160,8 @@ class PartitionedDataset:
         n_p = int(self.info.offsets[part + 1] - self.info.offsets[part])
         nnz = int(arrays["indptr"][-1]) if arrays["indptr"].size else -1
         expect = {"indptr": (n_p + 1,), "indices": (nnz,), "data": (nnz,), "degree": (n_p,),
-                  "x": (n_p, self.info.num_features), "y": (n_p,), "node_ids": (n_p,),
+                  "x": (n_p, self.info.num_features), "y": (n_p, self.info.targets)[:1 + bool(self.info.targets)],
+                  "node_ids": (n_p,),
                   **{f"{s}_mask": (n_p,) for s in SPLITS}}
         for name, shape in expect.items():
             if arrays[name].shape != shape:
@@ -191,6 +193,9 @@ def check_share_values(arrays: dict, folder: Path, info: GraphInfo) -> None:
                          "partition --output")
 
     ids = arrays["node_ids"]
+    if arrays["y"].dtype != (np.float32 if info.targets else np.int64):
+        fail("y", f"holds {arrays['y'].dtype} labels where meta.json says "
+             + (f"{info.targets} binary targets (float32)" if info.targets else "class ids (int64)"))
     if arrays["indptr"][0] != 0 or (np.diff(arrays["indptr"]) < 0).any():
         fail("indptr", "does not rise from 0 (not CSR row pointers)")
     for name in ("indices", "node_ids"):
@@ -202,7 +207,10 @@ def check_share_values(arrays: dict, folder: Path, info: GraphInfo) -> None:
     if not (arrays["degree"] >= 1).all():    # also false for NaN
         fail("degree", "holds degrees below 1 or NaN (d counts the self-loop)")
     check_features(arrays["x"], str(folder / "x.npy"), ids)
-    check_labels(arrays["y"], info.num_classes, str(folder / "y.npy"), every_class=False, ids=ids)
+    if info.targets:
+        check_targets(arrays["y"], str(folder / "y.npy"), ids=ids)
+    else:
+        check_labels(arrays["y"], info.num_classes, str(folder / "y.npy"), every_class=False, ids=ids)
     check_masks({s: arrays[f"{s}_mask"] for s in SPLITS}, f"{folder}/*_mask.npy", need_train=False, ids=ids)
 
 
@@ -230,15 +238,16 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
             folder.mkdir()
             for name, dtype in ARRAYS.items():
                 a = share.masks[name[:-5]] if name.endswith("_mask") else getattr(share, name)
-                np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=index_dtype(info.n) if
-                                                                     isinstance(dtype, tuple) else dtype))
+                kind = index_dtype(info.n) if name == "indices" else (np.float32 if info.targets else np.int64) \
+                    if name == "y" else dtype
+                np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=kind))
             (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
             tally.add(share)
         np.savez(tmp / "block_stats.npz", halo=tally.halo, block_nnz=tally.block_nnz, diagonal=tally.diagonal)
         g = info.as_dict() | {"nnz": int(tally.block_nnz.sum())}
         meta = {"format": FORMAT,
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
-                                            "counts", "graph_hash")},
+                                            "counts", "graph_hash", "targets", "label_counts")},
                 "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},

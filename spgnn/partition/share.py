@@ -6,7 +6,8 @@ Its share is
     indptr, indices, data   A[offsets[p]:offsets[p+1], :], n_p×n CSR, columns in the new ids, sorted (int32
                             indices below 2^31 columns, int64 beyond: `index_dtype`)
     degree                  d_i = Σ_j (A + I)[i, j] for its rows: what GCN's normalisation needs of a column's owner
-    x, y, masks, node_ids   its rows of the features (n_p×f), labels, split masks and their original ids
+    x, y, masks, node_ids   its rows of the features (n_p×f), labels (n_p, or n_p×t targets), split masks and
+                            their original ids
 
 and a few O(B) or scalar facts of the whole graph (`GraphInfo`). Nothing in it grows with n or nnz beyond
 the part. `Share.of` slices one from an in-memory `Graph`; `spgnn.partition.partitioned` reads one from disk; both give
@@ -22,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..graph import graph as graphs
+from ..graph.validate import label_counts
 from ..sparse.csr import with_unit_diagonal
 
 SPLITS = ("train", "val", "test")
@@ -40,6 +42,8 @@ class GraphInfo:
     counts: dict                 # {"train": |T|, "val": ..., "test": ...}
     offsets: np.ndarray = field(compare=False)
     graph_hash: str = ""
+    targets: int = 0             # binary targets per node (labels n×t), 0 for class ids
+    label_counts: dict = field(default_factory=dict, compare=False)   # `spgnn.graph.validate.label_counts`
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -103,9 +107,11 @@ def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
     """The `GraphInfo` of an in-memory graph under `partition`."""
     from .partition import graph_hash
 
+    masks = {s: getattr(graph, f"{s}_mask") for s in SPLITS}
     return GraphInfo(graph.name, graph.n, graph.nnz, graph.num_features, graph.num_classes,
-                     bool(graph.is_symmetric), {s: int(getattr(graph, f"{s}_mask").sum()) for s in SPLITS},
-                     np.asarray(partition.offsets, np.int64), graph_hash(graph.adj))
+                     bool(graph.is_symmetric), {s: int(m.sum()) for s, m in masks.items()},
+                     np.asarray(partition.offsets, np.int64), graph_hash(graph.adj), graph.targets,
+                     label_counts(graph.y, masks, graph.num_classes))
 
 
 def index_dtype(n: int):

@@ -1,9 +1,9 @@
 """Full-batch training on a process grid: graph → partition → distributed layout → model → report, written on
 the public `spgnn.DistGraph` (the built-in trainer is one user of it).
 
-The loss is the global mean of the cross-entropy over all training nodes, L = (1/|T|) Σ_{v∈T} ℓ_v: each
-rank sums ℓ over its own training rows and divides by the global |T|, so summing parameter gradients
-over ranks gives exactly the serial gradient.
+The loss is the task's (`spgnn.tasks`) global mean over all training nodes, L = (1/|T|) Σ_{v∈T} ℓ_v (cross-entropy;
+or BCE over the known binary targets): each rank sums ℓ over its own training rows and divides by the global |T|,
+so summing parameter gradients over ranks gives exactly the serial gradient.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ class Trainer(Run):
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: Graph | None = None, parts=None):
         self.g = DistGraph(comm, cfg.validate(), graph=graph, parts=parts,
                            model=lambda f, c: config_model(cfg, f, c))
+        self.task = self.g.task
         self.cfg, self.comm, self.info, self.parts, self.compared = self.g.cfg, comm, self.g.info, self.g.parts, \
             self.g.compared
         self.grid, self.algo = self.g.grid, self.g.algo
-        self.build_model(self.info.num_features, self.info.num_classes)
+        self.build_model(self.info.num_features, self.g.num_outputs)
         self.model = self.g.prepare(self.model)
         self.costs = None       # the model's costs and block statistics for the prediction, on rank 0
         if comm.rank == 0 and type(self.algo).has_cost_model():
@@ -65,7 +66,7 @@ class Trainer(Run):
         self.opt.zero_grad(set_to_none=False)
         with self.comm.phase("forward"), self.meter.hooks():
             logits = self.logits(epoch)
-            loss = self.g.cross_entropy(logits, "train")
+            loss = self.g.loss(logits, "train")
         loss.backward()
         with self.comm.phase("optimizer"):
             self.g.sync_gradients(self.model)
@@ -84,23 +85,23 @@ class Trainer(Run):
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Global accuracy on the train, validation and test nodes (no dropout)."""
+        """The task's global figure (accuracy, ROC-AUC) on the train, validation and test nodes (no dropout)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            return self.g.accuracy(self.logits())
+            return self.g.evaluate(self.logits())
 
     @torch.no_grad()
     def predict(self, gather: bool = False):
         """Logits (no dropout) of this rank's rows: (original node ids, the columns it holds, n_p×|columns|).
-        `gather`: the n×classes logits of every node in original order, assembled on every rank (O(n·classes)
+        `gather`: the n×outputs logits of every node in original order, assembled on every rank (O(n·classes)
         a rank: for graphs that allow it)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            mine = (self.g.node_ids.numpy(), self.g.columns(self.info.num_classes), self.logits().cpu().numpy())
+            mine = (self.g.node_ids.numpy(), self.g.columns(self.g.num_outputs), self.logits().cpu().numpy())
             if not gather:
                 return mine
             everyone = self.comm.all_gather_object(mine)
-        out = np.empty((self.info.n, self.info.num_classes), np.float32)
+        out = np.empty((self.info.n, self.g.num_outputs), np.float32)
         for ids, cols, block in everyone:
             out[ids, cols] = block
         return out
@@ -115,7 +116,7 @@ class Trainer(Run):
 
     def run_report(self, everyone, epochs) -> dict:
         g, p = self.info, self.parts.partition_info
-        evals = sum("val_acc" in e for e in epochs) + 1
+        evals = sum(f"val_{self.task.metric}" in e for e in epochs) + 1
         return {"partition": {"method": str(p.get("method")), "sizes": np.diff(g.offsets).tolist(), "info": p,
                               "metrics": self.parts.metrics() if self.comm.rank == 0 else None},
                 "grid": {"algo": self.algo.name, "shape": list(self.grid.shape), "names": list(self.grid.names)},
@@ -125,7 +126,7 @@ class Trainer(Run):
         """The cost model's figures for this run (setup, `epochs` steps, `evals` evaluations), to set
         beside the measured `comm` (on rank 0, for models whose layers declare their costs and algorithms with a
         cost model; else None)."""
-        if self.costs is None:
+        if self.costs is None or self.task.name != "multiclass":     # the model predicts the multiclass run's bytes
             return None
         model, stats = self.costs
         ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None

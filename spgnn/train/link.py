@@ -24,38 +24,12 @@ from ..graph.pyg import as_graph
 from ..layers.registry import Layer
 from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
+from ..metrics import ranking
 from ..plan import open_parts
 from ..tasks.link import DECODERS, EdgeSplit, LinkShare, node_order, train_edges
-from ..tasks.registry import SPLITS
+from ..tasks.registry import SPLITS, get_task
 from .loop import Run
 from .optim import Adam
-
-try:
-    from ..metrics import average_precision, roc_auc
-except ImportError:         # until spgnn.metrics is there: the same figures from the scores gathered on every rank
-    def _gathered(scores, labels, comm, group):
-        mine = torch.stack([scores.double().cpu(), labels.double().cpu()], 1)
-        rows = comm.all_gather_v(torch.tensor([[mine.shape[0]]]), [1] * group.size, group).view(-1).tolist()
-        every = comm.all_gather_v(mine, rows, group).numpy()
-        order = np.argsort(-every[:, 0], kind="mergesort")
-        return every[order, 0], every[order, 1]
-
-    def roc_auc(scores, labels, comm, group, targets=None, num_targets=1) -> list[float]:
-        s, y = _gathered(scores, labels, comm, group)
-        from scipy.stats import rankdata
-
-        pos, neg = y.sum(), y.size - y.sum()
-        if not pos or not neg:
-            return [float("nan")]
-        return [float((rankdata(s)[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))]
-
-    def average_precision(scores, labels, comm, group, targets=None, num_targets=1) -> list[float]:
-        s, y = _gathered(scores, labels, comm, group)
-        if not y.sum() or y.sum() == y.size:
-            return [float("nan")]
-        last = np.r_[np.flatnonzero(np.diff(s)), s.size - 1]
-        tp = np.cumsum(y)[last]
-        return [float(np.sum(np.diff(np.r_[0.0, tp / tp[-1]]) * tp / (last + 1)))]
 
 
 class LinkModel(nn.Module):
@@ -87,6 +61,8 @@ class LinkModel(nn.Module):
 class LinkTrainer(Run):
     """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
     it (cfg.dataset, or `graph` in memory with `parts`), `decoder` ("dot" or "mlp"), `split` the edges held out."""
+
+    task = get_task("link")
 
     def __init__(self, cfg, comm, graph=None, parts=None, decoder: str = "dot", split: EdgeSplit | None = None):
         cfg = cfg.validate()
@@ -211,13 +187,11 @@ class LinkTrainer(Run):
             self._eval = src, dst, torch.as_tensor(label), torch.as_tensor(code), self.halo(dst)
         src, dst, label, code, halo = self._eval
         s = self.scores(z, src, dst, halo)
-        out = {}
+        if not self.counting:
+            s, label, code = s[:0], label[:0], code[:0]
         with self.comm.phase("eval"):
-            for k, split in enumerate(SPLITS):
-                mine = (code == k) if self.counting else torch.zeros_like(code, dtype=torch.bool)
-                for metric, fn in (("rocauc", roc_auc), ("ap", average_precision)):
-                    out[f"{split}_{metric}"] = fn(s[mine].float(), label[mine], self.comm, self.g.rows_group())[0]
-        return out
+            figures = ranking(s, label, self.comm, self.g.rows_group(), code, len(SPLITS))
+        return {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
 
     # -- the report --------------------------------------------------------------------------------------
     def counters(self) -> dict:

@@ -20,6 +20,7 @@ from ..config import TrainConfig
 from ..jit import compile_seconds
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes
+from ..tasks import get_task
 from . import checkpoint
 from .optim import Adam
 
@@ -27,8 +28,16 @@ from .optim import Adam
 class Run:
     """One rank's share of a training run. A subclass sets `cfg`, `comm` and `info` (the graph's n, nnz,
     features, classes, name), calls `build_model`, and implements `epoch(e)` (returning the mean training
-    loss) and `evaluate()` ({"train_acc", "val_acc", "test_acc"}); it adds its own figures to the report
+    loss) and `evaluate()` ({"train_<metric>", "val_<metric>", "test_<metric>"}, `metric` its task's: "acc" unless
+    set); it adds its own figures to the report
     through `rank_report` (this rank's, gathered from all) and `run_report` (the run's)."""
+
+    task = get_task("multiclass")       # what it learns (`spgnn.tasks`); a subclass sets its own
+
+    @property
+    def metric(self) -> str:
+        """The key of the task's figure in the records: "<split>_<metric>"."""
+        return self.task.metric
 
     def build_model(self, num_features: int, num_classes: int) -> None:
         """The model cfg describes, its weights drawn from cfg.seed (so equal on every rank), and its Adam."""
@@ -41,7 +50,7 @@ class Run:
         """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
-        cfg, start, records, best = self.cfg, 0, [], {"val_acc": -1.0}
+        cfg, start, records, best = self.cfg, 0, [], None
         mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info)} \
             if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
@@ -64,7 +73,7 @@ class Run:
 
         try:
             records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
-                                       records, best, save, self.finite)
+                                       records, best, save, self.finite, self.metric)
         except Diverged as d:
             kept = f"; {Path(good[0][0]) / checkpoint.FILE} (epoch {good[0][1]}) is still good: resume from it with " \
                    "a lower --lr" if good[0] else "; lower --lr, or scale the features down"
@@ -104,6 +113,7 @@ class Run:
         times = [e["time_s"] for e in epochs]
         return {
             "config": self.cfg.as_dict(),
+            "task": {"name": self.task.name, "metric": self.metric, "label": self.task.metric_label},
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": self.graph_report(),
@@ -119,13 +129,14 @@ class Run:
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
-               after=None, finite=lambda: True) -> tuple[list[dict], dict]:
+               after=None, finite=lambda: True, metric: str = "acc") -> tuple[list[dict], dict]:
     """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
-    cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record, those
-    given (`epochs`, `best`: a resumed run's) continued. `log` gets one line an epoch, `after(epoch, records,
-    best)` is called after each. Raises `Diverged` when the loss is not finite or `finite()` is false after a
-    step."""
-    epochs, best = list(epochs or []), best or {"val_acc": -1.0}
+    cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record (by
+    ``val_<metric>``), those given (`epochs`, `best`: a resumed run's) continued. `log` gets one line an epoch,
+    `after(epoch, records, best)` is called after each. Raises `Diverged` when the loss is not finite or
+    `finite()` is false after a step."""
+    val, test = f"val_{metric}", f"test_{metric}"
+    epochs, best = list(epochs or []), best or {val: -1.0}
     for epoch in range(start, cfg.epochs):
         jit0, t0 = compile_seconds(), time.perf_counter()
         loss = step(epoch)
@@ -135,18 +146,19 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
         record = {"epoch": epoch, "loss": loss, "time_s": wall - jit, "jit_s": jit}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record |= evaluate()
-            if record["val_acc"] > best["val_acc"]:
-                best = {"epoch": epoch, "val_acc": record["val_acc"], "test_acc": record["test_acc"]}
+            if record[val] > best[val]:
+                best = {"epoch": epoch, val: record[val], test: record[test]}
         epochs.append(record)
         if log:
-            log(format_epoch(record))
+            log(format_epoch(record, metric))
         if after:
             after(epoch, epochs, best)
     return epochs, best
 
 
-def format_epoch(r: dict) -> str:
-    acc = "".join(f"  {k[:-4]} {r[k]:.4f}" for k in ("train_acc", "val_acc", "test_acc") if k in r)
+def format_epoch(r: dict, metric: str = "acc") -> str:
+    acc = "".join(f"  {s}{'' if metric == 'acc' else ' ' + metric} {r[k]:.4f}" for s in ("train", "val", "test")
+                  if (k := f"{s}_{metric}") in r)
     jit = f" (+ {r['jit_s']:.2f} s numba start-up)" if r.get("jit_s", 0) >= 0.005 else ""
     return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms{jit}"
 

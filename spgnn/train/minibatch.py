@@ -87,7 +87,13 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
     """(`sampler_config`, the graph, the batch size: None → min(1024, |train|)). `graph`: a Graph, a
     `spgnn.partition.share.GraphInfo` (of a split graph's parts), or None to load cfg.dataset."""
     cfg = sampler_config(cfg, sampler, bulk, nprocs, split_graph)
+    if cfg.task not in ("auto", "multiclass"):
+        raise SpgnnError(f"--sampler trains the multiclass node task only, not --task {cfg.task}: train it full-batch "
+                         "(drop --sampler)")
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    if getattr(g, "targets", 0):
+        raise SpgnnError(f"--sampler trains the multiclass node task only; dataset {g.name!r} has {g.targets} binary "
+                         "targets per node: train it full-batch (drop --sampler)")
     train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
     if batch_size is None:
         batch_size = min(DEFAULT_BATCH_SIZE, train)

@@ -1,0 +1,109 @@
+"""Ranking metrics computed exactly over ranks that each hold some of the scores: ROC-AUC and average precision,
+per target, equal to scikit-learn's ``roc_auc_score`` and ``average_precision_score`` on all the scores together.
+
+Both depend on the global order of the scores, which no rank holds. A sample sort gives it with no rank holding
+more than about its share: the key of a score is (target, score) packed into one order-preserving int64; every
+rank sends a few evenly spaced keys of its sorted share to all (an all-gather of G·k keys), the G−1 quantiles of
+those are the splitters, and one all-to-all sends each (key, label) to the rank whose key range holds it. Equal keys
+go to the same rank, so ties stay together. Each rank then sorts its range and learns, from one all-gather of
+per-target positive and negative counts, how many of each lie on lower ranks. With the distinct scores
+s_1 < s_2 < … of one target, p_g and n_g the positives and negatives at s_g, P and N their totals:
+
+    ROC-AUC = Σ_g p_g·(Σ_{h<g} n_h + n_g/2) / (P·N)                 (ties count one half)
+    AP      = Σ_g (p_g/P) · TP_g / (TP_g + FP_g),  TP_g = Σ_{h≥g} p_h, FP_g = Σ_{h≥g} n_h
+
+(the step-wise area of scikit-learn's precision-recall curve), and the per-rank partial sums add up over the
+group. A target with one class only has neither: NaN. The exchanges count in the ledger of the current phase.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+SAMPLES = 64        # keys each rank contributes per member of the group to choose the splitters
+
+
+def roc_auc(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> list[float]:
+    """ROC-AUC of each target over the union of the ranks' scores (see the module docstring); `scores` (float),
+    `labels` (0/1) and `targets` (the target of each score, default 0) are 1-D of equal length on each rank."""
+    return ranking(scores, labels, comm, group, targets, num_targets)["rocauc"]
+
+
+def average_precision(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> list[float]:
+    """Average precision of each target over the union of the ranks' scores (as `roc_auc` takes them)."""
+    return ranking(scores, labels, comm, group, targets, num_targets)["ap"]
+
+
+def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> dict:
+    """{"rocauc": [per target], "ap": [per target]} from one sort of the union of the ranks' scores."""
+    s = _numpy(scores).astype(np.float32, copy=False).ravel()
+    lab = _numpy(labels).ravel().astype(np.int64)
+    t = np.zeros(len(s), np.int64) if targets is None else _numpy(targets).ravel().astype(np.int64)
+    if not (len(s) == len(lab) == len(t)):
+        raise ValueError(f"scores, labels and targets differ in length: {len(s)}, {len(lab)}, {len(t)}")
+    if len(s) and not np.isfinite(s).all():
+        raise ValueError("scores must be finite to be ranked")
+    key = (t << 32) | _ordered(s)
+    single = comm is None or (group or comm.world).size == 1
+    key, lab = (key, lab) if single else _sorted_exchange(comm, group or comm.world, key, lab)
+    order = np.argsort(key, kind="stable")
+    key, lab = key[order], lab[order]
+    distinct, first = np.unique(key, return_index=True)
+    pos = np.add.reduceat(lab, first) if len(key) else np.zeros(0, np.int64)
+    neg = np.diff(np.append(first, len(key))) - pos
+    tg = distinct >> 32
+    counts = np.stack([np.bincount(tg, pos, num_targets), np.bincount(tg, neg, num_targets)])      # 2 × T
+    if single:
+        below, totals = np.zeros_like(counts), counts
+    else:
+        every = np.stack(comm.all_gather_object(counts, group or comm.world))     # G × 2 × T, ranks in key order
+        me = (group or comm.world).ranks.index(comm.rank)
+        below, totals = every[:me].sum(0), every.sum(0)
+    # within each target, the positives and negatives before each distinct key (this rank's range and below)
+    start = np.searchsorted(tg, np.arange(num_targets))
+    cum_pos, cum_neg = np.cumsum(pos) - pos, np.cumsum(neg) - neg
+    cum_pos = cum_pos - _at(np.cumsum(pos) - pos, start, tg) + below[0][tg]
+    cum_neg = cum_neg - _at(np.cumsum(neg) - neg, start, tg) + below[1][tg]
+    P, N = totals[0].astype(np.float64), totals[1].astype(np.float64)
+    auc = np.bincount(tg, pos * (cum_neg + 0.5 * neg), num_targets)
+    tp, fp = P[tg] - cum_pos, N[tg] - cum_neg
+    ap = np.bincount(tg, np.divide(pos * tp, tp + fp, out=np.zeros(len(tp)), where=tp + fp > 0), num_targets)
+    if not single:
+        auc, ap = np.split(np.asarray(comm.all_sum([*auc, *ap], group or comm.world)), 2)
+    both = (P > 0) & (N > 0)
+    return {"rocauc": np.where(both, auc / np.maximum(P * N, 1), np.nan).tolist(),
+            "ap": np.where(both, ap / np.maximum(P, 1), np.nan).tolist()}
+
+
+def _sorted_exchange(comm, group, key, lab):
+    """This rank's range of the union of the group's (key, label) pairs after a sample sort: every key in it is
+    greater than every key on a lower member, and equal keys share a member."""
+    G = group.size
+    mine = np.sort(key)
+    picks = mine[np.linspace(0, len(mine) - 1, min(len(mine), SAMPLES * G)).astype(np.int64)] if len(mine) else mine
+    sample = np.sort(np.concatenate(comm.all_gather_object(picks, group)))
+    splitters = sample[(np.arange(1, G) * len(sample)) // G] if len(sample) else np.zeros(G - 1, np.int64)
+    dest = np.searchsorted(splitters, key, side="right")         # member j holds keys in (split_{j-1}, split_j]
+    order = np.argsort(dest, kind="stable")
+    send = torch.from_numpy(np.stack([key[order], lab[order]], 1))
+    send_rows = np.bincount(dest, minlength=G)
+    recv_rows = [int(r[group.ranks.index(comm.rank)]) for r in comm.all_gather_object(send_rows, group)]
+    got = comm.all_to_all_v(send, send_rows.tolist(), recv_rows, group).numpy()
+    return got[:, 0], got[:, 1]
+
+
+def _ordered(s: np.ndarray) -> np.ndarray:
+    """float32 → int64 in [0, 2³²) with the same order (−0.0 equal to 0.0)."""
+    bits = (s + np.float32(0.0)).view(np.uint32).astype(np.int64)
+    return np.where(bits >> 31, 0xFFFFFFFF - bits, bits | (1 << 31))
+
+
+def _at(values: np.ndarray, start: np.ndarray, tg: np.ndarray) -> np.ndarray:
+    """values[start[t]] for each entry's target t (0 where the target has no entries here)."""
+    padded = np.append(values, 0)
+    return padded[np.minimum(start, len(values))][tg]
+
+
+def _numpy(a) -> np.ndarray:
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
