@@ -212,7 +212,7 @@ class LinkTrainer(Run):
         return super().graph_report() | {"symmetric": self.g.info.symmetric, "edges": self.counts}
 
     def run_report(self, everyone, epochs) -> dict:
-        return {"task": "link", "link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test},
+        return {"link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test},
                 "grid": {"algo": self.g.algo.name, "shape": list(self.g.grid.shape)}}
 
 
