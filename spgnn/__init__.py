@@ -42,7 +42,9 @@ from .partition.partitioned import PartitionedDataset
 from .partition.share import Share
 from .spmm import ALGORITHMS, DistSpMM
 from .spmm import register as register_algorithm
+from .tasks.link import EdgeSplit
 from .train import MinibatchTrainer, Trainer
+from .train.link import LinkTrainer
 
 __version__ = "0.1.0"
 
@@ -52,3 +54,4 @@ __all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "BatchNorm", "Comm",
            "SpgnnError", "Spmm", "TrainConfig", "Trainer", "build_model", "from_pyg", "launch", "make_partition",
            "make_parts", "partition_metrics", "register", "register_adjacency", "register_algorithm",
            "register_layer", "run", "save_partition", "to_pyg"]
+__all__ += ["EdgeSplit", "LinkTrainer"]      # link prediction (spgnn.tasks.link, spgnn.train.link)
