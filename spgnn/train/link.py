@@ -194,9 +194,6 @@ class LinkTrainer(Run):
         return {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
 
     # -- the report --------------------------------------------------------------------------------------
-    def counters(self) -> dict:
-        return {}
-
     def rank_report(self) -> dict:
         mine = super().rank_report()
         mine["memory"] |= {"graph_bytes": self.g.graph_bytes(), "saved_for_backward_bytes": self.meter.peak_bytes,
