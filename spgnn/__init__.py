@@ -45,13 +45,16 @@ from .partition.share import Share
 from .spmm import ALGORITHMS, DistSpMM
 from .spmm import register as register_algorithm
 from .tasks import Task, register_task
+from .tasks.link import EdgeSplit
 from .train import MinibatchTrainer, Trainer
+from .train.link import LinkTrainer
 
 __version__ = "0.1.0"
 
 __all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "BatchNorm", "Comm", "Dense", "DistGraph", "DistSpMM",
-           "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer", "Ledger", "Linear",
-           "MinibatchTrainer", "Option", "Partition", "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share",
-           "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer", "average_precision", "build_model", "from_pyg",
-           "launch", "make_partition", "make_parts", "partition_metrics", "register", "register_adjacency",
-           "register_algorithm", "register_layer", "register_task", "roc_auc", "run", "save_partition", "to_pyg"]
+           "EdgeSplit", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer", "Ledger",
+           "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset", "ProcessGrid",
+           "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer", "average_precision",
+           "build_model", "from_pyg", "launch", "make_partition", "make_parts", "partition_metrics", "register",
+           "register_adjacency", "register_algorithm", "register_layer", "register_task", "roc_auc", "run",
+           "save_partition", "to_pyg"]

@@ -1,0 +1,303 @@
+"""Link prediction (``--task link``): the edges of a graph split into train/val/test, negatives drawn by hash,
+the message-passing graph without the held-out edges, and what scoring the edges moves (`predict_edges`).
+
+A rank holds the block row of A of its part (A[i, j] ≠ 0 for each edge j → i, rows and columns in the partition's
+new ids) and the original ids of every node (`node_order`, O(n)). The edges it scores are those of its own rows:
+
+    candidates      the entries (u, v) of its block row, u ≠ v; of a symmetric A only those with orig(u) < orig(v),
+                    so that an undirected edge is one pair, scored once
+    split           t = U(seed, min, max) of the pair's original ids (`edge_uniform`, splitmix64): test when
+                    t < test, validation when t < test + val, else training. The two entries of an undirected
+                    edge get one split, whichever rank holds them, so the union is the same at every P
+    message passing the block row without the validation and test pairs (both directions), normalised as the
+                    encoder's layers normalise A (`TrainEdges`, an adjacency of its own)
+    negatives       for a positive (u, v), (u, w) with w = ⌊U(key, orig u, orig v)·n⌋, key = (seed, epoch, try);
+                    redrawn (4 tries at most) while w = u or A[u, w] ≠ 0, which is checked in u's own block row.
+                    Training draws one a positive every epoch; evaluation one a positive, once (epoch −1)
+
+Scoring: s(u, v) = z_u·z_v (``dot``) or an MLP on z_u ⊙ z_v (``mlp``), z the encoder's output (width ``--hidden``).
+The row z_v of a remote endpoint comes from its owner through a `Halo` over the columns the edges touch (phase
+``edges``: the halo's set-up, the rows forward, their gradients back); on 2D/3D layouts, which split z by columns,
+the partial dot products of a grid row are summed along it (an all-reduce, forward and backward). The training
+loss is the mean binary cross-entropy over the training positives and as many negatives; the figures are the
+ROC-AUC and the average precision of each split's positives against its negatives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, replace
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..comm.comm import Ledger, ring_words
+from ..comm.halo import Halo, owner
+from ..errors import SpgnnError
+from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
+from ..hashing import mix_key
+from ..partition.share import gcn_degree
+from ..sparse.csr import row_ids
+from .registry import SPLITS, Task, register_task
+
+TAG = 0x11E4            # the hash domain of link prediction's draws (split, negatives)
+TRIES = 4               # draws of a negative before the last is kept
+DECODERS = ("dot", "mlp")
+_U64 = np.uint64
+_PHI, _M1, _M2 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
+
+
+def _fmix(z: np.ndarray) -> np.ndarray:
+    z = (z ^ (z >> _U64(30))) * _M1
+    z = (z ^ (z >> _U64(27))) * _M2
+    return z ^ (z >> _U64(31))
+
+
+def edge_uniform(key: int, a, b) -> np.ndarray:
+    """u ∈ (0, 1) for each pair (a, b) of non-negative ints: splitmix64 of (key, a, b), 53 bits, as
+    `spgnn.hashing.hash_uniform` computes it for one pair."""
+    a, b = np.asarray(a, np.int64).astype(_U64), np.asarray(b, np.int64).astype(_U64)
+    with np.errstate(over="ignore"):
+        z = _fmix(_fmix(_U64(int(key) & (2**64 - 1)) + a * _PHI) + (b + _U64(1)) * _PHI)
+    return ((z >> _U64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+
+
+@dataclass(frozen=True)
+class EdgeSplit:
+    """The fractions of the edges held out for validation and test, and the seed of the split and negatives."""
+
+    val: float = 0.05
+    test: float = 0.1
+    seed: int = 0
+
+    def check(self) -> EdgeSplit:
+        if not (0 < self.val < 1 and 0 < self.test < 1 and self.val + self.test < 1):
+            raise SpgnnError(f"--val-edges and --test-edges must be fractions above 0 whose sum is below 1 (every "
+                             f"split needs edges to judge), got {self.val} and {self.test}")
+        return self
+
+    def code(self, a, b) -> np.ndarray:
+        """0 (train), 1 (val) or 2 (test) for the pairs of original ids (a, b), a < b."""
+        t = edge_uniform(mix_key(self.seed, TAG), a, b)
+        return np.where(t < self.test, 2, np.where(t < self.test + self.val, 1, 0)).astype(np.int8)
+
+    def identity(self) -> str:
+        return f"val {self.val} test {self.test} seed {self.seed}"
+
+
+def node_order(parts) -> np.ndarray:
+    """perm[new id] = original id for every node (int64, O(n)): from the partition in memory, or read from each
+    part's ``node_ids.npy`` of a partitioned folder (no communication)."""
+    if hasattr(parts, "partition"):
+        return np.asarray(parts.partition.perm, np.int64)
+    return np.concatenate([np.load(Path(parts.path) / f"part-{p:05d}" / "node_ids.npy")
+                           for p in range(parts.nparts)]).astype(np.int64)
+
+
+def inverse(perm: np.ndarray) -> np.ndarray:
+    """inv[original id] = new id."""
+    inv = np.empty_like(perm)
+    inv[perm] = np.arange(perm.size)
+    return inv
+
+
+class LinkShare:
+    """The edges of one rank's rows (see the module docstring): candidates `src` (local rows), `dst` (new ids),
+    `code` (0 train, 1 val, 2 test), and the entries `kept` of the block row in the message-passing graph."""
+
+    def __init__(self, share, perm: np.ndarray, split: EdgeSplit):
+        a = share.adj
+        self.share, self.perm, self.split, self.n, self.first = share, perm, split, share.info.n, share.rows.start
+        rows, cols = row_ids(a.indptr).astype(np.int64), a.indices.astype(np.int64)
+        ou, ov = np.asarray(share.node_ids, np.int64)[rows], perm[cols]
+        code = split.code(np.minimum(ou, ov), np.maximum(ou, ov))
+        self.kept = (code == 0) | (ou == ov)
+        cand = ou < ov if share.info.symmetric else ou != ov
+        self.src, self.dst, self.code = rows[cand], cols[cand], code[cand]
+        self.keys = rows * self.n + cols            # sorted: CSR rows in order, columns sorted in each
+
+    def message_passing(self):
+        """The share without the held-out entries (its degrees recomputed): the graph the encoder runs on."""
+        a = self.share.adj
+        keep = self.kept
+        indptr = np.concatenate([[0], np.cumsum(keep)])[a.indptr]
+        kept = sp.csr_matrix((a.data[keep], a.indices[keep], indptr.astype(np.int64)), shape=a.shape)
+        return replace(self.share, indptr=kept.indptr, indices=kept.indices, data=kept.data,
+                       degree=gcn_degree(kept, self.first))
+
+    def positives(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """(src local rows, dst new ids) of the split's positive pairs."""
+        mine = self.code == SPLITS.index(split)
+        return self.src[mine], self.dst[mine]
+
+    def negatives(self, src: np.ndarray, dst: np.ndarray, epoch: int) -> np.ndarray:
+        """The new id of the negative w drawn for each positive (src, dst) at `epoch` (−1: evaluation's)."""
+        ou, ov = np.asarray(self.share.node_ids, np.int64)[src], self.perm[dst]
+        w, todo = np.empty(src.size, np.int64), np.arange(src.size)
+        for t in range(TRIES):
+            drawn = np.minimum((edge_uniform(mix_key(self.split.seed, TAG, epoch, t), ou[todo], ov[todo])
+                                * self.n).astype(np.int64), self.n - 1)
+            w[todo] = self.inv[drawn]
+            todo = todo[(drawn == ou[todo]) | self.is_edge(src[todo], w[todo])]
+            if not todo.size:
+                break
+        return w
+
+    @cached_property
+    def inv(self) -> np.ndarray:
+        """inv[original id] = new id (O(n); to find a negative's row)."""
+        return inverse(self.perm)
+
+    def is_edge(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Whether A[src, dst] ≠ 0 (src local rows, dst new ids), looked up in the block row."""
+        key = src * self.n + dst
+        if not self.keys.size:
+            return np.zeros(key.size, bool)
+        return self.keys[np.minimum(np.searchsorted(self.keys, key), self.keys.size - 1)] == key
+
+    def counted(self) -> list[int]:
+        """Positive pairs of each split held here."""
+        return [int(np.count_nonzero(self.code == k)) for k in range(len(SPLITS))]
+
+    def training(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The pairs scored at training `epoch`: (src, dst) of the positives then their negatives, and how many
+        positives."""
+        src, dst = self.positives("train")
+        return np.concatenate([src, src]), np.concatenate([dst, self.negatives(src, dst, epoch)]), src.size
+
+    def evaluation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The pairs every evaluation scores: (src, dst, label 1/0, split code), each split's positives and one
+        negative a positive (epoch −1)."""
+        src, dst = self.src, self.dst
+        neg = self.negatives(src, dst, -1)
+        return (np.concatenate([src, src]), np.concatenate([dst, neg]),
+                np.concatenate([np.ones(src.size, np.float32), np.zeros(src.size, np.float32)]),
+                np.concatenate([self.code, self.code]))
+
+
+class TrainEdges(Adjacency):
+    """Adjacency `base` of the message-passing graph: A without the held-out pairs of `split`, which the block
+    row drops (`LinkShare.message_passing`) before `base` normalises it. Registered per split and node order
+    (`train_edges`)."""
+
+    def __init__(self, base: Adjacency, split: EdgeSplit, perm: np.ndarray, name: str):
+        self.base, self.split, self.perm, self.name = base, split, perm, name
+        self.remote_degrees, self.symmetric, self.unit_diagonal = base.remote_degrees, base.symmetric, \
+            base.unit_diagonal
+
+    def of(self, adj):
+        a = sp.coo_matrix(adj)
+        code = self.split.code(np.minimum(a.row, a.col), np.maximum(a.row, a.col))
+        keep = (code == 0) | (a.row == a.col)
+        return self.base.of(sp.csr_matrix((a.data[keep], (a.row[keep], a.col[keep])), shape=a.shape))
+
+    def block_row(self, share, halo=None):
+        return self.base.block_row(LinkShare(share, self.perm, self.split).message_passing(), halo)
+
+    def block_nnz(self, block_nnz, sizes, diagonal):
+        return self.base.block_nnz(block_nnz, sizes, diagonal)
+
+
+def train_edges(base, split: EdgeSplit, perm: np.ndarray) -> str:
+    """The name of `TrainEdges` of adjacency `base` under `split` and node order `perm` (registered once)."""
+    base = get_adjacency(base)
+    digest = hashlib.sha1(perm.tobytes() + split.identity().encode()).hexdigest()[:12]
+    name = f"{base.name}@train-edges-{digest}"
+    if name not in ADJACENCIES:
+        register_adjacency(TrainEdges(base, split, perm, name))
+    return name
+
+
+# -- what scoring the edges moves --------------------------------------------------------------------------
+def halo_rows(dsts: list, offsets: np.ndarray) -> np.ndarray:
+    """R[p, q]: the distinct rows of part q ≠ p that part p's scored pairs (destinations `dsts[p]`) touch."""
+    B = len(offsets) - 1
+    R = np.zeros((B, B), np.int64)
+    for p, dst in enumerate(dsts):
+        R[p] = np.bincount(owner(np.unique(dst), offsets), minlength=B)
+        R[p, p] = 0
+    return R
+
+
+def predict_edges(parts, cls, shape: tuple, split: EdgeSplit, width: int, epochs: int, evals: int,
+                  start: int = 0) -> list[Ledger]:
+    """The phase ``edges`` of each rank's ledger for `epochs` training epochs (from `start`) and `evals`
+    evaluations on `cls`'s layout of grid `shape`, embeddings `width` wide: the pair counts' sum, per epoch a
+    `Halo` over the pairs' destinations (set-up, rows, their gradients back), the loss's sum, and on 2D/3D the
+    partial dot products' all-reduce forward and backward; per evaluation the rows (the evaluation halo set up
+    once) and the all-reduce. Computed from every part's share (one process; for tests and small graphs)."""
+    perm = node_order(parts)
+    shares = [LinkShare(parts.share(p), perm, split) for p in range(parts.nparts)]
+    offsets = shares[0].share.info.offsets
+    train = [[s.training(e) for s in shares] for e in range(start, start + epochs)]
+    evaluation = [s.evaluation() for s in shares]
+    R_train = [halo_rows([t[1] for t in epoch], offsets) for epoch in train]
+    R_eval = halo_rows([e[1] for e in evaluation], offsets)
+    ledgers = []
+    for rank in range(math.prod(shape)):
+        coord = tuple(int(x) for x in np.unravel_index(rank, shape))
+        part, (g, me) = cls.part_of(shape, coord), cls.member(shape, cls.rows_group_name, rank)
+        C, j = (1, 0) if cls.whole_rows else (shape[1], coord[1])
+        row = 4 * len(range(width)[column_block(width, C, j)])
+        calls = reduce_call(len(SPLITS), 8, cls.rows_group_name, g, me)
+        for R, epoch in zip(R_train, train):
+            calls += fetch_calls(R, part, cls.parts_group, row, setup=True, backward=True)
+            if C > 1:
+                calls += 2 * reduce_call(epoch[part][0].size, 4, "row", C, j)
+            calls += reduce_call(1, 8, cls.rows_group_name, g, me)
+        for k in range(evals):
+            calls += fetch_calls(R_eval, part, cls.parts_group, row, setup=k == 0, backward=False)
+            if C > 1:
+                calls += reduce_call(evaluation[part][0].size, 4, "row", C, j)
+        ledger = Ledger()
+        for op, group, sent, recv, messages in calls:
+            ledger.record(("edges", None, op, group), sent, recv, messages, 0.0)
+        ledgers.append(ledger)
+    return ledgers
+
+
+def reduce_call(words: int, itemsize: int, group: str, size: int, at: int) -> list:
+    """One all-reduce of `words` words over a group of `size` (`spgnn.comm.comm.Comm.all_reduce`)."""
+    b = ring_words(words, size, at) * itemsize
+    return [("all_reduce", group, b, b, 2 * (size - 1))]
+
+
+def fetch_calls(R: np.ndarray, part: int, group: str, row_bytes: int, setup: bool, backward: bool) -> list:
+    """Part `part`'s calls to bring the rows R[part] names (`row_bytes` each) from their owners: the halo's
+    set-up (when `setup`), the rows, and their gradients returned (when `backward`). None on one part."""
+    if len(R) == 1:
+        return []
+    need, give = R[part], R[:, part]
+    calls = (Halo.cost(R, part, group) if setup else []) + Halo.gather_cost(R, part, group, row_bytes)
+    return calls + ([("all_to_all", group, need.sum() * row_bytes, give.sum() * row_bytes, np.count_nonzero(need))]
+                    if backward else [])
+
+
+def column_block(f: int, C: int, j: int) -> slice:
+    """The columns of an f-wide matrix grid column j of C holds on 2D/3D (`spgnn.spmm.summa`'s split)."""
+    from ..spmm.summa import column_slice
+
+    return column_slice(f, C, j)
+
+
+@register_task
+class Link(Task):
+    """Whether an edge joins two nodes: node embeddings from the encoder, a score per pair, binary cross-entropy,
+    judged by ROC-AUC (and average precision). Trained by `spgnn.train.link.LinkTrainer`."""
+
+    name = "link"
+    summary = "link prediction: edges split train/val/test, dot or MLP decoder, ROC-AUC"
+    metric, metric_label, node = "rocauc", "ROC-AUC", False
+
+    def check(self, info) -> None:
+        if info.nnz < 2 * len(SPLITS):
+            raise SpgnnError(f"--task link splits the edges of {info.name!r} into train, val and test, but it has only "
+                             f"{info.nnz} entries: use a graph with more edges")
+
+    def trainer(self):
+        from ..train.link import LinkTrainer
+
+        return LinkTrainer

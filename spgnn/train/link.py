@@ -1,0 +1,215 @@
+"""Full-graph link prediction on a process grid (``--task link``, see `spgnn.tasks.link`): the encoder the layer
+registry builds (``--model``, output width ``--hidden``) on the message-passing graph, a score per pair, the mean
+binary cross-entropy over the training positives and as many negatives, and ROC-AUC and average precision.
+
+    L = −(1/2|T|) Σ_{(u,v)∈T} [log σ(s(u,v)) + log(1 − σ(s(u,w_uv)))],   s(u,v) = z_u·z_v  or  MLP(z_u ⊙ z_v)
+
+Each rank scores the pairs of its own rows; summing parameter gradients over ranks gives the serial gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..comm import autograd as autograd_comm
+from ..comm.halo import Halo
+from ..distgraph import DistGraph
+from ..errors import SpgnnError
+from ..graph.pyg import as_graph
+from ..layers.registry import Layer
+from ..layers.stack import config_model
+from ..memory import SavedTensorMeter
+from ..metrics import ranking
+from ..plan import open_parts
+from ..tasks.link import DECODERS, EdgeSplit, LinkShare, node_order, train_edges
+from ..tasks.registry import SPLITS, get_task
+from .loop import Run
+from .optim import Adam
+
+
+class LinkModel(nn.Module):
+    """The encoder (node embeddings z, `width` columns) and the decoder: none for ``dot`` (s = z_u·z_v), a
+    two-layer MLP on z_u ⊙ z_v for ``mlp``."""
+
+    def __init__(self, encoder: nn.Module, width: int, decoder: str = "dot"):
+        super().__init__()
+        self.encoder, self.decoder = encoder, decoder
+        if decoder == "mlp":
+            self.mlp = nn.ModuleList([nn.Linear(width, width), nn.Linear(width, 1)])
+
+    def score(self, g, zu: torch.Tensor, zv: torch.Tensor) -> torch.Tensor:
+        """s(u, v) of each pair from this rank's columns of z_u and z_v (on 2D/3D the dot's partial sum)."""
+        if self.decoder == "dot":
+            return (zu * zv).sum(1)
+        first, last = self.mlp
+        h = torch.relu(g.linear(zu * zv, first.weight.t(), first.bias))
+        return g.linear(h, last.weight.t(), last.bias).squeeze(1)
+
+    def load_state_dict(self, state, *args, **kwargs):
+        theirs = "mlp" if any(k.startswith("mlp.") for k in state) else "dot"
+        if theirs != self.decoder:
+            raise SpgnnError(f"the checkpoint is of --decoder {theirs}, this run's is {self.decoder}: resume with "
+                             f"--decoder {theirs}")
+        return super().load_state_dict(state, *args, **kwargs)
+
+
+class LinkTrainer(Run):
+    """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
+    it (cfg.dataset, or `graph` in memory with `parts`), `decoder` ("dot" or "mlp"), `split` the edges held out."""
+
+    task = get_task("link")
+
+    def __init__(self, cfg, comm, graph=None, parts=None, decoder: str = "dot", split: EdgeSplit | None = None):
+        cfg = cfg.validate()
+        self.split = replace(split or EdgeSplit(), seed=cfg.seed).check()
+        if decoder not in DECODERS:
+            raise SpgnnError(f"--decoder must be {' or '.join(DECODERS)}, got {decoder!r}")
+        graph = as_graph(graph)
+        cfg, opened, _, _ = open_parts(cfg, comm, graph, parts)
+        perm = node_order(opened)
+        torch.manual_seed(cfg.seed)
+        encoder = config_model(cfg, opened.info.num_features, cfg.hidden)
+        for layer in encoder.modules():
+            if isinstance(layer, Layer) and layer.adjacency is not None:
+                if "attention" in layer.needs:
+                    raise SpgnnError(f"--task link cannot train --model {cfg.model}: its attention runs over the "
+                                     "whole graph, the held-out edges included; choose gcn, sage, gin, appnp or gcnii")
+                layer.adjacency = train_edges(layer.adjacency, self.split, perm)
+        self.model = LinkModel(encoder, cfg.hidden, decoder)
+        self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        if graph is not None:
+            self.g = DistGraph(comm, cfg, graph=graph, parts=opened.partition.parts, model=encoder)
+        else:
+            self.g = DistGraph(comm, cfg, dataset=str(opened.path), model=encoder)
+        if decoder == "mlp":
+            self.g.require("whole_rows", "--decoder mlp")
+        self.cfg, self.comm, self.parts, self.decoder = self.g.cfg, comm, self.g.parts, decoder
+        self.model = self.g.prepare(self.model)
+        share = self.g.parts.share(self.g.algo.part_of(self.g.grid.shape, self.g.grid.coord))
+        share.drop_features()
+        self.edges = LinkShare(share, perm, self.split)
+        columns = self.g.algo.column_group()
+        self.columns = columns if columns is not None and columns.size > 1 else None
+        self.counts = {s: int(c) for s, c in zip(SPLITS, self._sum([c * self.counting for c in self.edges.counted()]))}
+        empty = [s for s in SPLITS if not self.counts[s]]
+        if empty:
+            raise SpgnnError(f"--task link: the {' and '.join(empty)} split of {self.g.info.name!r} holds no edge "
+                             f"({self.counts}), so its ROC-AUC is undefined: raise --val-edges/--test-edges or use "
+                             "a graph with more edges")
+        self.info = replace(self.g.info, counts={f"{s}_edges": c for s, c in self.counts.items()})
+        self.meter, self._eval = SavedTensorMeter(), None
+
+    # -- pieces ------------------------------------------------------------------------------------------
+    @property
+    def counting(self) -> bool:
+        """Whether this rank's pairs count in the loss and the metrics (one rank of a grid row on 2D/3D)."""
+        return self.columns is None or self.columns.ranks.index(self.comm.rank) == 0
+
+    def _sum(self, values) -> list[float]:
+        """Σ over the rows group of each value (phase edges)."""
+        with self.comm.phase("edges"):
+            return self.g.all_sum(values)
+
+    def embeddings(self, epoch: int = 0) -> torch.Tensor:
+        """z: this rank's rows (and columns) of the encoder's output."""
+        return self.model.encoder(self.g, self.g.x, self.g.node_ids, epoch)
+
+    def halo(self, dst: np.ndarray) -> Halo | None:
+        """The `Halo` of the remote rows pairs ending at `dst` (new ids) need (phase edges; None on one part)."""
+        group = self.g.grid.group(type(self.g.algo).parts_group)
+        if group.size == 1:
+            return None
+        with self.comm.phase("edges"):
+            return Halo(dst, self.g.info.offsets, self.edges.share.part, self.comm, group)
+
+    def endpoints(self, z: torch.Tensor, dst: np.ndarray, halo: Halo | None) -> torch.Tensor:
+        """z_v of each pair's end v: local rows, or remote ones fetched from their owners (differentiable; the
+        exchanges in phase edges, forward and backward)."""
+        first = self.edges.first
+        if halo is None:
+            return z[torch.as_tensor(dst - first)]
+
+        def gather(t):
+            with self.comm.phase("edges"):
+                return torch.cat([t, halo.gather(t)])
+
+        def give_back(t):
+            with self.comm.phase("edges"):
+                return halo.scatter_add(t[z.shape[0]:], t[:z.shape[0]].clone())
+        return autograd_comm.linear_map(z, self.comm, gather, give_back)[torch.as_tensor(halo.local_columns(dst))]
+
+    def scores(self, z: torch.Tensor, src: np.ndarray, dst: np.ndarray, halo: Halo | None) -> torch.Tensor:
+        """s(u, v) of the pairs (src local rows, dst new ids), summed along the grid row on 2D/3D."""
+        s = self.model.score(self.g, z[torch.as_tensor(src)], self.endpoints(z, dst, halo))
+        if self.columns is None:
+            return s
+
+        def total(t):
+            with self.comm.phase("edges"):
+                return self.comm.all_reduce(t.clone(), self.columns)
+        return autograd_comm.linear_map(s, self.comm, total, total)
+
+    def forward(self, epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the global mean training loss, its gradient this rank's share; z) at `epoch`, with dropout."""
+        self.model.train()
+        with self.comm.phase("forward"), self.meter.hooks():
+            z = self.embeddings(epoch)
+        src, dst, pos = self.edges.training(epoch)
+        s = self.scores(z, src, dst, self.halo(dst))
+        y = torch.cat([torch.ones(pos), torch.zeros(src.size - pos)]).to(s)
+        local = F.binary_cross_entropy_with_logits(s, y, reduction="sum") * (self.counting / (2 * self.counts["train"]))
+        (total,) = self._sum([local.item()])
+        return local + (total - local.detach()), z
+
+    def epoch(self, epoch: int) -> float:
+        """One forward, backward and Adam step; returns the global mean training loss."""
+        self.opt.zero_grad(set_to_none=False)
+        loss, _ = self.forward(epoch)
+        loss.backward()
+        with self.comm.phase("optimizer"):
+            self.g.sync_gradients(self.model)
+            self.opt.step()
+        return loss.item()
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """{"<split>_rocauc", "<split>_ap"} of each split's positives against one fixed negative each."""
+        self.model.eval()
+        with self.comm.phase("eval"):
+            z = self.embeddings()
+        if self._eval is None:
+            src, dst, label, code = self.edges.evaluation()
+            self._eval = src, dst, torch.as_tensor(label), torch.as_tensor(code), self.halo(dst)
+        src, dst, label, code, halo = self._eval
+        s = self.scores(z, src, dst, halo)
+        if not self.counting:
+            s, label, code = s[:0], label[:0], code[:0]
+        with self.comm.phase("eval"):
+            figures = ranking(s, label, self.comm, self.g.rows_group(), code, len(SPLITS))
+        return {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
+
+    # -- the report --------------------------------------------------------------------------------------
+    def rank_report(self) -> dict:
+        mine = super().rank_report()
+        mine["memory"] |= {"graph_bytes": self.g.graph_bytes(), "saved_for_backward_bytes": self.meter.peak_bytes,
+                           "edge_bytes": self.edges_bytes()}
+        return mine
+
+    def edges_bytes(self) -> int:
+        """Bytes of the link task's own arrays on this rank: node order and its inverse, pairs, block-row keys."""
+        e = self.edges
+        return sum(a.nbytes for a in (e.perm, e.inv, e.src, e.dst, e.code, e.keys))
+
+    def graph_report(self) -> dict:
+        return super().graph_report() | {"symmetric": self.g.info.symmetric, "edges": self.counts}
+
+    def run_report(self, everyone, epochs) -> dict:
+        return {"link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test},
+                "grid": {"algo": self.g.algo.name, "shape": list(self.g.grid.shape)}}
+
+

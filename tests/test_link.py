@@ -1,0 +1,204 @@
+"""Link prediction (--task link): the split and the negatives are the same at every P; the loss curve and the
+figures are those of one process at P = 2 and 4 on 1d-halo, 2d and sar; the gradient of the embeddings equals
+plain PyTorch's on the whole graph; the ledger's phase edges equals `predict_edges` on every rank; bad input is
+one line."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import average_precision_score, roc_auc_score
+
+import spgnn
+from spgnn import spmm
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import run_local
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.graph.adjacency import get_adjacency, normalize
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import row_normalize
+from spgnn.hashing import hash_uniform, mix_key
+from spgnn.partition.partition import make_partition
+from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset
+from spgnn.tasks.link import TAG, EdgeSplit, LinkShare, edge_uniform, node_order, predict_edges, train_edges
+from spgnn.train.link import LinkTrainer
+
+EPOCHS = 3
+LAYOUTS = {2: [("1d-halo", None), ("2d", "1x2"), ("sar", None)], 4: [("1d-halo", None), ("2d", "2x2"), ("sar", None)]}
+
+
+def _cfg(cache, algo="1d-halo", grid=None, **kw):
+    return TrainConfig(dataset="cora", algo=algo, grid=grid, hidden=8, dropout=0.0, cache_dir=str(cache),
+                       **kw)
+
+
+def test_edge_uniform_is_hash_uniform():
+    a, b = np.array([0, 5, 2707, 123456789]), np.array([1, 9, 3, 2**40])
+    key = mix_key(7, TAG)
+    expected = [hash_uniform(np.uint64(key), np.uint64(x), np.uint64(y)) for x, y in zip(a, b)]
+    np.testing.assert_array_equal(edge_uniform(key, a, b), expected)
+
+
+def _pairs(parts, split, epoch):
+    """Every part's (orig u, orig v, split code), training negatives (orig u, orig w) and kept entries, as sets."""
+    perm, pos, neg, kept = node_order(parts), set(), set(), set()
+    for p in range(parts.nparts):
+        e = LinkShare(parts.share(p), perm, split)
+        ou = e.share.node_ids
+        pos |= set(zip(ou[e.src], perm[e.dst], e.code))
+        src, dst, k = e.training(epoch)
+        neg |= set(zip(ou[src[k:]], perm[dst[k:]]))
+        mp = e.message_passing().adj.tocoo()
+        kept |= set(zip(ou[mp.row], perm[mp.col]))
+    return pos, neg, kept
+
+
+def test_the_split_and_the_negatives_are_the_same_at_every_p():
+    g, split = load_dataset("cora"), EdgeSplit(0.05, 0.1, seed=3)
+    one = _pairs(InMemoryParts(g, make_partition("block", g.adj, 1)), split, 2)
+    three = _pairs(InMemoryParts(g, make_partition("random", g.adj, 3, seed=1)), split, 2)
+    assert one == three
+    pos, neg, kept = one
+    assert len(pos) == g.nnz // 2                                 # each undirected edge once
+    codes = np.array([c for *_, c in pos])
+    assert abs((codes == 1).mean() - 0.05) < 0.015 and abs((codes == 2).mean() - 0.1) < 0.02
+    held = {(u, v) for u, v, c in pos if c}
+    assert not any((u, v) in kept or (v, u) in kept for u, v in held)     # held out in both directions
+    assert len(kept) == g.nnz - 2 * len(held)
+    a = g.adj.tolil()
+    assert all(u != w and a[u, w] == 0 for u, w in neg)           # negatives are no edges of the graph
+    assert len(neg) == (codes == 0).sum()
+    whole = get_adjacency(train_edges("sum", split, np.arange(g.n))).of(g.adj).tocoo()     # of the whole graph
+    assert set(zip(whole.row, whole.col)) == kept
+
+
+def _run(comm, layouts, cache, epochs=EPOCHS, keep=False):
+    """Per layout: the losses, the figures, the gradient of the loss by z one more epoch on (node ids, columns,
+    block), the ledger's phase edges, and the folder and grid to predict it from (and the trainer, if `keep`)."""
+    out = {}
+    for algo, grid in layouts:
+        comm.ledger.reset()
+        t = LinkTrainer(_cfg(cache, algo, grid), comm)
+        losses, figures = [], []
+        for e in range(epochs):
+            losses.append(t.epoch(e))
+            figures.append(t.evaluate())
+        t.opt.zero_grad()
+        loss, z = t.forward(epochs)
+        z.retain_grad()
+        loss.backward()
+        edges = {(r["op"], r["group"]): [r[k] for k in ("calls", "sent_bytes", "recv_bytes", "messages")]
+                 for r in comm.ledger.table() if r["phase"] == "edges"}
+        out[algo] = {"losses": losses + [loss.item()], "figures": figures, "edges": edges,
+                     "grad": (t.g.node_ids.numpy(), t.g.columns(8), z.grad.numpy()), "folder": str(t.parts.path),
+                     "shape": t.g.grid.shape} | ({"trainer": t} if keep else {})
+    return out
+
+
+def _whole(ranks, algo, n=2708, width=8) -> np.ndarray:
+    out = np.full((n, width), np.nan, np.float32)
+    for r in ranks:
+        ids, cols, block = r[algo]["grad"]
+        out[ids, cols] = block
+    return out
+
+
+def _plain_pytorch(t: LinkTrainer, epoch: int):
+    """The loss and its gradient by z at `epoch` in plain PyTorch on the whole graph: A without the held-out pairs
+    normalised as GCN does, the trainer's weights and pairs (one process: new ids are the original ones)."""
+    g = load_dataset("cora")
+    a = g.adj.tocoo()
+    code = t.split.code(np.minimum(a.row, a.col), np.maximum(a.row, a.col))
+    keep = code == 0
+    a = normalize(sp.csr_matrix((a.data[keep], (a.row[keep], a.col[keep])), shape=a.shape), "gcn").tocoo()
+    a = torch.sparse_coo_tensor(np.vstack([a.row, a.col]), a.data, a.shape, check_invariants=True).coalesce()
+    h = torch.as_tensor(row_normalize(g.x))
+    for i, layer in enumerate(t.model.encoder.layers):
+        h = torch.sparse.mm(a, h @ layer.weight.detach()) + layer.bias.detach()
+        h = torch.relu(h) if i == 0 else h
+    z = h.requires_grad_()
+    src, dst, pos = t.edges.training(epoch)
+    s = (z[src] * z[dst]).sum(1)
+    loss = F.binary_cross_entropy_with_logits(s, torch.cat([torch.ones(pos), torch.zeros(src.size - pos)]))
+    loss.backward()
+    return loss.item(), z.grad.numpy()
+
+
+def test_one_loss_curve_at_every_p_and_the_ledger_predicted(tmp_path):
+    one = _run(Comm(0, 1), [("1d-halo", None)], tmp_path, keep=True)["1d-halo"]
+    plain_loss, plain_grad = _plain_pytorch(one["trainer"], EPOCHS)
+    assert one["losses"][-1] == pytest.approx(plain_loss, rel=1e-5)
+    np.testing.assert_allclose(_whole([{"1d-halo": one}], "1d-halo"), plain_grad, rtol=1e-4, atol=1e-9)
+    for P, layouts in LAYOUTS.items():
+        ranks = run_local(_run, P, layouts, tmp_path, timeout_s=600)
+        for algo, _ in layouts:
+            mine = ranks[0][algo]
+            np.testing.assert_allclose(mine["losses"], one["losses"], rtol=2e-5, err_msg=f"{algo} at P = {P}")
+            for f, f1 in zip(mine["figures"], one["figures"]):
+                assert f.keys() == f1.keys() == {f"{s}_{m}" for s in ("train", "val", "test") for m in ("rocauc", "ap")}
+                np.testing.assert_allclose([f[k] for k in f1], list(f1.values()), rtol=1e-4, err_msg=algo)
+            np.testing.assert_allclose(_whole(ranks, algo), plain_grad, rtol=1e-3, atol=1e-8, err_msg=algo)
+            predicted = predict_edges(PartitionedDataset(mine["folder"]), spmm.get(algo), mine["shape"],
+                                      EdgeSplit(seed=0), 8, EPOCHS + 1, EPOCHS)
+            for r in range(P):
+                assert ranks[r][algo]["edges"] == {(row["op"], row["group"]): [row[k] for k in (
+                    "calls", "sent_bytes", "recv_bytes", "messages")] for row in predicted[r].table()}, (algo, P, r)
+            assert any(sent for _, sent, _, _ in mine["edges"].values())
+
+
+def test_figures_are_scikit_learns(tmp_path):
+    t = LinkTrainer(_cfg(tmp_path), Comm(0, 1))
+    t.epoch(0)
+    figures = t.evaluate()
+    with torch.no_grad():
+        z = t.embeddings()
+        src, dst, label, code = t.edges.evaluation()
+        s = (z[src] * z[dst]).sum(1).numpy()
+    for k, split in enumerate(("train", "val", "test")):
+        m = code == k
+        assert figures[f"{split}_rocauc"] == pytest.approx(roc_auc_score(label[m], s[m]), rel=1e-9)
+        assert figures[f"{split}_ap"] == pytest.approx(average_precision_score(label[m], s[m]), rel=1e-9)
+
+
+def test_mlp_decoder_learns(tmp_path):
+    t = LinkTrainer(_cfg(tmp_path, lr=0.01), Comm(0, 1), decoder="mlp")
+    losses = [t.epoch(e) for e in range(20)]
+    assert losses[-1] < losses[0]
+    assert t.evaluate()["val_rocauc"] > 0.6
+
+
+def _tiny():
+    adj = sp.csr_matrix((np.ones(2), ([0, 1], [1, 0])), shape=(3, 3))
+    return spgnn.Graph(adj, np.eye(3, dtype=np.float32), np.zeros(3), np.ones(3, bool), np.zeros(3, bool),
+                       np.zeros(3, bool), name="tiny")
+
+
+@pytest.mark.parametrize("what, kwargs, message", [
+    ("fractions", {"split": EdgeSplit(0.5, 0.5)}, "--val-edges and --test-edges must be fractions above 0"),
+    ("decoder", {"decoder": "bilinear"}, "--decoder must be dot or mlp, got 'bilinear'"),
+    ("few edges", {"graph": "tiny"}, "--task link: the val and test split of 'tiny' holds no edge"),
+    ("attention", {"model": "gat"}, "--task link cannot train --model gat: its attention runs over the whole graph"),
+    ("mlp on 2d", {"decoder": "mlp", "algo": "2d"}, "--decoder mlp needs whole rows, which --algo 2d does not"),
+])
+def test_bad_input_is_one_line(tmp_path, what, kwargs, message):
+    kwargs = dict(kwargs)
+    cfg = _cfg(tmp_path, **{k: kwargs.pop(k) for k in ("model", "algo") if k in kwargs})
+    if kwargs.get("graph") == "tiny":
+        kwargs["graph"] = _tiny()
+    with pytest.raises(SpgnnError, match="^" + message.replace("(", r"\(")):
+        LinkTrainer(cfg, Comm(0, 1), **kwargs)
+
+
+def test_report_and_resume(tmp_path):
+    """Four epochs in one run equal two, checkpointed, then two resumed; the records name the link figures."""
+    whole = LinkTrainer(_cfg(tmp_path, epochs=4), Comm(0, 1)).run(log=None)
+    LinkTrainer(_cfg(tmp_path, epochs=2, checkpoint=str(tmp_path / "ck"), checkpoint_every=1), Comm(0, 1)).run(log=None)
+    resumed = LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck")), Comm(0, 1)).run(log=None)
+    assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
+    assert whole["task"] == {"name": "link", "metric": "rocauc", "label": "ROC-AUC"}
+    assert {"val_rocauc", "test_ap"} <= whole["final"].keys() and "val_rocauc" in whole["best"]
+    assert sum(whole["graph"]["edges"].values()) == load_dataset("cora").nnz // 2
+    with pytest.raises(SpgnnError, match="the checkpoint is of --decoder dot, this run's is mlp"):
+        LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck")), Comm(0, 1), decoder="mlp").run(log=None)
