@@ -26,7 +26,6 @@ from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.partition import available, make_partition, save_partition
 from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, plan
 from .tasks import TASKS, get_task
-from .tasks.link import EdgeSplit
 from .train import checkpoint
 from .train.fullbatch import Trainer
 
@@ -128,10 +127,6 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch (default 1024, or the "
       "training set if smaller; a larger value given explicitly is an error)")
     a("--bulk", type=int, default=1, help="--sampler: minibatches each rank samples in one bulk call")
-    a("--decoder", default="dot", choices=["dot", "mlp"], help="--task link: an edge's score from its ends' "
-      "embeddings, z_u·z_v (dot) or an MLP on z_u ⊙ z_v (mlp)")
-    a("--val-edges", type=float, default=0.05, help="--task link: the fraction of the edges held out for validation")
-    a("--test-edges", type=float, default=0.1, help="--task link: the fraction of the edges held out for test")
     graph = p.add_mutually_exclusive_group()
     graph.add_argument("--split-graph", action="store_true", help="--sampler: split the adjacency and features "
                        "1.5D (P/c row blocks, each on c = --replication processes) and fetch the rows each step "
@@ -249,10 +244,7 @@ def train(args, argv) -> int:
         agree(comm, lambda: checkpoint.readable(cfg.resume))
     with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):
         full = Trainer if cfg.task == "auto" else get_task(cfg.task).trainer()
-        link = {"decoder": args.decoder, "split": EdgeSplit(args.val_edges, args.test_edges)} \
-            if cfg.task == "link" else {}
-        trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else \
-            full(cfg, comm, **link)
+        trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else full(cfg, comm)
     if comm.rank == 0 and not args.quiet:
         g = trainer.info
         how = f"sampler {args.sampler}" if sampled else cfg.algo

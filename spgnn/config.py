@@ -1,8 +1,9 @@
 """`TrainConfig`: everything that defines a training run (the ``spgnn train`` options), and its validation.
 
 Its fields are the ones below plus the `spgnn.Option`s of every registered algorithm (``--replication`` of 1.5d,
-``--grid`` of 2d and 3d, ``--prefetch`` of sar, and those of plugins) and every registered layer (``--heads`` of
-GAT, ``--steps`` and ``--alpha`` of APPNP, …). Those are read from the registries when a config is made or read,
+``--grid`` of 2d and 3d, ``--prefetch`` of sar, and those of plugins), every registered layer (``--heads`` of
+GAT, ``--steps`` and ``--alpha`` of APPNP, …) and every registered task (``--decoder`` of link, …). Those are
+read from the registries when a config is made or read,
 not when this module is imported, so a plug-in registered later (by ``@register`` in a user's script) brings its
 options all the same: ``TrainConfig(algo="mine", my_option=3).my_option``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from . import spmm
+from . import spmm, tasks
 from .comm.launch import TRANSPORTS
 from .errors import SpgnnError
 from .layers import registry as layers
@@ -50,8 +51,8 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
 
 
 def plugin_options() -> dict:
-    """Every registered algorithm's and layer's `Option` by name."""
-    return spmm.options() | layers.options()
+    """Every registered algorithm's, layer's and task's `Option` by name."""
+    return spmm.options() | layers.options() | tasks.options()
 
 
 class _Config:
@@ -151,6 +152,13 @@ def validate(self):
     if stray:
         raise SpgnnError(f"{stray[0].flag} applies to --model {' and '.join(layers.declaring(stray[0].name))}, not "
                          f"{self.model}")
+    task = tasks.TASKS.get(self.task)
+    for option in tasks.options().values():
+        value = getattr(self, option.name)
+        if value != option.default and (task is None or option not in task.options):
+            raise SpgnnError(f"{option.flag} applies to --task {' and '.join(tasks.declaring(option.name))}, not "
+                             f"{self.task}")
+        option.check(value)
     if self.algo != "auto":
         cls = spmm.get(self.algo)
         needs = sorted(model.needs) + (["whole_rows"] if self.batch_norm else [])

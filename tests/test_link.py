@@ -31,7 +31,7 @@ LAYOUTS = {2: [("1d-halo", None), ("2d", "1x2"), ("sar", None)], 4: [("1d-halo",
 
 def _cfg(cache, algo="1d-halo", grid=None, **kw):
     return TrainConfig(dataset="cora", algo=algo, grid=grid, hidden=8, dropout=0.0, cache_dir=str(cache),
-                       **kw)
+                       **{"task": "link", **kw})
 
 
 def test_edge_uniform_is_hash_uniform():
@@ -163,32 +163,35 @@ def test_figures_are_scikit_learns(tmp_path):
 
 
 def test_mlp_decoder_learns(tmp_path):
-    t = LinkTrainer(_cfg(tmp_path, lr=0.01), Comm(0, 1), decoder="mlp")
+    t = LinkTrainer(_cfg(tmp_path, lr=0.01, decoder="mlp"), Comm(0, 1))
     losses = [t.epoch(e) for e in range(20)]
     assert losses[-1] < losses[0]
     assert t.evaluate()["val_rocauc"] > 0.6
 
 
-def _tiny():
-    adj = sp.csr_matrix((np.ones(2), ([0, 1], [1, 0])), shape=(3, 3))
-    return spgnn.Graph(adj, np.eye(3, dtype=np.float32), np.zeros(3), np.ones(3, bool), np.zeros(3, bool),
-                       np.zeros(3, bool), name="tiny")
+def _tiny(n=3):
+    """A path on n nodes: 2(n − 1) entries of A."""
+    a = sp.diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1], shape=(n, n), format="csr")
+    return spgnn.Graph(a, np.eye(n, dtype=np.float32), np.zeros(n), np.ones(n, bool), np.zeros(n, bool),
+                       np.zeros(n, bool), name="tiny")
 
 
 @pytest.mark.parametrize("what, kwargs, message", [
-    ("fractions", {"split": EdgeSplit(0.5, 0.5)}, "--val-edges and --test-edges must be fractions above 0"),
+    ("fractions", {"val_edges": 0.5, "test_edges": 0.5}, "--val-edges and --test-edges must be fractions above 0"),
     ("decoder", {"decoder": "bilinear"}, "--decoder must be dot or mlp, got 'bilinear'"),
-    ("few edges", {"graph": "tiny"}, "--task link: the val and test split of 'tiny' holds no edge"),
+    ("decoder of a node task", {"decoder": "mlp", "task": "multiclass"}, "--decoder applies to --task link, not "
+                                                                        "multiclass"),
+    ("two edges", {"graph": 3}, "--task link splits the edges of 'tiny' into train, val and test, but it has only "
+                                "4 entries"),
+    ("few edges", {"graph": 5}, "--task link: the test split of 'tiny' holds no edge"),
     ("attention", {"model": "gat"}, "--task link cannot train --model gat: its attention runs over the whole graph"),
     ("mlp on 2d", {"decoder": "mlp", "algo": "2d"}, "--decoder mlp needs whole rows, which --algo 2d does not"),
 ])
 def test_bad_input_is_one_line(tmp_path, what, kwargs, message):
     kwargs = dict(kwargs)
-    cfg = _cfg(tmp_path, **{k: kwargs.pop(k) for k in ("model", "algo") if k in kwargs})
-    if kwargs.get("graph") == "tiny":
-        kwargs["graph"] = _tiny()
+    graph = _tiny(kwargs.pop("graph")) if "graph" in kwargs else None
     with pytest.raises(SpgnnError, match="^" + message.replace("(", r"\(")):
-        LinkTrainer(cfg, Comm(0, 1), **kwargs)
+        LinkTrainer(_cfg(tmp_path, **kwargs).validate(), Comm(0, 1), graph=graph)
 
 
 def test_report_and_resume(tmp_path):
@@ -201,4 +204,4 @@ def test_report_and_resume(tmp_path):
     assert {"val_rocauc", "test_ap"} <= whole["final"].keys() and "val_rocauc" in whole["best"]
     assert sum(whole["graph"]["edges"].values()) == load_dataset("cora").nnz // 2
     with pytest.raises(SpgnnError, match="the checkpoint is of --decoder dot, this run's is mlp"):
-        LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck")), Comm(0, 1), decoder="mlp").run(log=None)
+        LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck"), decoder="mlp"), Comm(0, 1)).run(log=None)

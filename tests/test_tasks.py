@@ -211,7 +211,7 @@ def test_bad_targets_and_tasks_say_what_is_wrong(tmp_path):
         Trainer(TrainConfig(epochs=1, task="binary"), _comm())
     with pytest.raises(SpgnnError, match="--task multilabel needs n×t binary targets"):
         Trainer(TrainConfig(epochs=1, task="multilabel"), _comm())
-    with pytest.raises(SpgnnError, match="--task must be auto or multiclass, binary, multilabel"):
+    with pytest.raises(SpgnnError, match="--task must be auto or .*multiclass, binary, multilabel"):
         TrainConfig(task="regression").validate()
     folder = tmp_path / "ogbn_proteins"
     write_proteins(folder)

@@ -39,6 +39,7 @@ from ..comm.halo import Halo, owner
 from ..errors import SpgnnError
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
 from ..hashing import mix_key
+from ..options import Option
 from ..partition.share import gcn_degree
 from ..sparse.csr import row_ids
 from .registry import SPLITS, Task, register_task
@@ -291,6 +292,17 @@ class Link(Task):
     name = "link"
     summary = "link prediction: edges split train/val/test, dot or MLP decoder, ROC-AUC"
     metric, metric_label, node = "rocauc", "ROC-AUC", False
+    options = (Option("decoder", str, "dot", "--task link: an edge's score from its ends' embeddings, z_u·z_v (dot) "
+                      "or an MLP on z_u ⊙ z_v (mlp)", valid=lambda v: v in DECODERS, must=" or ".join(DECODERS)),
+               Option("val_edges", float, 0.05, "--task link: the fraction of the edges held out for validation",
+                      valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
+               Option("test_edges", float, 0.1, "--task link: the fraction of the edges held out for test",
+                      valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
+               Option("embedding", int, 0, "--task link: the width of the node embeddings, the encoder's output "
+                      "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"))
+
+    def out_dim(self, info) -> int:         # the encoder's output is the embedding (its width is cfg's)
+        raise SpgnnError("--task link's output width is the embedding's: LinkTrainer builds its encoder")
 
     def check(self, info) -> None:
         if info.nnz < 2 * len(SPLITS):

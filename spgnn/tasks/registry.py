@@ -5,6 +5,7 @@ A task is a `Task` that declares
     metric          the key of its figure in the report and the epoch line: "<split>_<metric>" (``val_acc``,
                     ``test_rocauc``); the best epoch is the one with the best ``val_<metric>``
     metric_label    that figure's name for people (an axis label: "accuracy", "ROC-AUC")
+    options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags (``--decoder`` of link)
     node            whether it predicts a value per node (trained by the full-batch `spgnn.Trainer`); a task that
                     is not (link prediction) names its own trainer with `trainer`
     found(info)     whether it is the task the data describe (``--task auto`` takes the first that is)
@@ -35,6 +36,7 @@ class Task:
     metric = "acc"
     metric_label = "accuracy"
     node = True
+    options: tuple = ()
 
     @classmethod
     def found(cls, info) -> bool:
@@ -98,6 +100,16 @@ def resolve(name: str, info) -> Task:
         task = get_task(name)
     task.check(info)
     return task
+
+
+def options() -> dict:
+    """Every registered task's options by name (`spgnn.options.merged`)."""
+    return plugins.merged(TASKS, "--task")
+
+
+def declaring(name: str) -> list[str]:
+    """The tasks that declare option `name`."""
+    return plugins.declaring(TASKS, name)
 
 
 def load_entry_points() -> None:

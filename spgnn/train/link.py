@@ -1,6 +1,7 @@
 """Full-graph link prediction on a process grid (``--task link``, see `spgnn.tasks.link`): the encoder the layer
-registry builds (``--model``, output width ``--hidden``) on the message-passing graph, a score per pair, the mean
-binary cross-entropy over the training positives and as many negatives, and ROC-AUC and average precision.
+registry builds (``--model``, output width ``--embedding``, else ``--hidden``) on the message-passing graph, a score
+per pair, the mean binary cross-entropy over the training positives and as many negatives, and ROC-AUC and average
+precision.
 
     L = −(1/2|T|) Σ_{(u,v)∈T} [log σ(s(u,v)) + log(1 − σ(s(u,w_uv)))],   s(u,v) = z_u·z_v  or  MLP(z_u ⊙ z_v)
 
@@ -26,7 +27,7 @@ from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
 from ..metrics import ranking
 from ..plan import open_parts
-from ..tasks.link import DECODERS, EdgeSplit, LinkShare, node_order, train_edges
+from ..tasks.link import EdgeSplit, LinkShare, node_order, train_edges
 from ..tasks.registry import SPLITS, get_task
 from .loop import Run
 from .optim import Adam
@@ -60,27 +61,27 @@ class LinkModel(nn.Module):
 
 class LinkTrainer(Run):
     """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
-    it (cfg.dataset, or `graph` in memory with `parts`), `decoder` ("dot" or "mlp"), `split` the edges held out."""
+    it (cfg.dataset, or `graph` in memory with `parts`); the link task's options in cfg: ``decoder`` ("dot" or
+    "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out), ``embedding`` (z's width, 0: ``hidden``)."""
 
     task = get_task("link")
 
-    def __init__(self, cfg, comm, graph=None, parts=None, decoder: str = "dot", split: EdgeSplit | None = None):
-        cfg = cfg.validate()
-        self.split = replace(split or EdgeSplit(), seed=cfg.seed).check()
-        if decoder not in DECODERS:
-            raise SpgnnError(f"--decoder must be {' or '.join(DECODERS)}, got {decoder!r}")
+    def __init__(self, cfg, comm, graph=None, parts=None):
+        cfg = replace(cfg, task="link").validate()
+        self.split = EdgeSplit(cfg.val_edges, cfg.test_edges, cfg.seed).check()
+        decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
         graph = as_graph(graph)
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts)
         perm = node_order(opened)
         torch.manual_seed(cfg.seed)
-        encoder = config_model(cfg, opened.info.num_features, cfg.hidden)
+        encoder = config_model(cfg, opened.info.num_features, width)
         for layer in encoder.modules():
             if isinstance(layer, Layer) and layer.adjacency is not None:
                 if "attention" in layer.needs:
                     raise SpgnnError(f"--task link cannot train --model {cfg.model}: its attention runs over the "
                                      "whole graph, the held-out edges included; choose gcn, sage, gin, appnp or gcnii")
                 layer.adjacency = train_edges(layer.adjacency, self.split, perm)
-        self.model = LinkModel(encoder, cfg.hidden, decoder)
+        self.model = LinkModel(encoder, width, decoder)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         if graph is not None:
             self.g = DistGraph(comm, cfg, graph=graph, parts=opened.partition.parts, model=encoder)
