@@ -28,9 +28,9 @@ GAE = {"test_rocauc": 0.910, "test_ap": 0.920}
 def run(seed: int, args) -> list[dict]:
     """The per-epoch records ({"epoch", "loss", "<split>_rocauc", "<split>_ap"}) of one seed."""
     cfg = TrainConfig(dataset="cora", task="link", model="gcn", layers=2, hidden=args.hidden,
-                      embedding=args.embedding, dropout=0.0, weight_decay=0.0, lr=0.01, epochs=args.epochs, seed=seed,
-                      feature_norm=args.feature_norm, init=args.init, cache_dir=args.cache_dir, decoder=args.decoder,
-                      val_edges=0.05, test_edges=0.10)
+                      embedding=args.embedding, dropout=0.0, weight_decay=0.0, lr=args.lr, epochs=args.epochs,
+                      seed=seed, feature_norm=args.feature_norm, init=args.init, cache_dir=args.cache_dir,
+                      decoder=args.decoder, val_edges=0.05, test_edges=0.10)
     t = LinkTrainer(cfg, Comm(0, 1))
     return [{"epoch": e, "loss": t.epoch(e)} | t.evaluate() for e in range(args.epochs)]
 
@@ -42,6 +42,7 @@ def main(argv=None) -> int:
     p.add_argument("--feature-norm", default="none", choices=["none", "row"])
     p.add_argument("--init", default="auto")
     p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--decoder", default="dot", choices=["dot", "mlp"])
     p.add_argument("--cache-dir", default=None)

@@ -41,11 +41,23 @@ def _fmix(z):
     return z ^ (z >> _U31)
 
 
+_fmix_array = getattr(_fmix, "py_func", _fmix)       # the same finaliser, on numpy arrays
+
+
 @njit(inline="always")
 def hash_uniform(key, row, col):
     """u ∈ (0, 1): splitmix64 of (key, row, col), 53 bits."""
     z = _fmix(_fmix(key + np.uint64(row) * _U_GOLDEN) + np.uint64(col + 1) * _U_GOLDEN)
     return (np.float64(z >> _U11) + 0.5) * 2.0 ** -53
+
+
+def hash_uniform_array(key: int, rows, cols) -> np.ndarray:
+    """`hash_uniform` of each pair (rows[i], cols[i]) of non-negative ints, vectorised with numpy (float64)."""
+    rows, cols = (np.asarray(a, np.int64).astype(np.uint64) for a in (rows, cols))
+    with np.errstate(over="ignore"):
+        z = _fmix_array(np.uint64(int(key) & _MASK64) + rows * _U_GOLDEN)
+        z = _fmix_array(z + (cols + np.uint64(1)) * _U_GOLDEN)
+    return ((z >> _U11).astype(np.float64) + 0.5) * 2.0 ** -53
 
 
 @kernel(parallel=True, cache=True, nogil=True)

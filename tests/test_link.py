@@ -19,10 +19,10 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.adjacency import get_adjacency, normalize
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
-from spgnn.hashing import hash_uniform, mix_key
+from spgnn.hashing import hash_uniform, hash_uniform_array, mix_key
 from spgnn.partition.partition import make_partition
 from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset
-from spgnn.tasks.link import TAG, EdgeSplit, LinkShare, edge_uniform, node_order, predict_edges, train_edges
+from spgnn.tasks.link import TAG, EdgeSplit, LinkShare, node_order, predict_edges, train_edges
 from spgnn.train.link import LinkTrainer
 
 EPOCHS = 3
@@ -34,11 +34,11 @@ def _cfg(cache, algo="1d-halo", grid=None, **kw):
                        **{"task": "link", **kw})
 
 
-def test_edge_uniform_is_hash_uniform():
+def test_hash_uniform_array_is_hash_uniform():
     a, b = np.array([0, 5, 2707, 123456789]), np.array([1, 9, 3, 2**40])
     key = mix_key(7, TAG)
     expected = [hash_uniform(np.uint64(key), np.uint64(x), np.uint64(y)) for x, y in zip(a, b)]
-    np.testing.assert_array_equal(edge_uniform(key, a, b), expected)
+    np.testing.assert_array_equal(hash_uniform_array(key, a, b), expected)
 
 
 def _pairs(parts, split, epoch):

@@ -6,7 +6,7 @@ new ids) and the original ids of every node (`node_order`, O(n)). The edges it s
 
     candidates      the entries (u, v) of its block row, u ≠ v; of a symmetric A only those with orig(u) < orig(v),
                     so that an undirected edge is one pair, scored once
-    split           t = U(seed, min, max) of the pair's original ids (`edge_uniform`, splitmix64): test when
+    split           t = U(seed, min, max) of the pair's original ids (`spgnn.hashing.hash_uniform_array`): test when
                     t < test, validation when t < test + val, else training. The two entries of an undirected
                     edge get one split, whichever rank holds them, so the union is the same at every P
     message passing the block row without the validation and test pairs (both directions), normalised as the
@@ -38,7 +38,7 @@ from ..comm.comm import Ledger, ring_words
 from ..comm.halo import Halo, owner
 from ..errors import SpgnnError
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
-from ..hashing import mix_key
+from ..hashing import hash_uniform_array, mix_key
 from ..options import Option
 from ..partition.share import gcn_degree
 from ..sparse.csr import row_ids
@@ -47,25 +47,6 @@ from .registry import SPLITS, Task, register_task
 TAG = 0x11E4            # the hash domain of link prediction's draws (split, negatives)
 TRIES = 4               # draws of a negative before the last is kept
 DECODERS = ("dot", "mlp")
-_U64 = np.uint64
-_PHI, _M1, _M2 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
-
-
-def _fmix(z: np.ndarray) -> np.ndarray:
-    z = (z ^ (z >> _U64(30))) * _M1
-    z = (z ^ (z >> _U64(27))) * _M2
-    return z ^ (z >> _U64(31))
-
-
-def edge_uniform(key: int, a, b) -> np.ndarray:
-    """u ∈ (0, 1) for each pair (a, b) of non-negative ints: splitmix64 of (key, a, b), 53 bits, as
-    `spgnn.hashing.hash_uniform` computes it for one pair."""
-    a, b = np.asarray(a, np.int64).astype(_U64), np.asarray(b, np.int64).astype(_U64)
-    with np.errstate(over="ignore"):
-        z = _fmix(_fmix(_U64(int(key) & (2**64 - 1)) + a * _PHI) + (b + _U64(1)) * _PHI)
-    return ((z >> _U64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
-
-
 @dataclass(frozen=True)
 class EdgeSplit:
     """The fractions of the edges held out for validation and test, and the seed of the split and negatives."""
@@ -82,7 +63,7 @@ class EdgeSplit:
 
     def code(self, a, b) -> np.ndarray:
         """0 (train), 1 (val) or 2 (test) for the pairs of original ids (a, b), a < b."""
-        t = edge_uniform(mix_key(self.seed, TAG), a, b)
+        t = hash_uniform_array(mix_key(self.seed, TAG), a, b)
         return np.where(t < self.test, 2, np.where(t < self.test + self.val, 1, 0)).astype(np.int8)
 
     def identity(self) -> str:
@@ -139,7 +120,7 @@ class LinkShare:
         ou, ov = np.asarray(self.share.node_ids, np.int64)[src], self.perm[dst]
         w, todo = np.empty(src.size, np.int64), np.arange(src.size)
         for t in range(TRIES):
-            drawn = np.minimum((edge_uniform(mix_key(self.split.seed, TAG, epoch, t), ou[todo], ov[todo])
+            drawn = np.minimum((hash_uniform_array(mix_key(self.split.seed, TAG, epoch, t), ou[todo], ov[todo])
                                 * self.n).astype(np.int64), self.n - 1)
             w[todo] = self.inv[drawn]
             todo = todo[(drawn == ou[todo]) | self.is_edge(src[todo], w[todo])]
