@@ -3,11 +3,11 @@
 off, one SpMM's Z = A·H and dH = Aᵀ·G equal scipy's, on and off give the same numbers bit for bit, and the ledger
 equals the cost model's calls, bytes and messages; on the torch transport (gloo) and, under mpirun, on mpi4py's.
 Overlap does happen where it is on: a recording transport sees products run while a non-blocking exchange is in
-flight (between its start and its wait), and with it off sees no non-blocking exchange at all; for 1.5d and 3d
-that includes the last stage's pieces computed while the team's or fibre's reduction of the previous ones is in
-flight. 1d-halo's attention (GAT, dropout on) equals the serial attention on the whole graph, on and off bit for
-bit, its ledger the cost model's halo exchange each way, and with overlap on the local edges' scores are
-computed while the halo rows are in flight. A value other than on or off is one clear error.
+flight (between its start and its wait), and with it off sees no non-blocking exchange at all; for 3d that
+includes the last stage's pieces computed while the fibre's reduction of the previous ones is in flight.
+1d-halo's attention (GAT, dropout on) equals the serial attention on the whole graph, on and off bit for bit,
+its ledger the cost model's halo exchange each way, and with overlap on the local edges' scores are computed
+while the halo rows are in flight. A value other than on or off is one clear error.
 
 Under mpirun this module is the rank program: ``mpirun -np 4 python -m tests.test_overlap OUT``.
 """
@@ -244,13 +244,13 @@ def _check_spmm(results, transport):
 
 def _stages(algo, shape, rank) -> int:
     """Products per SpMM direction on `rank`: the local block and the rest (1d-halo, sar), or the stages, the
-    last one computed in as many pieces as the group that reduces them has members (1.5d's team, 3d's fibre)."""
+    last one computed in as many pieces as 3d's fibre has members."""
     if algo in ("1d-halo", "sar"):
         return 2
     if algo in ("2d", "3d"):
         return shape[0] - 1 + shape[2]
     teams, c = shape
-    return len(range(rank % c, teams, c)) - 1 + c
+    return len(range(rank % c, teams, c))
 
 
 def test_overlap_on_and_off_match_reference_and_cost_model():

@@ -4,14 +4,13 @@ of A and of H is replicated on the c members of team q (grid row q). 1D is the c
 Replica k of team q computes the partial sum Σ_{j ∈ S_k} A_qj·H_j over its share S_k = {j : j mod c = k}
 of the P/c column blocks, H_j broadcast by team j's replica k along grid column k ("block" group, P/c
 members), one block live at a time; the team then all-reduces its partials ("replica" group, c members),
-so every replica holds Z_q: the rows split c ways, piece k summed at replica k (`spgnn.spmm.reduce`), then
-all-gathered. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of width f, replica
-(q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves about 2·n_q·f·(c−1)/c words in the team's
-all-reduce: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
+so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of
+width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves a ring all-reduce of
+n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
 
 With ``--overlap on`` (the default) the stages are double-buffered: stage j+1's broadcast is started before
-stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one); and the last
-stage's product is computed piece by piece, each piece's reduction in flight while the next is computed.
+stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one). The team's
+all-reduce stays blocking: the transports offer no non-blocking all-reduce.
 """
 
 from __future__ import annotations
@@ -20,14 +19,13 @@ import math
 
 import numpy as np
 
-from ..comm.comm import prefetched
+from ..comm.comm import prefetched, ring_words
 from ..comm.exchange import exchange_blocks, exchange_cost
 from ..comm.grid import divisors
 from ..errors import SpgnnError
 from ..sparse import kernels
 from ..sparse.csr import CSR, column_blocks, csr_bytes
 from .base import DistSpMM
-from .reduce import all_gather_cost, all_gather_piece, reduce_cost, reduce_pieces
 from .registry import Option, register
 
 OVERLAP = Option("overlap", str, "on", "1d, 1d-halo, sar, 1.5d, 2d, 3d: on: each SpMM computes while its next "
@@ -100,8 +98,8 @@ class OneD(DistSpMM):
         calls = [("broadcast", "block", rows[q] * (teams - 1), 0, teams - 1) if j == q else
                  ("broadcast", "block", 0, rows[j], 0) for j in range(k, teams, c)]
         if c > 1:
-            pieces = cls.team_pieces(int(stats.sizes[q]), c)
-            calls += reduce_cost("replica", pieces, k, f * 4) + all_gather_cost("replica", pieces, k, f * 4)
+            b = ring_words(int(stats.sizes[q]) * f, c, k) * 4
+            calls.append(("all_reduce", "replica", b, b, 2 * (c - 1)))
         return {"forward": calls, "backward": calls}
 
     def _stages(self, blocks, h):
@@ -111,28 +109,9 @@ class OneD(DistSpMM):
             buf = h if j == self.part else h.new_empty((int(self.sizes[j]), h.shape[1]))
             return lambda: self.comm.broadcast_async(buf, self.column.ranks[j], self.column, not self.overlap)
 
-        last = None                           # the last stage's (block, H_j): computed piece by piece below
-        for s, (j, buf) in enumerate(zip(self.share, prefetched(map(start, self.share), int(self.overlap)))):
-            if s < len(self.share) - 1:
-                product(blocks[j], buf, z)
-            else:
-                last = blocks[j], buf
-
-        def finish(lo, hi):                   # the last stage's rows lo…hi−1, before their reduction starts
-            if last is not None:
-                product(last[0].row_slice(lo, hi), last[1], z[lo:hi])
-
-        if self.team.size == 1:
-            finish(0, z.shape[0])
-            return z
-        pieces = self.team_pieces(z.shape[0], self.team.size)
-        mine = reduce_pieces(self.comm, self.team, z, pieces, finish, not self.overlap)
-        return all_gather_piece(self.comm, self.team, mine, pieces)
-
-    @staticmethod
-    def team_pieces(rows: int, c: int) -> list[int]:
-        """The rows of each member's piece in the team's reduction: rows split c ways, the first ones wider."""
-        return [len(p) for p in np.array_split(np.arange(rows), c)]
+        for j, buf in zip(self.share, prefetched(map(start, self.share), int(self.overlap))):
+            product(blocks[j], buf, z)
+        return self.comm.all_reduce(z, self.team) if self.team.size > 1 else z
 
     def _forward(self, h):
         return self._stages(self.blocks, h)

@@ -1,5 +1,4 @@
-"""Partial sums reduced piece by piece while the last product computes them (1.5D's team all-reduce, 3D's fibre
-reduce-scatter).
+"""Partial sums reduced piece by piece while the last product computes them (3D's fibre reduce-scatter).
 
 Each of the g members of a group holds a partial Z (m×f) of the same rows; row piece k (`pieces[k]` rows, in
 order) belongs to member k. `reduce_pieces` computes the last stage's product piece by piece and starts piece k's
@@ -7,7 +6,6 @@ exchange as soon as its rows are done, one all-to-all in which every member send
 that piece k is in flight while piece k+1 is computed; member k sums the g copies in member order (the same sum
 with ``--overlap off``, where each exchange completes before the next piece). Per member: it sends
 (m − pieces[me])·f words in g − 1 messages and receives (g − 1)·pieces[me]·f: a reduce-scatter's bytes.
-`all_gather_piece` then gives every member every summed piece (the all-reduce's second half).
 """
 
 from __future__ import annotations
@@ -36,22 +34,8 @@ def reduce_pieces(comm, group, z: torch.Tensor, pieces, compute, blocking: bool)
     return got.view(g, int(pieces[me]), *z.shape[1:]).sum(0)
 
 
-def all_gather_piece(comm, group, mine: torch.Tensor, pieces, blocking: bool = True) -> torch.Tensor:
-    """Every member's summed piece, in order (Σ pieces × f), from this member's `mine` (pieces[me]×f)."""
-    g = group.size
-    send = mine.unsqueeze(0).expand(g, *mine.shape).reshape(-1, *mine.shape[1:])
-    return comm.all_to_all_v_async(send, [mine.shape[0]] * g, pieces, group, blocking).wait()
-
-
 def reduce_cost(group: str, pieces, me: int, row_bytes: int) -> list:
     """`reduce_pieces`' calls for member `me`, in `spgnn.cost` form: one all-to-all a piece."""
     return [("all_to_all", group, pieces[k] * row_bytes if k != me else 0,
              (len(pieces) - 1) * pieces[me] * row_bytes if k == me else 0, int(k != me and pieces[k] > 0))
             for k in range(len(pieces))]
-
-
-def all_gather_cost(group: str, pieces, me: int, row_bytes: int) -> list:
-    """`all_gather_piece`'s call for member `me`."""
-    g = len(pieces)
-    return [("all_to_all", group, (g - 1) * pieces[me] * row_bytes, (sum(pieces) - pieces[me]) * row_bytes,
-             (g - 1) if pieces[me] else 0)]
