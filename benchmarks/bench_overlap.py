@@ -2,10 +2,11 @@
 
     python benchmarks/bench_overlap.py [--datasets amazon-computers,rmat:17] [--procs 2,4] \
                                        [--algos 1d-halo,sar,1.5d,2d,3d] [--repeats 5] [--hidden 128] \
-                                       [--prefetch 1[,2,…]] [--out results/bench_overlap.json]
+                                       [--prefetch 1[,2,…]] [--models gcn,gat] [--out results/bench_overlap.json]
 
-Per dataset and P, one `run_local` of P gloo processes; on each rank, per algorithm (its default grid), two
-Trainers (2-layer GCN, hidden --hidden, block partition), overlap off and on, are built, warmed up by one step,
+Per dataset and P, one `run_local` of P gloo processes; on each rank, per model of --models and algorithm (its
+default grid; GAT only on the algorithms with attention), two Trainers (2 layers, hidden --hidden, block
+partition), overlap off and on, are built, warmed up by one step,
 then timed interleaved (off, on, on, off, …: the order alternates so that neither always goes first) for
 --repeats training steps each. Per step and rank: the step's seconds, the seconds the ledger records for the
 step's communication (for a non-blocking exchange, the time spent starting it and waiting for it: what is left
@@ -39,7 +40,9 @@ from machine import facts  # benchmarks/machine.py
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
+from spgnn.layers import get_layer
 from spgnn.memory import _status_bytes
+from spgnn.spmm import get as get_algorithm
 from spgnn.train.fullbatch import Trainer
 
 
@@ -50,9 +53,15 @@ def variants(algo: str, prefetch: list[int]) -> dict:
     return out | ({f"on p={k}": ("on", k) for k in prefetch[1:]} if algo == "sar" else {})
 
 
-def config(g, algo: str, overlap: str, prefetch: int, hidden: int) -> TrainConfig:
-    return TrainConfig(dataset=g.name, algo=algo, overlap=overlap, hidden=hidden, layers=2, partition="block",
-                       prefetch=prefetch if algo == "sar" else 1)
+def config(g, model: str, algo: str, overlap: str, prefetch: int, hidden: int) -> TrainConfig:
+    return TrainConfig(dataset=g.name, model=model, algo=algo, overlap=overlap, hidden=hidden, layers=2,
+                       partition="block", prefetch=prefetch if algo == "sar" else 1)
+
+
+def cases(args) -> list[tuple[str, str]]:
+    """(model, algorithm) pairs measured: every algorithm for GCN and the like, those with attention for GAT."""
+    return [(m, a) for m in args.models for a in args.algos
+            if "attention" not in get_layer(m).needs or get_algorithm(a).attention]
 
 
 def reset_peak_rss() -> None:
@@ -65,9 +74,9 @@ def measure(comm, g, args) -> dict:
     """On one rank: per algorithm, per variant (overlap setting), the seconds, exposed communication seconds and
     peak RSS of --repeats steps, timed interleaved."""
     out = {}
-    for algo in args.algos:
+    for model, algo in cases(args):
         labels = variants(algo, args.prefetch)
-        trainers = {ov: Trainer(config(g, algo, *v, args.hidden), comm, graph=g) for ov, v in labels.items()}
+        trainers = {ov: Trainer(config(g, model, algo, *v, args.hidden), comm, graph=g) for ov, v in labels.items()}
         for t in trainers.values():
             t.step(0)
         rec = {ov: {"epoch_s": [], "comm_s": [], "peak_rss_bytes": []} for ov in labels}
@@ -81,20 +90,21 @@ def measure(comm, g, args) -> dict:
                 rec[ov]["epoch_s"].append(time.perf_counter() - t0)
                 rec[ov]["peak_rss_bytes"].append(_status_bytes("VmHWM"))
                 rec[ov]["comm_s"].append(comm.ledger.total("seconds"))
-        out[algo] = rec | {"grid": list(trainers["on"].grid.shape)}
+        out[f"{model} {algo}"] = rec | {"grid": list(trainers["on"].grid.shape)}
         del trainers
         gc.collect()
     return out
 
 
-def summarise(dataset: str, P: int, algo: str, ranks: list[dict], on: str, prefetch: list[int]) -> dict:
+def summarise(dataset: str, P: int, case: str, ranks: list[dict], on: str, prefetch: list[int]) -> dict:
     """Variant `on` against "off": medians over the steps of the slowest rank's seconds and the largest rank's
     peak RSS, and the ratios."""
     def median(ov, key):
-        return float(np.median(np.max(np.array([r[algo][ov][key] for r in ranks]), axis=0)))
+        return float(np.median(np.max(np.array([r[case][ov][key] for r in ranks]), axis=0)))
 
-    name = algo + (f" p={variants(algo, prefetch)[on][1]}" if algo == "sar" else "")
-    s = {"dataset": dataset, "P": P, "algo": name, "grid": ranks[0][algo]["grid"]}
+    algo = case.split()[1]
+    name = case + (f" p={variants(algo, prefetch)[on][1]}" if algo == "sar" else "")
+    s = {"dataset": dataset, "P": P, "algo": name, "grid": ranks[0][case]["grid"]}
     for ov, key in (("off", "off"), (on, "on")):
         s[f"epoch_ms_{key}"] = 1e3 * median(ov, "epoch_s")
         s[f"comm_s_{key}"] = median(ov, "comm_s")
@@ -102,13 +112,13 @@ def summarise(dataset: str, P: int, algo: str, ranks: list[dict], on: str, prefe
     s["speedup"] = s["epoch_ms_off"] / s["epoch_ms_on"]
     s["hidden_share"] = (s["comm_s_off"] - s["comm_s_on"]) / s["comm_s_off"] if s["comm_s_off"] else 0.0
     s["rss_ratio"] = s["peak_rss_mib_on"] / s["peak_rss_mib_off"]
-    s["raw"] = [{"off": r[algo]["off"], "on": r[algo][on]} for r in ranks]
+    s["raw"] = [{"off": r[case]["off"], "on": r[case][on]} for r in ranks]
     return s
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| dataset | P | algo (grid) | epoch ms off | epoch ms on | off/on | comm s off | exposed comm s on | "
-            "hidden | peak RSS MiB off | on | on/off |")
+    head = ("| dataset | P | model algo (grid) | epoch ms off | epoch ms on | off/on | comm s off | "
+            "exposed comm s on | hidden | peak RSS MiB off | on | on/off |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         lines.append(f"| {r['dataset']} | {r['P']} | {r['algo']} ({'x'.join(map(str, r['grid']))}) | "
@@ -153,13 +163,15 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", default="2,4", help="comma-separated process counts P")
     ap.add_argument("--algos", default="1d-halo,sar,1.5d,2d,3d", help="comma-separated algorithms")
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per (algorithm, overlap setting)")
-    ap.add_argument("--hidden", type=int, default=128, help="hidden width of the 2-layer GCN")
+    ap.add_argument("--models", default="gcn", help="comma-separated models (gat: on the algorithms with attention)")
+    ap.add_argument("--hidden", type=int, default=128, help="hidden width of the 2-layer models")
     ap.add_argument("--prefetch", default="1", help="sar: ring rounds in flight with overlap on; a comma-separated "
                     "list adds a variant per further value, timed in the same interleaved rounds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run_local may take")
     ap.add_argument("--out", default="results/bench_overlap.json", help="JSON output (the PNG goes next to it)")
     args = ap.parse_args(argv)
-    args.algos, args.prefetch = args.algos.split(","), [int(k) for k in args.prefetch.split(",")]
+    args.algos, args.models = args.algos.split(","), args.models.split(",")
+    args.prefetch = [int(k) for k in args.prefetch.split(",")]
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"          # inherited by the rank processes
     start, machine = time.perf_counter(), facts()
     rows = []
@@ -167,8 +179,8 @@ def main(argv=None) -> int:
         g = load_dataset(spec, args.data_dir)
         for P in map(int, args.procs.split(",")):
             ranks = run_local(measure, P, g, args, timeout_s=args.timeout)
-            rows += [summarise(spec, P, algo, ranks, on, args.prefetch) for algo in args.algos
-                     for on in variants(algo, args.prefetch) if on != "off"]
+            rows += [summarise(spec, P, f"{m} {a}", ranks, on, args.prefetch) for m, a in cases(args)
+                     for on in variants(a, args.prefetch) if on != "off"]
             print(f"[{time.perf_counter() - start:6.0f} s] {spec} P={P} done", file=sys.stderr, flush=True)
     text = table(rows)
     print(text)

@@ -3,8 +3,11 @@
 off, one SpMM's Z = A·H and dH = Aᵀ·G equal scipy's, on and off give the same numbers bit for bit, and the ledger
 equals the cost model's calls, bytes and messages; on the torch transport (gloo) and, under mpirun, on mpi4py's.
 Overlap does happen where it is on: a recording transport sees products run while a non-blocking exchange is in
-flight (between its start and its wait), and with it off sees no non-blocking exchange at all. A value other
-than on or off is one clear error.
+flight (between its start and its wait), and with it off sees no non-blocking exchange at all; for 3d that
+includes the last stage's pieces computed while the fibre's reduction of the previous ones is in flight.
+1d-halo's attention (GAT, dropout on) equals the serial attention on the whole graph, on and off bit for bit,
+its ledger the cost model's halo exchange each way, and with overlap on the local edges' scores are computed
+while the halo rows are in flight. A value other than on or off is one clear error.
 
 Under mpirun this module is the rank program: ``mpirun -np 4 python -m tests.test_overlap OUT``.
 """
@@ -13,6 +16,7 @@ import pickle
 import shutil
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -25,7 +29,7 @@ from spgnn.comm.launch import run_local
 from spgnn.cost import BlockStats
 from spgnn.graph.graph import gcn_norm, mean_norm
 from spgnn.partition.partition import Partition, make_parts
-from spgnn.sparse import kernels
+from spgnn.sparse import attention, kernels
 from tests.graphs import small_graph
 from tests.test_mpi_transport import HAVE_MPI4PY, mpirun
 
@@ -108,21 +112,55 @@ def _one(comm, log, gname, algo, options, overlap):
         _overlapped(log), shape
 
 
+HEADS, CH = 2, 3
+
+
+def _attention_inputs(n):
+    r = np.random.default_rng(1)
+    return (r.standard_normal((n, HEADS, CH)).astype(np.float32), r.standard_normal((n, HEADS)).astype(np.float32),
+            r.standard_normal((n, HEADS)).astype(np.float32), r.standard_normal((n, HEADS, CH)).astype(np.float32))
+
+
+def _attend(comm, log, gname, overlap):
+    """1d-halo's attention (dropout 0.3) on the pattern of `gname`: rows, out, the gradients of V, s_src and s_dst,
+    the ledger and the overlap counts."""
+    a, cls = MATRICES[gname], algorithms.get("1d-halo")
+    part = Partition(make_parts("random", a, P, seed=5), P)
+    op = cls.from_matrix(a, part, comm, ProcessGrid(comm, (P,), cls.grid_names), overlap=overlap)
+    rows = part.perm[op.rows]
+    v, s_src, s_dst, g = (torch.tensor(x[rows]) for x in _attention_inputs(a.shape[0]))
+    assert len(op.col_ids) >= len(rows)                 # fetched once (phase setup), as a first call would
+    for t in (v, s_src, s_dst):
+        t.requires_grad_()
+    comm.ledger.reset()
+    log.clear()
+    with comm.phase("forward", layer=0):
+        out = op.attend(v, s_src, s_dst, 0.2, dropout=0.3, key=7)
+    out.backward(g)
+    return rows, out.detach().numpy(), [t.grad.numpy() for t in (v, s_src, s_dst)], dict(comm.ledger.rows), \
+        _overlapped(log)
+
+
 def _rank(base, transport=None):
     log = []
     comm = Comm(base.rank, base.world_size, Recording(transport or TorchTransport(), log))
-    real = kernels.spmm
+    real, real_scores = kernels.spmm, attention.scores
 
     def product(*args, **kw):
         log.append(("product",))
         return real(*args, **kw)
 
-    kernels.spmm = product
+    def scores(*args, **kw):
+        log.append(("product",))
+        return real_scores(*args, **kw)
+
+    kernels.spmm, attention.scores = product, scores
     try:
-        return [_one(comm, log, gname, algo, options, overlap)
-                for gname in MATRICES for algo, options in CASES for overlap in ("on", "off")]
+        return {"spmm": [_one(comm, log, gname, algo, options, overlap)
+                         for gname in MATRICES for algo, options in CASES for overlap in ("on", "off")],
+                "attend": [_attend(comm, log, gname, overlap) for gname in MATRICES for overlap in ("on", "off")]}
     finally:
-        kernels.spmm = real
+        kernels.spmm, attention.scores = real, real_scores
 
 
 def _predicted(gname, algo, shape, rank):
@@ -138,6 +176,48 @@ def _predicted(gname, algo, shape, rank):
 
 
 def _check(results, transport):
+    _check_spmm([r["spmm"] for r in results], transport)
+    _check_attend([r["attend"] for r in results], transport)
+
+
+def _check_attend(results, transport):
+    """1d-halo's attention equals the serial one on the whole graph (same dropout mask), on and off bit for bit
+    with the same ledger, and with overlap on the scores of the local edges are computed during the exchange."""
+    k = 0
+    for gname, a in MATRICES.items():
+        part = Partition(make_parts("random", a, P, seed=5), P)
+        coo = a.tocoo()
+        rows, cols = torch.as_tensor(coo.row, dtype=torch.int64), torch.as_tensor(coo.col, dtype=torch.int64)
+        v, s_src, s_dst, g = (torch.tensor(x, requires_grad=i < 3) for i, x in enumerate(_attention_inputs(a.shape[0])))
+        mask = attention.edge_mask(coo.row, coo.col, a.shape[0], HEADS, 0.3, 7)
+        out = attention.attend(rows, cols, v, s_src, s_dst, 0.2, mask)
+        out.backward(g)
+        ref = [out.detach().numpy()] + [t.grad.numpy() for t in (v, s_src, s_dst)]
+        on = {}
+        for overlap in ("on", "off"):
+            for rank, res in enumerate(results):
+                ids, got, grads, ledger, (hidden, started) = res[k]
+                where = f"1d-halo attention, overlap {overlap} on {gname}, {transport}, rank {rank}"
+                for x, want in zip([got] + grads, ref):
+                    np.testing.assert_allclose(x, want[ids], rtol=1e-4, atol=1e-5, err_msg=where)
+                stats = replace(BlockStats.of(part.renumber(a), part), symmetric=False)   # the fold: the reverse
+                width = HEADS * CH + HEADS                  # a row of [V | s_src]
+                want = algorithms.get("1d-halo").spmm_cost(stats, (P,), rank, width)
+                assert {key[0]: tuple(row[:4]) for key, row in ledger.items()} == \
+                    {phase: (1, *calls[0][2:]) for phase, calls in want.items()}, where
+                if overlap == "on":
+                    on[rank] = got, grads, ledger
+                    assert hidden >= 1 and started >= 1, (where, hidden, started)
+                else:
+                    assert started == 0, where
+                    for x, y in zip([got] + grads, [on[rank][0]] + on[rank][1]):
+                        np.testing.assert_array_equal(x, y, err_msg=where)
+                    assert {key: row[:4] for key, row in ledger.items()} == \
+                        {key: row[:4] for key, row in on[rank][2].items()}, where
+            k += 1
+
+
+def _check_spmm(results, transport):
     k = 0
     for gname, a in MATRICES.items():
         h_all, g_all = _inputs(a.shape[0])
@@ -163,11 +243,12 @@ def _check(results, transport):
 
 
 def _stages(algo, shape, rank) -> int:
-    """Products per SpMM direction on `rank`: the local block and the rest (1d-halo, sar), or the stages."""
+    """Products per SpMM direction on `rank`: the local block and the rest (1d-halo, sar), or the stages, the
+    last one computed in as many pieces as 3d's fibre has members."""
     if algo in ("1d-halo", "sar"):
         return 2
     if algo in ("2d", "3d"):
-        return shape[0]
+        return shape[0] - 1 + shape[2]
     teams, c = shape
     return len(range(rank % c, teams, c))
 

@@ -1,11 +1,23 @@
 """GraphSAGE (Hamilton et al.), mean aggregator with a root weight: H' = (D⁻¹A)·H·W_n + b + H·W_s
-(PyG's SAGEConv(aggr="mean", root_weight=True), DGL's SAGEConv("mean"))."""
+(PyG's SAGEConv(aggr="mean", root_weight=True), DGL's SAGEConv("mean")).
+
+The mean is linear, so (D⁻¹A)·H·W_n = (D⁻¹A)·(H·W_n): when f_out ≤ f_in the layer multiplies first, and on a
+full-batch layout holding whole rows it makes both products of H in one GEMM, H·[W_n | W_s] (n×2f_out), then
+aggregates the neighbour half. Otherwise it aggregates first (f_in columns) and adds H·W_s by addmm.
+"""
 
 from __future__ import annotations
 
+import torch
+
 from . import init as inits
-from .linear import aggregate_then_transform, spmm_width
 from .registry import Dense, Layer, Spmm, register_layer
+
+
+def _full_rows(g, h) -> bool:
+    """Whether layout `g` holds whole rows of H (not the column blocks of 2D/3D) and its outputs are h's rows
+    (full batch: its `node_ids` are h's; a sampled block's outputs are only the first of its inputs)."""
+    return g.whole_rows and len(getattr(g, "node_ids", ())) == h.shape[0]
 
 
 @register_layer
@@ -20,11 +32,21 @@ class SAGEConv(Layer):
         super().__init__(f_in, f_out)
         self.initialise(init, f_in, f_out)
 
+    @property
+    def transform_first(self) -> bool:
+        """Aggregate H·W_n (f_out columns) rather than H (f_in): when f_out ≤ f_in."""
+        return self.f_out <= self.f_in
+
     def forward(self, g, h):
-        z = aggregate_then_transform(g, h, self.weight_neigh, self.bias, self.adjacency)
-        return z + g.linear(h[:z.shape[0]], self.weight_self)     # a sampled block's outputs lead its inputs
+        wn, ws, b, adj = self.weight_neigh, self.weight_self, self.bias, self.adjacency
+        if self.transform_first and _full_rows(g, h):
+            y_n, y_s = (h @ torch.cat([wn, ws], 1)).split(self.f_out, 1)
+            return g.spmm(y_n, adj).add_(y_s).add_(b)
+        z = g.spmm(g.linear(h, wn), adj) + g.cols(b) if self.transform_first else g.linear(g.spmm(h, adj), wn, b)
+        h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
+        return torch.addmm(z, h_self, ws) if g.whole_rows else z + g.linear(h_self, ws)
 
     def costs(self, grad_in):
-        w = spmm_width(self.f_in, self.f_out)
-        return [Spmm(w, self.adjacency, grad_in or w < self.f_in), Dense(self.f_in, self.f_out),
+        w = self.f_out if self.transform_first else self.f_in
+        return [Spmm(w, self.adjacency, grad_in or self.transform_first), Dense(self.f_in, self.f_out),
                 Dense(self.f_in, self.f_out)]

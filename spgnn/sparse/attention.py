@@ -107,7 +107,10 @@ def edge_mask(dst_ids, src_ids, n: int, heads: int, p: float, key: int, dtype=to
 
 def attend(rows, cols, v, s_src, s_dst, slope: float, mask=None) -> torch.Tensor:
     """out (n×H×F) for n = s_dst.shape[0] destinations, by plain autograd (everything it needs is saved)."""
-    n = s_dst.shape[0]
-    e = scores(rows, cols, s_src, s_dst, slope)
+    return aggregate(scores(rows, cols, s_src, s_dst, slope), rows, cols, v, s_dst.shape[0], mask)
+
+
+def aggregate(e, rows, cols, v, n: int, mask=None) -> torch.Tensor:
+    """out (n×H×F) from the scores e (nnz×H) of the edges: the softmax over each row's edges, then the sum."""
     alpha = torch.exp(e - logsumexp(e, rows, n)[rows])
     return weighted_sum(alpha if mask is None else alpha * mask, rows, cols, v, n)

@@ -75,6 +75,17 @@ class CSR:
     def T(self) -> CSR:
         return self.transpose()
 
+    def row_slice(self, lo: int, hi: int) -> CSR:
+        """Rows lo…hi−1 (a (hi−lo)×k CSR sharing indices and data; all rows: itself); cached."""
+        if (lo, hi) == (0, self.shape[0]):
+            return self
+        key = ("rows", lo, hi)
+        if key not in self._cache:
+            a, b = self.indptr[lo], self.indptr[hi]
+            self._cache[key] = CSR(self.indptr[lo:hi + 1] - a, self.indices[a:b], self.data[a:b],
+                                   (hi - lo, self.shape[1]), check=False)
+        return self._cache[key]
+
     def astype(self, dtype) -> CSR:
         """The same matrix with ``data`` of the given dtype (shares indptr/indices); cached."""
         dtype = np.dtype(dtype)

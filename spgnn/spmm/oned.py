@@ -9,7 +9,8 @@ width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast a
 n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
 
 With ``--overlap on`` (the default) the stages are double-buffered: stage j+1's broadcast is started before
-stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one).
+stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one). The team's
+all-reduce stays blocking: the transports offer no non-blocking all-reduce.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ OVERLAP = Option("overlap", str, "on", "1d, 1d-halo, sar, 1.5d, 2d, 3d: on: each
                  "communication is in flight (the local block during the halo exchange, a stage during the next "
                  "stage's broadcasts); off: every exchange completes before the product that needs it (same bytes "
                  "and results)", valid=lambda v: v in ("on", "off"), must="on or off", inert=("off",))
+
+
+def product(a, h, z) -> None:
+    """z += A·H (nothing for an empty block)."""
+    if a.nnz and h.shape[1]:
+        kernels.spmm(a, h, out=z, accumulate=True)
 
 
 @register
@@ -103,8 +110,7 @@ class OneD(DistSpMM):
             return lambda: self.comm.broadcast_async(buf, self.column.ranks[j], self.column, not self.overlap)
 
         for j, buf in zip(self.share, prefetched(map(start, self.share), int(self.overlap))):
-            if blocks[j].nnz:
-                kernels.spmm(blocks[j], buf, out=z, accumulate=True)
+            product(blocks[j], buf, z)
         return self.comm.all_reduce(z, self.team) if self.team.size > 1 else z
 
     def _forward(self, h):

@@ -13,9 +13,11 @@ blocks A[row block i, part (k, l)] for k ≡ j (mod C). Fiber l runs its own SUM
     Z_l        += A[i, (k,l)]·H[(k,l), j]
 
 then Z[part (i,l), j] = the reduce-scatter of Z_l over the fiber (i, j, ·) (3D only; CAGNET all-reduced
-and sliced). With ``--overlap on`` (the default) the stages are double-buffered: stage k+1's two broadcasts are
-started before stage k's product, so that they are in flight meanwhile. The backward dH = Aᵀ·G runs the same
-schedule on the blocks of Aᵀ, stored the same way.
+and sliced), piece (i,l) summed at member l (`spgnn.spmm.reduce`). With ``--overlap on`` (the default) the
+stages are double-buffered: stage k+1's two broadcasts are started before stage k's product, so that they are
+in flight meanwhile, and the last stage's product is computed piece by piece, each piece's reduction in flight
+while the next is computed. The backward dH = Aᵀ·G runs the same schedule on the blocks of Aᵀ, stored the
+same way.
 
 Per SpMM of width f, rank (i, j, l) receives about nnz(row block i)/L·(C−1)/C nonzeros (8 bytes each
 plus a row pointer per row of the block, or 12 bytes each when that is less) and n/L·f/C·(R−1)/R words
@@ -44,10 +46,10 @@ from ..comm.exchange import exchange_blocks, exchange_cost
 from ..comm.grid import divisors, format_grid, parse_grid
 from ..comm.halo import owner
 from ..errors import SpgnnError
-from ..sparse import kernels
 from ..sparse.csr import CSR, row_ids
 from .base import DistSpMM
-from .oned import OVERLAP
+from .oned import OVERLAP, product
+from .reduce import reduce_cost, reduce_pieces
 from .registry import Option, register
 
 
@@ -236,14 +238,22 @@ class SUMMA(DistSpMM):
         R, _, L = self.grid.shape
         z = h.new_zeros((self.block.stop - self.block.start, h.shape[1]))
         stages = (lambda k=k: self._stage(blocks, h, k) for k in range(R))
-        for a, hk in prefetched(stages, int(self.overlap)):
-            if a.nnz and h.shape[1]:
-                kernels.spmm(a, hk, out=z, accumulate=True)
-        if L > 1 and z.numel():
-            z = self.comm.reduce_scatter(z, self.fiber, self.sizes[self.i * L:(self.i + 1) * L])
-        elif L > 1:         # nothing to sum (no columns in this grid column): this member's rows, empty
-            z = z.new_zeros((int(self.sizes[self.i * L + self.l]), z.shape[1]))
-        return z
+        for k, (a, hk) in enumerate(prefetched(stages, int(self.overlap))):
+            if k < R - 1:
+                product(a, hk, z)
+            else:
+                last = a, hk                  # the last stage: computed piece by piece below
+
+        def finish(lo, hi):                   # the last stage's rows lo…hi−1, before their reduction starts
+            product(last[0].row_slice(lo, hi), last[1], z[lo:hi])
+
+        if L == 1:
+            finish(0, z.shape[0])
+            return z
+        if not z.numel():     # nothing to sum (no rows, or no columns in this grid column): this member's rows, empty
+            return z.new_zeros((int(self.sizes[self.i * L + self.l]), z.shape[1]))
+        pieces = [int(r) for r in self.sizes[self.i * L:(self.i + 1) * L]]
+        return reduce_pieces(self.comm, self.fiber, z, pieces, finish, not self.overlap)
 
     def _forward(self, h):
         return self._stages(self.fwd, h)
@@ -313,9 +323,7 @@ class SUMMA(DistSpMM):
                 if R > 1 and sizes[p] * fj:
                     calls.append(_broadcast("column", 4 * sizes[p] * fj, R, k == i))
             if L > 1 and m * fj:
-                part = sizes[i * L:(i + 1) * L]
-                calls.append(("reduce_scatter", "fiber", 4 * fj * (part.sum() - part[l]), 4 * fj * (L - 1) * part[l],
-                              L - 1))
+                calls += reduce_cost("fiber", [int(r) for r in sizes[i * L:(i + 1) * L]], l, 4 * fj)
             return calls
 
         return {"forward": schedule(stats.block_nnz), "backward": schedule(stats.block_nnz.T)}

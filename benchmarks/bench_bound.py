@@ -1,0 +1,211 @@
+"""The training step at P = 1 against its bound: its dense products alone plus its SpMMs at memory bandwidth.
+
+    python benchmarks/bench_bound.py [--dataset amazon-computers] [--data-dir DATA] [--algos sar,1d-halo] \
+                                     [--model sage] [--layers 3] [--hidden 256] [--rounds 15] \
+                                     [--out results/bench_bound.json]
+
+One process (`Comm(0, 1)`, every core's threads, as ``spgnn train`` at P = 1), one `Trainer` per algorithm
+(dropout 0, Adam lr 0.01). One step of each is recorded first: every dense product it runs (``aten.mm``,
+``aten.addmm``: shapes, strides) by a dispatch mode, and every SpMM (`spgnn.sparse.kernels.spmm`: nnz, index and
+value bytes, rows read, rows written, width). Then, in each of --rounds interleaved rounds:
+
+    step      one `Trainer.step` (forward + backward + Adam) of each algorithm
+    dense     the recorded dense products replayed alone, on tensors of the same shapes and strides
+    stream    a STREAM-like copy (b = a: 2 words a element) and triad (a = b + s·c: 3 words) over 2²⁴ floats
+
+The bound of a step is dense + Σ SpMM bytes / bandwidth, SpMM bytes = nnz·(index + value) + (rows read + rows
+written)·width·4, the bandwidth the larger of copy and triad that round. Reported: medians over the rounds of
+step ms, dense ms, SpMM ms at bandwidth, bound ms, step / bound and step / dense (target: step / bound ≤ 1.15).
+
+Prints a Markdown table, writes every raw number to --out (JSON) and a PNG next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import torch
+from machine import facts  # benchmarks/machine.py
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from spgnn.comm.comm import Comm
+from spgnn.comm.launch import share_cores
+from spgnn.config import TrainConfig
+from spgnn.graph.datasets import load_dataset
+from spgnn.sparse import kernels
+from spgnn.train.fullbatch import Trainer
+
+DENSE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+
+class DenseRecorder(TorchDispatchMode):
+    """Records (op, [(shape, stride) of each tensor argument]) of every dense product dispatched."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func in DENSE:
+            self.ops.append((func, [(tuple(a.shape), a.stride()) if isinstance(a, torch.Tensor) else a for a in args]))
+        return func(*args, **(kwargs or {}))
+
+
+def spmm_bytes(a, h) -> int:
+    """nnz·(index + value) + (rows read + rows written)·width·4 of Z = A·H."""
+    return a.nnz * (a.indices.itemsize + a.data.itemsize) + (a.shape[1] + a.shape[0]) * h.shape[1] * 4
+
+
+def record_step(trainer) -> tuple[list, list]:
+    """(dense products, SpMM bytes of each call) of one training step."""
+    spmms, real = [], kernels.spmm
+
+    def counted(a, h, *args, **kw):
+        spmms.append(spmm_bytes(a, h))
+        return real(a, h, *args, **kw)
+
+    kernels.spmm = counted
+    try:
+        with DenseRecorder() as rec:
+            trainer.step(0)
+    finally:
+        kernels.spmm = real
+    return rec.ops, spmms
+
+
+def replay(ops) -> list:
+    """The recorded dense products on random tensors of the same shapes and strides: a list of closures."""
+    calls = []
+    for func, args in ops:
+        tensors = [torch.empty_strided(*a).normal_() if isinstance(a, tuple) else a for a in args]
+        calls.append(lambda func=func, tensors=tensors: func(*tensors))
+    return calls
+
+
+def timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def run_all(calls) -> None:
+    for f in calls:
+        f()
+
+
+def stream(n: int = 1 << 24) -> tuple[float, float]:
+    """(copy, triad) bandwidth in bytes/s, best of three each."""
+    a, b, c = torch.rand(n), torch.rand(n), torch.rand(n)
+    copy = min(timed(lambda: b.copy_(a)) for _ in range(3))
+    triad = min(timed(lambda: torch.add(b, c, alpha=3.0, out=a)) for _ in range(3))
+    return 2 * 4 * n / copy, 3 * 4 * n / triad
+
+
+def measure(g, args) -> dict:
+    """Per round: each algorithm's step, its dense products alone, the stream bandwidths."""
+    comm = Comm(0, 1)
+    trainers, dense, spmm = {}, {}, {}
+    for algo in args.algos:
+        cfg = TrainConfig(dataset=g.name, algo=algo, model=args.model, layers=args.layers, hidden=args.hidden,
+                          dropout=0.0, lr=0.01, weight_decay=0.0)
+        trainers[algo] = t = Trainer(cfg, comm, graph=g)
+        t.step(0)
+        ops, spmm[algo] = record_step(t)
+        dense[algo] = replay(ops)
+        run_all(dense[algo])
+    rec = {algo: {"step_s": [], "dense_s": []} for algo in args.algos} | {"copy_Bps": [], "triad_Bps": []}
+    for r in range(args.rounds):
+        for algo in args.algos if r % 2 == 0 else args.algos[::-1]:
+            rec[algo]["step_s"].append(timed(trainers[algo].step, r + 1))
+            rec[algo]["dense_s"].append(timed(run_all, dense[algo]))
+        copy, triad = stream()
+        rec["copy_Bps"].append(copy)
+        rec["triad_Bps"].append(triad)
+    return rec | {"spmm_bytes": spmm, "dense_ops": {a: len(d) for a, d in dense.items()}}
+
+
+def summarise(rec, algo) -> dict:
+    bw = np.maximum(rec["copy_Bps"], rec["triad_Bps"])
+    step, dense = np.array(rec[algo]["step_s"]), np.array(rec[algo]["dense_s"])
+    spmm = sum(rec["spmm_bytes"][algo]) / bw
+    bound = dense + spmm
+    return {"algo": algo, "step_ms": 1e3 * np.median(step), "dense_ms": 1e3 * np.median(dense),
+            "spmm_bw_ms": 1e3 * np.median(spmm), "bound_ms": 1e3 * np.median(bound),
+            "step_over_bound": float(np.median(step / bound)), "step_over_dense": float(np.median(step / dense)),
+            "spmm_calls": len(rec["spmm_bytes"][algo]), "spmm_mb": sum(rec["spmm_bytes"][algo]) / 1e6,
+            "dense_ops": rec["dense_ops"][algo]}
+
+
+def table(rows, rec) -> str:
+    head = "| algo | step ms | dense ms | SpMM ms at bandwidth | bound ms | step / bound | step / dense |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    lines += [f"| {r['algo']} | {r['step_ms']:.1f} | {r['dense_ms']:.1f} | {r['spmm_bw_ms']:.2f} | {r['bound_ms']:.1f} "
+              f"| {r['step_over_bound']:.3f} | {r['step_over_dense']:.3f} |" for r in rows]
+    lines += ["", f"Bandwidth (median of rounds): copy {np.median(rec['copy_Bps']) / 1e9:.1f} GB/s, triad "
+              f"{np.median(rec['triad_Bps']) / 1e9:.1f} GB/s; SpMMs per step {rows[0]['spmm_calls']} "
+              f"({rows[0]['spmm_mb']:.1f} MB), dense products per step {rows[0]['dense_ops']}."]
+    return "\n".join(lines)
+
+
+def plot(rows, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    x = np.arange(len(rows))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar(x - 0.2, [r["step_ms"] for r in rows], 0.4, label="training step")
+    ax.bar(x + 0.2, [r["dense_ms"] for r in rows], 0.4, label="dense products alone")
+    ax.bar(x + 0.2, [r["spmm_bw_ms"] for r in rows], 0.4, bottom=[r["dense_ms"] for r in rows],
+           label="SpMMs at memory bandwidth")
+    ax.set_xticks(x, [f"{r['algo']}\nstep/bound {r['step_over_bound']:.2f}" for r in rows])
+    ax.set(ylabel="ms (median)", title="P = 1 training step against its bound")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
+    ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
+    ap.add_argument("--algos", default="sar,1d-halo", help="comma-separated algorithms")
+    ap.add_argument("--model", default="sage", help="--model of the step")
+    ap.add_argument("--layers", type=int, default=3, help="layers of the model")
+    ap.add_argument("--hidden", type=int, default=256, help="hidden width")
+    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    ap.add_argument("--out", default="results/bench_bound.json", help="JSON output (the PNG goes next to it)")
+    args = ap.parse_args(argv)
+    args.algos = args.algos.split(",")
+    share_cores(1)
+    start, machine = time.perf_counter(), facts()
+    rec = measure(load_dataset(args.dataset, args.data_dir), args)
+    rows = [summarise(rec, algo) for algo in args.algos]
+    text = table(rows, rec)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = out.with_suffix(".png")
+    plot(rows, png)
+    out.write_text(json.dumps({
+        "schema": "spgnn.bench_bound/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": machine,
+        "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "raw": rec,
+        "text": text, "png": str(png)}, indent=1, default=str))
+    print(f"wrote {out} and {png}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
