@@ -12,6 +12,7 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from spgnn import spmm
+from spgnn.cli import _partition_once
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -175,6 +176,18 @@ def test_one_curve_at_every_p_and_the_ledger_predicted(runs, kind):
                 "calls", "sent_bytes", "recv_bytes", "messages")] for row in predicted[r].table()}, (algo, r)
 
 
+def test_a_partitioned_folder_with_its_ogb_split(runs):
+    """--nprocs hands the processes the partition cache and the OGB folder (--ogb-split); a run on them equals one on
+    the folder itself."""
+    roots, cache, one, _ = runs
+    cfg = _cfg(roots["mrr"], cache)
+    argv = _partition_once(cfg, 1, ["train"])
+    assert argv[:2] == ["train", "--dataset"] and argv[3:] == ["--ogb-split", str(roots["mrr"])]
+    t = LinkTrainer(_cfg(argv[2], cache, ogb_split=argv[4]), Comm(0, 1))
+    assert [t.epoch(e) for e in range(EPOCHS)] == one["mrr", "1d-halo"]["losses"]
+    assert t.evaluate() == one["mrr", "1d-halo"]["figures"][-1]
+
+
 def test_report_names_the_metric(tmp_path):
     folder = write_folder(tmp_path, "mrr")
     report = LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2), Comm(0, 1)).run(log=None)
@@ -212,11 +225,16 @@ class _Boom:
     ("hits", {"valid": {"head": np.zeros(2), "relation": np.zeros(2), "tail": np.zeros(2)}},
      "valid.pt is a knowledge-graph split"),
     ("mrr", {"valid": _Boom()}, r"cannot read .*valid\.pt: UnpicklingError: refusing to unpickle .*exec: "),
+    ("mrr", {"dataset": "cora"}, r"--ogb-split .*ogbl_citation2: its graph has 120 nodes, --dataset cora's 2708"),
+    ("mrr", {"dataset": "cora", "ogb_split": "elsewhere"}, r"--ogb-split must be an OGB link folder .*'elsewhere'"),
 ])
 def test_bad_input_is_one_line(tmp_path, kind, change, message):
+    change = dict(change)
+    dataset, ogb_split = change.pop("dataset", None), change.pop("ogb_split", None)
     folder = write_folder(tmp_path, kind, **change)
+    cfg = _cfg(dataset or folder, tmp_path / "cache", **({"ogb_split": ogb_split or str(folder)} if dataset else {}))
     with pytest.raises(SpgnnError, match=message):
-        LinkTrainer(_cfg(folder, tmp_path / "cache"), Comm(0, 1))
+        LinkTrainer(cfg.validate(), Comm(0, 1))
 
 
 def test_missing_and_corrupt_files_are_one_line(tmp_path):

@@ -149,6 +149,7 @@ class HeldOut:
 
     name: str
     kind: str
+    n: int
     metric: str
     k: int
     pairs: dict
@@ -193,7 +194,7 @@ def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut
         raise SpgnnError(f"{where}: valid.pt and test.pt hold negatives of different kinds ({sorted(kinds)})")
     name = _name(folder)
     metric, k = kinds.pop()
-    return HeldOut(name, where.name, metric, k or HITS_K.get(name, 50), pairs)
+    return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs)
 
 
 def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:

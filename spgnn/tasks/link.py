@@ -41,6 +41,7 @@ from ..comm.comm import Ledger, ring_words
 from ..comm.halo import Halo, owner
 from ..errors import SpgnnError
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
+from ..graph.ogbl import ogbl_folder
 from ..hashing import mix_key
 from ..options import Option
 from ..partition.share import gcn_degree
@@ -305,7 +306,8 @@ def column_block(f: int, C: int, j: int) -> slice:
 @register_task
 class Link(Task):
     """Whether an edge joins two nodes: node embeddings from the encoder, a score per pair, binary cross-entropy,
-    judged by ROC-AUC (and average precision). Trained by `spgnn.train.link.LinkTrainer`."""
+    judged by ROC-AUC (and average precision), or on an OGB link folder by OGB's Hits@K or MRR. Trained by
+    `spgnn.train.link.LinkTrainer`."""
 
     name = "link"
     summary = "link prediction: edges split train/val/test, dot or MLP decoder, ROC-AUC"
@@ -317,7 +319,11 @@ class Link(Task):
                Option("test_edges", float, 0.1, "--task link: the fraction of the edges held out for test",
                       valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
                Option("embedding", int, 0, "--task link: the width of the node embeddings, the encoder's output "
-                      "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"))
+                      "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"),
+               Option("ogb_split", str, "", "--task link: the OGB link folder (FOLDER[:TYPE]) whose split the run "
+                      "trains and is judged by, when --dataset is a partitioned folder of its graph (default: "
+                      "--dataset, when it is one)", valid=lambda v: ogbl_folder(v) is not None,
+                      must="an OGB link folder (raw/ and split/TYPE/train.pt), FOLDER or FOLDER:TYPE"))
 
     def out_dim(self, info) -> int:         # the encoder's output is the embedding (its width is cfg's)
         raise SpgnnError("--task link's output width is the embedding's: LinkTrainer builds its encoder")

@@ -66,13 +66,14 @@ class LinkTrainer(Run):
     """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
     it (cfg.dataset, or `graph` in memory with `parts`); the link task's options in cfg: ``decoder`` ("dot" or
     "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out; not used on an OGB link folder, whose split
-    is its own), ``embedding`` (z's width, 0: ``hidden``)."""
+    is its own), ``embedding`` (z's width, 0: ``hidden``), ``ogb_split`` (the OGB link folder of a partitioned
+    --dataset)."""
 
     task = get_task("link")
 
     def __init__(self, cfg, comm, graph=None, parts=None):
         cfg = replace(cfg, task="link").validate()
-        folder = ogbl_folder(cfg.dataset) if graph is None and parts is None else None
+        folder = ogbl_folder(cfg.ogb_split or cfg.dataset) if graph is None and parts is None else None
         given = agree(comm, lambda: read_held_out(*folder)) if folder else None        # every rank reads the files
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()
@@ -80,6 +81,9 @@ class LinkTrainer(Run):
         graph = as_graph(graph)
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts)
         perm = node_order(opened)
+        if given and given.n != opened.info.n:
+            raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph has {given.n} nodes, --dataset {cfg.dataset}'s "
+                             f"{opened.info.n}: give the partitioned folder of that OGB folder's graph")
         torch.manual_seed(cfg.seed)
         encoder = config_model(cfg, opened.info.num_features, width)
         for layer in encoder.modules():         # an OGB folder's graph is its training edges: nothing to hold out
