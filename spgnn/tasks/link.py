@@ -40,8 +40,8 @@ import scipy.sparse as sp
 from ..comm.comm import Ledger, ring_words
 from ..comm.halo import Halo, owner
 from ..errors import SpgnnError
+from ..graph import ogbl
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
-from ..graph.ogbl import ogbl_folder
 from ..hashing import mix_key
 from ..options import Option
 from ..partition.share import gcn_degree
@@ -322,7 +322,7 @@ class Link(Task):
                       "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"),
                Option("ogb_split", str, "", "--task link: the OGB link folder (FOLDER[:TYPE]) whose split the run "
                       "trains and is judged by, when --dataset is a partitioned folder of its graph (default: "
-                      "--dataset, when it is one)", valid=lambda v: ogbl_folder(v) is not None,
+                      "--dataset, when it is one)", valid=lambda v: ogbl.ogbl_folder(v) is not None,
                       must="an OGB link folder (raw/ and split/TYPE/train.pt), FOLDER or FOLDER:TYPE"))
 
     def out_dim(self, info) -> int:         # the encoder's output is the embedding (its width is cfg's)
