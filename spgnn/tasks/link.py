@@ -245,10 +245,10 @@ def predict_edges(parts, cls, shape: tuple, split: EdgeSplit, width: int, epochs
                   start: int = 0, given=None) -> list[Ledger]:
     """The phase ``edges`` of each rank's ledger for `epochs` training epochs (from `start`) and `evals`
     evaluations on `cls`'s layout of grid `shape` (an OGB folder's pairs `given`, if any), embeddings `width`
-    wide: the pair counts' sum, per epoch a
-    `Halo` over the pairs' destinations (set-up, rows, their gradients back), the loss's sum, and on 2D/3D the
-    partial dot products' all-reduce forward and backward; per evaluation the rows (the evaluation halo set up
-    once) and the all-reduce. Computed from every part's share (one process; for tests and small graphs)."""
+    wide: the pair counts' sum, per epoch a `Halo` over the pairs' destinations (set-up, rows, their gradients
+    back), the loss's sum, and on 2D/3D the partial dot products' all-reduce forward and backward; per evaluation
+    the rows (the evaluation halo set up once) and the all-reduce. Computed from every part's share (one process;
+    for tests and small graphs)."""
     perm = node_order(parts)
     shares = [LinkShare(parts.share(p), perm, split, given) for p in range(parts.nparts)]
     offsets = shares[0].share.info.offsets

@@ -218,11 +218,10 @@ class LinkTrainer(Run):
     def ogb_figures(self, s: np.ndarray, label: np.ndarray, code: np.ndarray) -> dict:
         """{"val_<metric>", "test_<metric>"}: OGB's Hits@K or MRR of the folder's pairs, from their scores `s`."""
         out, given, group = {}, self.given, self.g.rows_group()
-        for k, split in enumerate(SPLITS):
-            if k:
-                pos, neg = s[(code == k) & (label == 1)], s[(code == k) & (label == 0)]
-                out[f"{split}_{given.label}"] = hits_at_k(pos, neg, given.k, self.comm, group) \
-                    if given.metric == "hits" else mrr(pos, neg.reshape(-1, given.k), self.comm, group)
+        for k, split in enumerate(SPLITS[1:], 1):
+            pos, neg = s[(code == k) & (label == 1)], s[(code == k) & (label == 0)]
+            out[f"{split}_{given.label}"] = hits_at_k(pos, neg, given.k, self.comm, group) \
+                if given.metric == "hits" else mrr(pos, neg.reshape(-1, given.k), self.comm, group)
         return out
 
     # -- the report --------------------------------------------------------------------------------------
