@@ -19,6 +19,7 @@ from .errors import SpgnnError
 from .graph import validate
 from .graph.build import reading
 from .graph.datasets import load_dataset
+from .graph.ogbl import ogbl_folder
 from .layers.init import SCHEMES
 from .layers.registry import CHOSEN, LAYERS
 from .partition import partitioned
@@ -259,10 +260,10 @@ def train(args, argv) -> int:
         launch.shutdown()
         return 1
     if comm.rank == 0:
-        f = report["final"]
-        m = report["task"]["metric"]
-        print(f"final {report['task']['label']}  train {f[f'train_{m}']:.4f}  val {f[f'val_{m}']:.4f}  test "
-              f"{f[f'test_{m}']:.4f}  median epoch {report['median_epoch_s'] or 0:.4f} s", flush=True)
+        f, m = report["final"], report["task"]["metric"]
+        figures = "".join(f"  {s} {f[k]:.4f}" for s in ("train", "val", "test") if (k := f"{s}_{m}") in f)
+        print(f"final {report['task']['label']}{figures}  median epoch {report['median_epoch_s'] or 0:.4f} s",
+              flush=True)
         jit = max(report["jit_s"]["per_rank"])
         if jit >= 0.005 and not args.quiet:
             print(f"numba start-up {jit:.2f} s (compiling kernels, or loading them from its cache on later runs; "
@@ -278,7 +279,8 @@ def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
     check that the run fits it, and return the command line that has the processes read its parts."""
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else str(partition_to_cache(cfg, P))
     fit_parts(cfg, P, partitioned.PartitionedDataset(folder))
-    return argv + ["--dataset", folder]
+    ogb = ["--ogb-split", cfg.dataset] if cfg.task == "link" and not cfg.ogb_split and ogbl_folder(cfg.dataset) else []
+    return argv + ["--dataset", folder] + ogb
 
 
 def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, argv: list[str]):

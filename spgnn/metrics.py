@@ -14,6 +14,14 @@ s_1 < s_2 < … of one target, p_g and n_g the positives and negatives at s_g, P
 
 (the step-wise area of scikit-learn's precision-recall curve), and the per-rank partial sums add up over the
 group. A target with one class only has neither: NaN. The exchanges count in the ledger of the current phase.
+
+OGB's link figures, also over the union of the ranks' scores (`hits_at_k`, `mrr`):
+
+    Hits@K = |{positives p : s_p > t_K}| / P,   t_K the K-th highest negative score (1 if fewer than K negatives)
+    MRR    = (1/P) Σ_p 1 / r_p,   r_p = 1 + (|{n of p : s_n > s_p}| + |{n of p : s_n ≥ s_p}|) / 2
+
+(OGB's evaluator: ties count half). t_K is the K-th highest of the ranks' own K highest negatives (an all-gather of
+K scores a rank); r_p is computed where p's negatives are scored (the rank of p's source); sums then add up.
 """
 
 from __future__ import annotations
@@ -74,6 +82,36 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
     both = (P > 0) & (N > 0)
     return {"rocauc": np.where(both, auc / np.maximum(P * N, 1), np.nan).tolist(),
             "ap": np.where(both, ap / np.maximum(P, 1), np.nan).tolist()}
+
+
+def hits_at_k(pos, neg, k: int, comm=None, group=None) -> float:
+    """OGB's Hits@K (see the module docstring) of the union of the ranks' positive scores `pos` [E] against the
+    union of their negative scores `neg` [E']."""
+    pos, neg = _numpy(pos).astype(np.float32).ravel(), _numpy(neg).astype(np.float32).ravel()
+    many = comm is not None and (group or comm.world).size > 1
+    top = np.full(k, -np.inf, np.float32)              # this rank's K highest negatives, −∞ where it has fewer
+    mine = np.sort(neg)[-k:]
+    top[k - mine.size:] = mine
+    if many:
+        top = comm.all_gather_v(torch.from_numpy(top), [k] * (group or comm.world).size, group).numpy()
+    kth = np.sort(top)[-k]
+    negatives, above, positives = [neg.size, np.count_nonzero(pos > kth), pos.size]
+    if many:
+        negatives, above, positives = comm.all_sum([negatives, above, positives], group)
+    if not positives:
+        return float("nan")
+    return 1.0 if negatives < k else above / positives
+
+
+def mrr(pos, neg, comm=None, group=None) -> float:
+    """OGB's MRR (see the module docstring) of the union of the ranks' positive scores `pos` [E], row i of `neg`
+    [E, M] the scores of positive i's negatives."""
+    pos, neg = _numpy(pos).astype(np.float32).reshape(-1, 1), _numpy(neg).astype(np.float32)
+    rank = 1 + 0.5 * ((neg > pos).sum(1) + (neg >= pos).sum(1))
+    sums = [float(np.sum(1 / rank)), pos.size]
+    if comm is not None and (group or comm.world).size > 1:
+        sums = comm.all_sum(sums, group)
+    return sums[0] / sums[1] if sums[1] else float("nan")
 
 
 def _sorted_exchange(comm, group, key, lab):

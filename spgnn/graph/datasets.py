@@ -6,8 +6,9 @@
   ``amazon-photo``, ``coauthor-cs``, ``squirrel`` or ``squirrel:K`` (fixed split K of 10);
 * ``rmat:SCALE[:EDGEFACTOR]`` and ``sbm:N:K[:PIN:POUT[:F]]`` (synthetic, seeded; see ``rmat`` and ``sbm``);
 * a path: an OGB node-property-prediction folder (``raw/`` or ``processed/`` and ``split/``, as ogbn-arxiv,
-  -products and -papers100M are published; ``PATH:TYPE`` picks a split; see `spgnn.graph.ogb`), a folder of
-  Planetoid files ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}`` (or one of those
+  -products and -papers100M are published; ``PATH:TYPE`` picks a split; see `spgnn.graph.ogb`), an OGB
+  link-property-prediction folder (``split/TYPE/train.pt``, as ogbl-collab and -citation2; see
+  `spgnn.graph.ogbl`), a folder of Planetoid files ``ind.NAME.{x,tx,allx,y,ty,ally,graph,test.index}`` (or one of those
   files), an ``.npz`` (CSR ``adj_*``/``attr_*`` arrays as in Shchur et al.'s benchmark, or ``edges`` [E, 2] +
   ``node_features`` + ``node_labels`` + ``train_masks`` [S, N] as in Platonov et al.'s), a ``.zip`` holding
   one such ``.npz``, or an edge-list folder (see ``read_edge_list``); ``PATH:K`` picks fixed split K.
@@ -36,6 +37,7 @@ from ..progress import stage
 from .build import assemble, from_arrays, reading, simple_adjacency, split_masks, unpickle
 from .graph import Graph, add_self_loops, mean_norm
 from .ogb import is_ogb, read_ogb
+from .ogbl import is_ogbl, read_ogbl
 from .validate import edge_pairs
 
 KNOWN_DATASETS = {
@@ -102,6 +104,8 @@ def _load(spec, data_dir, seed: int) -> Graph:
     base, sep, tail = spec.rpartition(":")
     if sep and tail.isdigit() and Path(base).expanduser().is_file():
         return load_path(Path(base).expanduser(), seed=seed, split=int(tail))
+    if sep and tail and is_ogbl(Path(base).expanduser()):
+        return read_ogbl(Path(base).expanduser(), split=tail)
     if sep and tail and is_ogb(Path(base).expanduser()):
         return read_ogb(Path(base).expanduser(), split=tail)
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
@@ -173,6 +177,8 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
 
 def _read_path(path: Path, seed: int, split: int | None) -> Graph:
     if path.is_dir():
+        if is_ogbl(path):
+            return read_ogbl(path)
         if is_ogb(path):
             return read_ogb(path)
         if any((path / f).is_file() for f in ("edges.npy", "edges.txt", "edges.csv")):

@@ -14,6 +14,9 @@ new ids) and the original ids of every node (`node_order`, O(n)). The edges it s
     negatives       for a positive (u, v), (u, w) with w = ⌊U(key, orig u, orig v)·n⌋, key = (seed, epoch, try);
                     redrawn (4 tries at most) while w = u or A[u, w] ≠ 0, which is checked in u's own block row.
                     Training draws one a positive every epoch; evaluation one a positive, once (epoch −1)
+    given pairs     of an OGB link folder (`spgnn.graph.ogbl`, `HeldOut`): the graph is the training edges, so
+                    every candidate trains (no hash holds any out: val = test = 0); the folder's validation and
+                    test positives and negatives are scored by the rank that holds their source's row
 
 Scoring: s(u, v) = z_u·z_v (``dot``) or an MLP on z_u ⊙ z_v (``mlp``), z the encoder's output (width ``--hidden``).
 The row z_v of a remote endpoint comes from its owner through a `Halo` over the columns the edges touch (phase
@@ -37,6 +40,7 @@ import scipy.sparse as sp
 from ..comm.comm import Ledger, ring_words
 from ..comm.halo import Halo, owner
 from ..errors import SpgnnError
+from ..graph import ogbl
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
 from ..hashing import hash_uniform_array, mix_key
 from ..options import Option
@@ -88,9 +92,10 @@ def inverse(perm: np.ndarray) -> np.ndarray:
 
 class LinkShare:
     """The edges of one rank's rows (see the module docstring): candidates `src` (local rows), `dst` (new ids),
-    `code` (0 train, 1 val, 2 test), and the entries `kept` of the block row in the message-passing graph."""
+    `code` (0 train, 1 val, 2 test), the entries `kept` of the block row in the message-passing graph, and the
+    blocks `held` (src, dst, label, code) of the pairs of `given` (an OGB folder's `HeldOut`) whose source it holds."""
 
-    def __init__(self, share, perm: np.ndarray, split: EdgeSplit):
+    def __init__(self, share, perm: np.ndarray, split: EdgeSplit, given=None):
         a = share.adj
         self.share, self.perm, self.split, self.n, self.first = share, perm, split, share.info.n, share.rows.start
         rows, cols = row_ids(a.indptr).astype(np.int64), a.indices.astype(np.int64)
@@ -100,6 +105,18 @@ class LinkShare:
         cand = ou < ov if share.info.symmetric else ou != ov
         self.src, self.dst, self.code = rows[cand], cols[cand], code[cand]
         self.keys = rows * self.n + cols            # sorted: CSR rows in order, columns sorted in each
+        self.held = [] if given is None else self.mine(given)
+
+    def mine(self, given) -> list:
+        """Per held-out split of `given`, its positives then its negatives whose source is one of this rank's rows:
+        (src local rows, dst new ids, label 1/0, split code), in the order `given` lists them."""
+        blocks = []
+        for split, (src, dst, nsrc, ndst) in given.pairs.items():
+            for label, a, b in ((1, src, dst), (0, nsrc, ndst)):
+                u = self.inv[a] - self.first
+                here = (u >= 0) & (u < self.share.n_rows)
+                blocks.append((u[here], self.inv[b[here]], label, SPLITS.index(split)))
+        return blocks
 
     def message_passing(self):
         """The share without the held-out entries (its degrees recomputed): the graph the encoder runs on."""
@@ -142,7 +159,8 @@ class LinkShare:
 
     def counted(self) -> list[int]:
         """Positive pairs of each split held here."""
-        return [int(np.count_nonzero(self.code == k)) for k in range(len(SPLITS))]
+        return [int(np.count_nonzero(self.code == k)) + sum(s.size for s, _, y, c in self.held if y and c == k)
+                for k in range(len(SPLITS))]
 
     def training(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
         """The pairs scored at training `epoch`: (src, dst) of the positives then their negatives, and how many
@@ -151,13 +169,13 @@ class LinkShare:
         return np.concatenate([src, src]), np.concatenate([dst, self.negatives(src, dst, epoch)]), src.size
 
     def evaluation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The pairs every evaluation scores: (src, dst, label 1/0, split code), each split's positives and one
-        negative a positive (epoch −1)."""
+        """The pairs every evaluation scores: (src, dst, label 1/0, split code), the candidates and one negative
+        each (epoch −1), then the `held` blocks."""
         src, dst = self.src, self.dst
-        neg = self.negatives(src, dst, -1)
-        return (np.concatenate([src, src]), np.concatenate([dst, neg]),
-                np.concatenate([np.ones(src.size, np.float32), np.zeros(src.size, np.float32)]),
-                np.concatenate([self.code, self.code]))
+        blocks = [(src, dst, 1, self.code), (src, self.negatives(src, dst, -1), 0, self.code)] + self.held
+        return (np.concatenate([b[0] for b in blocks]), np.concatenate([b[1] for b in blocks]),
+                np.concatenate([np.full(b[0].size, b[2], np.float32) for b in blocks]),
+                np.concatenate([np.broadcast_to(np.int8(b[3]), b[0].shape) for b in blocks]))
 
 
 class TrainEdges(Adjacency):
@@ -205,14 +223,15 @@ def halo_rows(dsts: list, offsets: np.ndarray) -> np.ndarray:
 
 
 def predict_edges(parts, cls, shape: tuple, split: EdgeSplit, width: int, epochs: int, evals: int,
-                  start: int = 0) -> list[Ledger]:
+                  start: int = 0, given=None) -> list[Ledger]:
     """The phase ``edges`` of each rank's ledger for `epochs` training epochs (from `start`) and `evals`
-    evaluations on `cls`'s layout of grid `shape`, embeddings `width` wide: the pair counts' sum, per epoch a
-    `Halo` over the pairs' destinations (set-up, rows, their gradients back), the loss's sum, and on 2D/3D the
-    partial dot products' all-reduce forward and backward; per evaluation the rows (the evaluation halo set up
-    once) and the all-reduce. Computed from every part's share (one process; for tests and small graphs)."""
+    evaluations on `cls`'s layout of grid `shape` (an OGB folder's pairs `given`, if any), embeddings `width`
+    wide: the pair counts' sum, per epoch a `Halo` over the pairs' destinations (set-up, rows, their gradients
+    back), the loss's sum, and on 2D/3D the partial dot products' all-reduce forward and backward; per evaluation
+    the rows (the evaluation halo set up once) and the all-reduce. Computed from every part's share (one process;
+    for tests and small graphs)."""
     perm = node_order(parts)
-    shares = [LinkShare(parts.share(p), perm, split) for p in range(parts.nparts)]
+    shares = [LinkShare(parts.share(p), perm, split, given) for p in range(parts.nparts)]
     offsets = shares[0].share.info.offsets
     train = [[s.training(e) for s in shares] for e in range(start, start + epochs)]
     evaluation = [s.evaluation() for s in shares]
@@ -268,7 +287,8 @@ def column_block(f: int, C: int, j: int) -> slice:
 @register_task
 class Link(Task):
     """Whether an edge joins two nodes: node embeddings from the encoder, a score per pair, binary cross-entropy,
-    judged by ROC-AUC (and average precision). Trained by `spgnn.train.link.LinkTrainer`."""
+    judged by ROC-AUC (and average precision), or on an OGB link folder by OGB's Hits@K or MRR. Trained by
+    `spgnn.train.link.LinkTrainer`."""
 
     name = "link"
     summary = "link prediction: edges split train/val/test, dot or MLP decoder, ROC-AUC"
@@ -280,7 +300,11 @@ class Link(Task):
                Option("test_edges", float, 0.1, "--task link: the fraction of the edges held out for test",
                       valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
                Option("embedding", int, 0, "--task link: the width of the node embeddings, the encoder's output "
-                      "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"))
+                      "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"),
+               Option("ogb_split", str, "", "--task link: the OGB link folder (FOLDER[:TYPE]) whose split the run "
+                      "trains and is judged by, when --dataset is a partitioned folder of its graph (default: "
+                      "--dataset, when it is one)", valid=lambda v: ogbl.ogbl_folder(v) is not None,
+                      must="an OGB link folder (raw/ and split/TYPE/train.pt), FOLDER or FOLDER:TYPE"))
 
     def out_dim(self, info) -> int:         # the encoder's output is the embedding (its width is cfg's)
         raise SpgnnError("--task link's output width is the embedding's: LinkTrainer builds its encoder")

@@ -1,7 +1,8 @@
 """Full-graph link prediction on a process grid (``--task link``, see `spgnn.tasks.link`): the encoder the layer
 registry builds (``--model``, output width ``--embedding``, else ``--hidden``) on the message-passing graph, a score
 per pair, the mean binary cross-entropy over the training positives and as many negatives, and ROC-AUC and average
-precision.
+precision; on an OGB link folder (`spgnn.graph.ogbl`) also OGB's figure of its validation and test pairs, Hits@K or
+MRR (`spgnn.metrics.hits_at_k`, `spgnn.metrics.mrr`), the one that picks the best epoch.
 
     L = −(1/2|T|) Σ_{(u,v)∈T} [log σ(s(u,v)) + log(1 − σ(s(u,w_uv)))],   s(u,v) = z_u·z_v  or  MLP(z_u ⊙ z_v)
 
@@ -18,14 +19,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import autograd as autograd_comm
+from ..comm.agree import agree
 from ..comm.halo import Halo
 from ..distgraph import DistGraph
 from ..errors import SpgnnError
+from ..graph.ogbl import ogbl_folder, read_held_out
 from ..graph.pyg import as_graph
 from ..layers.registry import Layer
 from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
-from ..metrics import ranking
+from ..metrics import hits_at_k, mrr, ranking
 from ..plan import open_parts
 from ..tasks.link import EdgeSplit, LinkShare, node_order, train_edges
 from ..tasks.registry import SPLITS, get_task
@@ -62,21 +65,29 @@ class LinkModel(nn.Module):
 class LinkTrainer(Run):
     """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
     it (cfg.dataset, or `graph` in memory with `parts`); the link task's options in cfg: ``decoder`` ("dot" or
-    "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out), ``embedding`` (z's width, 0: ``hidden``)."""
+    "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out; not used on an OGB link folder, whose split
+    is its own), ``embedding`` (z's width, 0: ``hidden``), ``ogb_split`` (the OGB link folder of a partitioned
+    --dataset)."""
 
     task = get_task("link")
 
     def __init__(self, cfg, comm, graph=None, parts=None):
         cfg = replace(cfg, task="link").validate()
-        self.split = EdgeSplit(cfg.val_edges, cfg.test_edges, cfg.seed).check()
+        folder = ogbl_folder(cfg.ogb_split or cfg.dataset) if graph is None and parts is None else None
+        given = agree(comm, lambda: read_held_out(*folder)) if folder else None        # every rank reads the files
+        self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
+                                                                            cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
         graph = as_graph(graph)
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts)
         perm = node_order(opened)
+        if given and given.n != opened.info.n:
+            raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph has {given.n} nodes, --dataset {cfg.dataset}'s "
+                             f"{opened.info.n}: give the partitioned folder of that OGB folder's graph")
         torch.manual_seed(cfg.seed)
         encoder = config_model(cfg, opened.info.num_features, width)
-        for layer in encoder.modules():
-            if isinstance(layer, Layer) and layer.adjacency is not None:
+        for layer in encoder.modules():         # an OGB folder's graph is its training edges: nothing to hold out
+            if isinstance(layer, Layer) and layer.adjacency is not None and not given:
                 if "attention" in layer.needs:
                     raise SpgnnError(f"--task link cannot train --model {cfg.model}: its attention runs over the "
                                      "whole graph, the held-out edges included; choose gcn, sage, gin, appnp or gcnii")
@@ -93,7 +104,8 @@ class LinkTrainer(Run):
         self.model = self.g.prepare(self.model)
         share = self.g.parts.share(self.g.algo.part_of(self.g.grid.shape, self.g.grid.coord))
         share.drop_features()
-        self.edges = LinkShare(share, perm, self.split)
+        self.edges = LinkShare(share, perm, self.split, given)
+        self.given = given and replace(given, pairs={})       # this rank's pairs are in self.edges.held
         columns = self.g.algo.column_group()
         self.columns = columns if columns is not None and columns.size > 1 else None
         self.counts = {s: int(c) for s, c in zip(SPLITS, self._sum([c * self.counting for c in self.edges.counted()]))}
@@ -104,6 +116,11 @@ class LinkTrainer(Run):
                              "a graph with more edges")
         self.info = replace(self.g.info, counts={f"{s}_edges": c for s, c in self.counts.items()})
         self.meter, self._eval = SavedTensorMeter(), None
+
+    @property
+    def metric(self) -> str:
+        """The figure that picks the best epoch: "rocauc", or an OGB folder's "hits@K" or "mrr"."""
+        return self.given.label if self.given else self.task.metric
 
     # -- pieces ------------------------------------------------------------------------------------------
     @property
@@ -179,7 +196,8 @@ class LinkTrainer(Run):
 
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """{"<split>_rocauc", "<split>_ap"} of each split's positives against one fixed negative each."""
+        """{"<split>_rocauc", "<split>_ap"} of each split's positives against its negatives (one fixed hashed one
+        each, or an OGB folder's), and for an OGB folder {"val_<metric>", "test_<metric>"} (Hits@K or MRR)."""
         self.model.eval()
         with self.comm.phase("eval"):
             z = self.embeddings()
@@ -192,7 +210,19 @@ class LinkTrainer(Run):
             s, label, code = s[:0], label[:0], code[:0]
         with self.comm.phase("eval"):
             figures = ranking(s, label, self.comm, self.g.rows_group(), code, len(SPLITS))
-        return {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
+            out = {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
+            if self.given:
+                out |= self.ogb_figures(s.numpy(), label.numpy(), code.numpy())
+        return out
+
+    def ogb_figures(self, s: np.ndarray, label: np.ndarray, code: np.ndarray) -> dict:
+        """{"val_<metric>", "test_<metric>"}: OGB's Hits@K or MRR of the folder's pairs, from their scores `s`."""
+        out, given, group = {}, self.given, self.g.rows_group()
+        for k, split in enumerate(SPLITS[1:], 1):
+            pos, neg = s[(code == k) & (label == 1)], s[(code == k) & (label == 0)]
+            out[f"{split}_{given.label}"] = hits_at_k(pos, neg, given.k, self.comm, group) \
+                if given.metric == "hits" else mrr(pos, neg.reshape(-1, given.k), self.comm, group)
+        return out
 
     # -- the report --------------------------------------------------------------------------------------
     def rank_report(self) -> dict:
@@ -204,13 +234,18 @@ class LinkTrainer(Run):
     def edges_bytes(self) -> int:
         """Bytes of the link task's own arrays on this rank: node order and its inverse, pairs, block-row keys."""
         e = self.edges
-        return sum(a.nbytes for a in (e.perm, e.inv, e.src, e.dst, e.code, e.keys))
+        return sum(a.nbytes for a in (e.perm, e.inv, e.src, e.dst, e.code, e.keys)) + sum(
+            b[0].nbytes + b[1].nbytes for b in e.held)
 
     def graph_report(self) -> dict:
         return super().graph_report() | {"symmetric": self.g.info.symmetric, "edges": self.counts}
 
     def run_report(self, everyone, epochs) -> dict:
-        return {"link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test},
+        given, label = self.given, {"rocauc": self.task.metric_label, "mrr": "MRR"}
+        ogb = {"ogb": {"name": given.name, "split": given.kind, "metric": self.metric}} if given else {}
+        return {"task": {"name": self.task.name, "metric": self.metric,
+                         "label": label.get(self.metric, self.metric.capitalize())},
+                "link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test} | ogb,
                 "grid": {"algo": self.g.algo.name, "shape": list(self.g.grid.shape)}}
 
 
