@@ -2,6 +2,7 @@
 declare, checked against hand-computed values; the graph bytes a rank holds predicted exactly and the activations
 autograd keeps within a stated tolerance; the calibration file; --memory-per-rank; what spgnn cost prints."""
 
+import dataclasses
 import json
 
 import pytest
@@ -57,6 +58,11 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
             assert shares[r].nnz == block.nnz and shares[r].overlap_nnz == block[:, rows].nnz
             assert work[r]["forward"]["spmm_bytes"] == sum(4 * op.width * (block.nnz + block.shape[0]) for op in spmms)
             assert work[r]["forward"]["flops"] == sum(2 * block.shape[0] * d.f_in * d.f_out for d in dense)
+            assert work[r]["forward"]["spmm_nnz"] == len(spmms) * block.nnz
+            assert work[r]["forward"]["dense_bytes"] == sum(4 * block.shape[0] * (d.f_in + d.f_out) for d in dense)
+            # backward: dW = Hᵀ·G and dX = G·Wᵀ past layer 0, each reading and writing what the forward did
+            assert work[r]["backward"]["dense_bytes"] == work[r]["forward"]["dense_bytes"] * 2 - 4 * block.shape[0] * (
+                dense[0].f_in + dense[0].f_out)
 
 
 def _held(comm):
@@ -100,8 +106,9 @@ def test_memory_model_against_what_a_rank_holds():
 def test_calibration_file_round_trips(tmp_path):
     """A schema-2 file gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with the
     default rates and its own world size."""
-    compute = measure_compute(Comm(), repeats=1, n=2**10, degree=4, f=8)
-    assert all(v > 0 for v in compute.values())
+    compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
+    assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
+    assert all(v >= 0 for v in compute.values()) and compute["spmm_bytes_per_s"] > 0
     coll = {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-9, "messages": 2}}
     new = {"schema": SCHEMA, "world_size": 2, "cores": 2, "compute": compute, "collectives": coll}
     old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
@@ -109,8 +116,7 @@ def test_calibration_file_round_trips(tmp_path):
         (tmp_path / name).write_text(json.dumps(data))
     assert SCHEMA == "spgnn.calibration/2"
     rates = cost.load_rates(tmp_path / "new")
-    assert (rates.spmm_bytes_per_s, rates.flops_per_s, rates.runtime_bytes, rates.comm_ranks) == (
-        compute["spmm_bytes_per_s"], compute["flops_per_s"], compute["runtime_bytes"], 2)
+    assert {k: getattr(rates, k) for k in compute} == compute and rates.comm_ranks == 2
     assert cost.load_rates(tmp_path / "old") == cost.replace(cost.DEFAULT_RATES, comm_ranks=4)
     for name in ("new", "old"):
         assert cost.load_calibration(tmp_path / name) == {"all_reduce": (2e-4, 1e-9)}
@@ -119,7 +125,12 @@ def test_calibration_file_round_trips(tmp_path):
 def test_ranks_sharing_cores_slow_compute_and_transfers():
     rates = cost.replace(cost.DEFAULT_RATES, cores=2, comm_ranks=2)
     assert [rates.cores_each(P) for P in (1, 2, 4, 8)] == [2, 1, 0.5, 0.25]
-    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (4.0, 8.0)}
+    wait = rates.step_wait_s
+    assert wait > 0
+    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (4.0 + wait, 8.0)}
+    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 2) == {"broadcast": (1.0, 2.0)}
+    crowded = cost.replace(rates, comm_ranks=4)         # calibrated with ranks beyond the cores: the wait is in α
+    assert crowded.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (2.0, 4.0)}
 
 
 def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):
