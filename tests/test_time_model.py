@@ -157,6 +157,23 @@ def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, caps
     assert "bad --memory-per-rank" in capsys.readouterr().err
 
 
+def test_memory_per_rank_refuses_a_named_algo_that_does_not_fit(capsys):
+    """A named --algo whose predicted peak memory exceeds --memory-per-rank is refused in one line before training
+    (a graph in memory, and from the command line); under the limit it plans as before."""
+    g = GRAPHS["sym"]
+    cfg = TrainConfig(algo="2d", grid="2x2", hidden=16, partition="random")
+    need = max(cost.memory_bytes(cost.spmm.get("2d"), {"gcn": plan.block_stats(g, p.partition, "gcn")}, p.shape, r,
+                                 plan.model_cost(p.cfg, g))["total"] for p in [plan.plan(cfg, 4, g)] for r in range(4))
+    assert plan.plan(cost.replace(cfg, memory_per_rank=str(need)), 4, g).cfg.algo == "2d"
+    with pytest.raises(cost.SpgnnError, match=r"--memory-per-rank .*--algo 2d on grid 2x2x1 needs"):
+        plan.plan(cost.replace(cfg, memory_per_rank=str(need - 1)), 4, g)
+    for algo, says in (("1d-halo", "--algo 1d-halo on grid 1 needs"), ("auto", "no layout fits")):
+        argv = ["train", "--dataset", "cora", "--algo", algo, "--epochs", "1", "--memory-per-rank", "1K"]
+        assert cli.main(argv) == 2
+        err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+        assert len(err) == 1 and err[0].startswith("spgnn: error: --memory-per-rank") and says in err[0], err
+
+
 def test_cost_prints_seconds_and_memory(tmp_path, capsys):
     """spgnn cost (exact and by statistics) prints each layout's epoch seconds beside its communication and its
     memory per rank, and a line per P for the best; the epoch includes compute, the memory the runtime."""
