@@ -438,10 +438,11 @@ class Rates:
         return {op: (a * k + wait, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2`.
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2` under a
+# load average of 12 (other jobs).
 # step_wait_s: α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2 (the median over collectives).
-DEFAULT_RATES = Rates(spmm_bytes_per_s=8.5e9, flops_per_s=3.5e10, elementwise_bytes_per_s=0.59e9, op_s=1.4e-5,
-                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=1.4e-8, dense_bytes_per_s=4.0e9)
+DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
+                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
 
 
 @dataclass(frozen=True)
