@@ -1,17 +1,19 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
-    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 4]
+    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 3]
                                      [--hidden 64] [--calibration FILE] [--memory rmat:20]
                                      [--out results/bench_model.json]
 
-First a calibration on this machine (``spgnn calibrate --nprocs 2``, unless --calibration is given), then for each
-dataset, P and algorithm (default grids; at P = 1 every algorithm runs the same local product, so once) one
-``spgnn train`` run (a 2-layer GCN, --hidden, --epochs steps, no evaluation until the end) whose report holds the
-measured median epoch seconds and peak RSS per rank beside the model's prediction. Targets: every predicted
-epoch within 25% of the measured median, the predicted fastest algorithm (``--algo auto``'s rule, among the
-default grids run here) within 10% of the fastest measured, peak memory within 15% at P = 1, 2, 4 (and on
---memory, a larger graph, 1d-halo at P = 1, 2, 4, one epoch). Prints Markdown tables; writes the JSON to --out
-and a plot of predicted against measured next to it.
+First a calibration on this machine (``spgnn calibrate --nprocs 2``, unless --calibration is given). Then per
+dataset and P one launch of P processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid
+(each layout once: at P = 1 every algorithm runs the same local product, so 1d-halo only), one warm-up step each,
+then --epochs steps each interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls
+on all alike; the median step of each beside the model's prediction, from the compute rates those processes
+measure first (`measure_compute`: the load of the moment) and the calibration's α-β. --memory GRAPH: one
+``spgnn train`` process group per layout (1d-halo, sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank against
+the predicted memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest
+layout (``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown
+tables; writes the JSON to --out and a plot of predicted against measured next to it.
 """
 
 from __future__ import annotations
@@ -21,35 +23,91 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-ALGOS = ("1d", "1d-halo", "sar", "1.5d", "2d", "3d")
+from spgnn import cost, spmm
+from spgnn.comm.launch import run_local
+
 TIME_TARGET, AUTO_TARGET, MEMORY_TARGET = 0.25, 0.10, 0.15
+MEMORY_ALGOS = ("1d-halo", "sar", "2d")
 
 
-def spgnn(*args) -> None:
-    subprocess.run([sys.executable, "-m", "spgnn", *args], check=True, stdout=subprocess.DEVNULL)
+def layouts(P: int, algos) -> list[dict]:
+    """The options of each algorithm in `algos` on its default grid at P, each layout once (1d-halo alone at P = 1)."""
+    if P == 1:
+        return [{"algo": "1d-halo"}]
+    out, seen = [], set()
+    for option in cost.candidates(P):
+        key = (option["algo"], spmm.get(option["algo"]).grid_for(P, **option))
+        if option["algo"] in algos and key not in seen:
+            seen.add(key)
+            out.append(option)
+    return out
 
 
-def run(dataset, P, algo, args, folder) -> dict:
-    """One training run's measured and predicted figures."""
+def _timed(comm, dataset, options, args) -> list[dict]:
+    """On each rank: the compute rates measured (`measure_compute`: in these processes, under the machine's load
+    of the moment), every layout of `options` built and warmed up by one step, then args.epochs steps of each
+    interleaved; on rank 0 each layout's step seconds and the model's epoch (`cost.epoch_seconds`: those rates,
+    the calibration file's α-β)."""
+    from spgnn.comm.calibrate import measure_compute
+    from spgnn.config import TrainConfig
+    from spgnn.train.fullbatch import Trainer
+
+    rates = cost.replace(cost.load_rates(args.calibration), **measure_compute(comm, repeats=3, scale=16))
+    trainers = []
+    for o in options:
+        cfg = TrainConfig(dataset=dataset, data_dir=args.data_dir, hidden=args.hidden, epochs=args.epochs,
+                          eval_every=0, partition="metis" if args.metis else "random", calibration=args.calibration,
+                          **o)
+        trainers.append(Trainer(cfg, comm))
+        trainers[-1].step(0)
+    times = [[] for _ in trainers]
+    for epoch in range(1, args.epochs + 1):
+        for t, mine in zip(trainers, times):
+            comm.all_sum([0.0])                      # start together
+            t0 = time.perf_counter()
+            t.step(epoch)
+            mine.append(time.perf_counter() - t0)
+    if comm.rank:
+        return []
+    ab = cost.load_calibration(args.calibration)
+    return [{"grid": list(t.grid.shape), "epochs_s": s, "rates": vars(rates),
+             "predicted": cost.epoch_seconds(type(t.algo), t.costs[1], t.grid.shape, t.costs[0], ab, rates,
+                                             t.cfg.overlap == "on", ranks_per_node=comm.world_size)}
+            for t, s in zip(trainers, times)]
+
+
+def timed(dataset, P, args) -> list[dict]:
+    """The measured and predicted step seconds of every layout at P, from one launch."""
+    options = layouts(P, args.algos.split(","))
+    rows = []
+    for o, r in zip(options, run_local(_timed, P, dataset, options, args, timeout_s=600)[0]):
+        p = r["predicted"]
+        measured = float(np.median(r["epochs_s"]))
+        rows.append({"dataset": dataset, "P": P, "algo": o["algo"], "shape": "x".join(map(str, r["grid"])),
+                     "measured_s": measured, "predicted_s": p["epoch_s"], "time_ratio": p["epoch_s"] / measured,
+                     "epochs_s": r["epochs_s"], "phases": p["phases"], "rates": r["rates"]})
+    return rows
+
+
+def memory(dataset, P, algo, args, folder) -> dict:
+    """One ``spgnn train`` run of one epoch: peak RSS per rank against the predicted memory."""
     out = Path(folder) / "run.json"
-    spgnn("train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo, "--epochs", str(args.epochs),
-          "--eval-every", "0", "--hidden", str(args.hidden), "--partition", "metis" if args.metis else "random",
-          "--calibration", args.calibration, "--quiet", "--output", str(out),
-          *(["--data-dir", args.data_dir] if args.data_dir else []))
+    subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo,
+                    "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--partition",
+                    "metis" if args.metis else "random", "--calibration", args.calibration, "--quiet", "--output",
+                    str(out), *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
+                   stdout=subprocess.DEVNULL)
     r = json.loads(out.read_text())
-    p = r["predicted"]
-    rss = [m["peak_rss_bytes"] for m in r["memory"]["per_rank"]]
-    mem = [m["total"] for m in p["memory_per_rank"]]
+    rss = max(m["peak_rss_bytes"] for m in r["memory"]["per_rank"])
+    mem = max(m["total"] for m in r["predicted"]["memory_per_rank"])
     return {"dataset": dataset, "P": P, "algo": algo, "shape": "x".join(map(str, r["grid"]["shape"])),
-            "measured_s": r["median_epoch_s"], "predicted_s": p["epoch_s"],
-            "time_ratio": p["epoch_s"] / r["median_epoch_s"], "epochs_s": [e["time_s"] for e in r["epochs"]],
-            "phases": p["phases"], "measured_comm_s_rank0": p["measured_comm_s_rank0"],
-            "rss_mb": max(rss) / 2**20, "predicted_mb": max(mem) / 2**20, "memory_ratio": max(mem) / max(rss),
-            "memory_parts_rank0": p["memory_per_rank"][0]}
+            "rss_mb": rss / 2**20, "predicted_mb": mem / 2**20, "memory_ratio": mem / rss,
+            "memory_parts_rank0": r["predicted"]["memory_per_rank"][0]}
 
 
 def auto_rows(rows) -> list[dict]:
@@ -87,53 +145,60 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
     p.add_argument("--procs", default="1,2,4,8")
-    p.add_argument("--algos", default=",".join(ALGOS))
-    p.add_argument("--epochs", type=int, default=4)
+    p.add_argument("--algos", default=",".join(spmm.ALGORITHMS))
+    p.add_argument("--epochs", type=int, default=3, help="timed steps of each layout (after one warm-up step)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--calibration", default=None, help="a spgnn calibrate --output file (default: made first)")
-    p.add_argument("--memory", default="", help="also check memory on this graph (e.g. rmat:20) at P = 1, 2, 4")
+    p.add_argument("--memory", default="", help="check peak memory on this graph (e.g. rmat:20) at P = 1, 2, 4")
+    p.add_argument("--memory-only", action="store_true", help="skip the timed runs")
     p.add_argument("--out", default="results/bench_model.json")
     args = p.parse_args()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.calibration is None:
         args.calibration = str(out.with_name(out.stem + "-calibration.json"))
-        spgnn("calibrate", "--nprocs", "2", "--sizes", "4K,64K,1M,4M", "--repeats", "3", "--budget", "3",
-              "--output", args.calibration)
+        subprocess.run([sys.executable, "-m", "spgnn", "calibrate", "--nprocs", "2", "--sizes", "4K,64K,1M,4M",
+                        "--repeats", "3", "--budget", "3", "--output", args.calibration], check=True,
+                       stdout=subprocess.DEVNULL)
     rows = []
+    for dataset in args.datasets.split(",") if not args.memory_only else []:
+        for P in map(int, args.procs.split(",")):
+            rows += timed(dataset, P, args)
+            for r in rows[-len(layouts(P, args.algos.split(","))):]:
+                print(f"{dataset} P={P} {r['algo']} {r['shape']}: measured {r['measured_s']:.4f} s, predicted "
+                      f"{r['predicted_s']:.4f} s ({r['time_ratio']:.2f})", flush=True)
     with tempfile.TemporaryDirectory() as folder:
-        for dataset in args.datasets.split(","):
-            for P in map(int, args.procs.split(",")):
-                for algo in args.algos.split(",") if P > 1 else ["1d-halo"]:
-                    rows.append(run(dataset, P, algo, args, folder))
-                    r = rows[-1]
-                    print(f"{dataset} P={P} {algo} {r['shape']}: measured {r['measured_s']:.4f} s, predicted "
-                          f"{r['predicted_s']:.4f} s ({r['time_ratio']:.2f}); peak {r['rss_mb']:.0f} MiB, predicted "
-                          f"{r['predicted_mb']:.0f} ({r['memory_ratio']:.2f})", flush=True)
-        memory = [run(args.memory, P, "1d-halo", argparse.Namespace(**{**vars(args), "epochs": 1}), folder)
-                  for P in (1, 2, 4)] if args.memory else []
+        mems = [memory(args.memory, P, algo, args, folder) for P in (1, 2, 4)
+                for algo in (MEMORY_ALGOS if P > 1 else MEMORY_ALGOS[:1])] if args.memory else []
     autos = auto_rows(rows)
-    print("\n| dataset | P | algo | grid | measured s | predicted s | ratio | peak MiB | predicted MiB | ratio |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows + memory:
+    if rows:
+        print("\n| dataset | P | algo | grid | measured s | predicted s | ratio |\n|---|---|---|---|---|---|---|")
+    for r in rows:
         print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {r['measured_s']:.4f} | "
-              f"{r['predicted_s']:.4f} | {r['time_ratio']:.2f} | {r['rss_mb']:.0f} | {r['predicted_mb']:.0f} | "
-              f"{r['memory_ratio']:.2f} |")
-    print("\n| dataset | P | predicted fastest | measured fastest | measured ratio |\n|---|---|---|---|---|")
+              f"{r['predicted_s']:.4f} | {r['time_ratio']:.2f} |")
+    if mems:
+        print("\n| dataset | P | algo | grid | peak MiB | predicted MiB | ratio |\n|---|---|---|---|---|---|---|")
+    for r in mems:
+        print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {r['rss_mb']:.0f} | "
+              f"{r['predicted_mb']:.0f} | {r['memory_ratio']:.2f} |")
+    if autos:
+        print("\n| dataset | P | predicted fastest | measured fastest | measured ratio |\n|---|---|---|---|---|")
     for a in autos:
         print(f"| {a['dataset']} | {a['P']} | {a['pick']} | {a['fastest']} | {a['ratio']:.2f} |")
     time_ok = [abs(r["time_ratio"] - 1) <= TIME_TARGET for r in rows]
-    mem_ok = [abs(r["memory_ratio"] - 1) <= MEMORY_TARGET for r in rows + memory if r["P"] <= 4]
+    mem_ok = [abs(r["memory_ratio"] - 1) <= MEMORY_TARGET for r in mems]
     auto_ok = [a["ratio"] <= 1 + AUTO_TARGET for a in autos]
     print(f"\nepoch within {TIME_TARGET:.0%}: {sum(time_ok)}/{len(time_ok)}; median |ratio − 1| "
-          f"{np.median([abs(r['time_ratio'] - 1) for r in rows]):.2f}; auto within {AUTO_TARGET:.0%}: "
-          f"{sum(auto_ok)}/{len(auto_ok)}; memory within {MEMORY_TARGET:.0%} (P ≤ 4): {sum(mem_ok)}/{len(mem_ok)}")
+          f"{np.median([abs(r['time_ratio'] - 1) for r in rows]) if rows else float('nan'):.2f}; auto within "
+          f"{AUTO_TARGET:.0%}: {sum(auto_ok)}/{len(auto_ok)}; memory within {MEMORY_TARGET:.0%}: "
+          f"{sum(mem_ok)}/{len(mem_ok)}")
     out.write_text(json.dumps({"argv": sys.argv, "calibration": json.loads(Path(args.calibration).read_text()),
-                               "runs": rows, "memory": memory, "auto": autos}, indent=1))
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
+                               "runs": rows, "memory": mems, "auto": autos}, indent=1))
+    if rows:
+        plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if rows else ""))
     return 0
 
 

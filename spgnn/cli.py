@@ -136,7 +136,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
                        "whole graph and features (the default)")
     _launch_options(p, d)
     a("--memory-per-rank", default=d.memory_per_rank, help="--algo auto: leave out the layouts whose predicted "
-      "peak memory per rank exceeds this (e.g. 4GB; see spgnn cost)")
+      "peak memory per rank exceeds this (e.g. 4GB; see spgnn cost); a named --algo: refuse before training if its "
+      "prediction exceeds it")
     _overlap_option(p)
     a("--output", default=d.output, help="write the JSON run report here (rank 0)")
     a("--checkpoint", default=d.checkpoint, help="write a checkpoint to this folder (rank 0; weights, Adam's state, "

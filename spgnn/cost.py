@@ -389,19 +389,23 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # A rank's time in a phase (forward, backward, optimizer, eval) is its communication (the ledger's rows of that
 # phase, α and β scaled for ranks sharing cores) plus its computation, from the operations the layers declare:
 #
-#     SpMM of width f          4·f_r·(nnz_r + rows_out) bytes at `spmm_bytes_per_s`
-#     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` (backward: dW, and dX past layer 0)
+#     SpMM of width f          nnz_r nonzeros at `spmm_nnz_s` each (index, value, loop) and 4·f_r·(nnz_r + rows_out)
+#                              bytes of rows gathered and written at `spmm_bytes_per_s`
+#     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
+#                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
 #     around each dense        4·rows·(f_in,r + f_out,r) bytes (dropout, bias, activation) at `elementwise_bytes_per_s`
 #                              (evaluation: no dropout, 4·rows·f_out,r; backward of layer 0: its input has no gradient)
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
-# (P ranks on C cores: C // P each, or C/P when P > C). With ``--overlap on`` an SpMM hides min(its
-# communication, the product computed while that is in flight). Ranks wait for each other at every collective, so
-# a phase takes the slowest rank's time, and an epoch the sum of its phases.
+# (P ranks on C cores: C // P each, or C/P when P > C; then every latency step of a collective also waits
+# `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores). With
+# ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight). Ranks wait
+# for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
+WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "ops")   # `compute_work`'s amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
 
 
@@ -410,12 +414,15 @@ class Rates:
     """The compute side of a calibration: one core's rates, the fixed memory of a process, and the machine."""
 
     spmm_bytes_per_s: float         # 4·width·(nnz + rows) bytes of a local SpMM a second, one core
-    flops_per_s: float              # dense products, one core
+    flops_per_s: float              # dense products' arithmetic, one core
     elementwise_bytes_per_s: float  # dropout, bias, activation, softmax, Adam: bytes in + out a second, one core
     op_s: float                     # fixed seconds an operation costs whatever its size
     runtime_bytes: int              # resident bytes of a process with torch and spgnn imported, joined to its peers
     cores: int                      # cores of the machine the ranks share
     comm_ranks: int = 2             # ranks on it when α and β were measured
+    spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
+    dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
+    step_wait_s: float = 1.5e-3     # seconds a latency step waits for its peers when ranks outnumber cores
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
@@ -424,14 +431,18 @@ class Rates:
 
     def alpha_beta(self, alpha_beta, ranks: int) -> dict:
         """α and β for `ranks` processes on this machine: those measured with `comm_ranks`, slowed by the
-        ranks beyond the cores (the transport's copies are the CPU's work)."""
+        ranks beyond the cores (the transport's copies are the CPU's work), α also by `step_wait_s` when `ranks`
+        outnumber the cores and the calibration's ranks did not (a step waits for its peers' turn on a core)."""
         k = max(ranks, self.cores) / max(self.comm_ranks, self.cores)
-        return {op: (a * k, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
+        wait = self.step_wait_s if ranks > self.cores >= self.comm_ranks else 0.0
+        return {op: (a * k + wait, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2`.
-DEFAULT_RATES = Rates(spmm_bytes_per_s=4.3e9, flops_per_s=2.8e10, elementwise_bytes_per_s=0.83e9, op_s=1.4e-5,
-                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2)
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2` under a
+# load average of 12 (other jobs).
+# step_wait_s: α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2 (the median over collectives).
+DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
+                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
 
 
 @dataclass(frozen=True)
@@ -501,12 +512,12 @@ def _call_seconds(calls, alpha_beta) -> float:
 
 
 def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
-    """{phase: {"spmm_bytes", "flops", "elementwise_bytes", "ops"}}: what `rank` computes in one training step
+    """{phase: {amount: ...}} for each amount of `WORK`: what `rank` computes in one training step
     (forward, backward, optimizer) and one evaluation, from the operations the layers declare (module section
     above). `stats`: {adjacency: BlockStats}."""
     shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
     first = next(iter(shares.values()))
-    work = {ph: dict.fromkeys(("spmm_bytes", "flops", "elementwise_bytes", "ops"), 0) for ph in PHASES}
+    work = {ph: dict.fromkeys(WORK, 0) for ph in PHASES}
 
     def add(phases, **amounts):
         for ph in phases:
@@ -518,15 +529,19 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
                 b = 4 * s.width(op.width) * (s.nnz + s.out_rows)
-                add(("forward", "eval"), spmm_bytes=b, ops=1)
-                add(("backward",) if op.backward else (), spmm_bytes=b, ops=1)
+                add(("forward", "eval"), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
+                add(("backward",) if op.backward else (), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
             elif isinstance(op, Dense):
                 flops = 2 * first.rows * first.width(op.f_in) * op.f_out
+                dense = 4 * first.rows * (first.width(op.f_in) + op.f_out)
                 out = 4 * first.rows * first.width(op.f_out)
                 moved = 4 * first.rows * first.width(op.f_in) + out
-                add(("forward",), flops=flops, elementwise_bytes=moved, ops=1)
-                add(("eval",), flops=flops, elementwise_bytes=out, ops=1)
-                add(("backward",), flops=flops * (2 if layer else 1), elementwise_bytes=moved if layer else out, ops=1)
+                add(("forward", "eval"), flops=flops, dense_bytes=dense, ops=1)
+                add(("forward",), elementwise_bytes=moved)
+                add(("eval",), elementwise_bytes=out)
+                k = 2 if layer else 1
+                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=moved if layer else out,
+                    ops=1)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
@@ -538,7 +553,8 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
 
 def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
     """Seconds of one phase's `compute_work` on `cores` cores."""
-    return (work["spmm_bytes"] / rates.spmm_bytes_per_s + work["flops"] / rates.flops_per_s
+    return (work["spmm_nnz"] * rates.spmm_nnz_s + work["spmm_bytes"] / rates.spmm_bytes_per_s
+            + work["flops"] / rates.flops_per_s + work["dense_bytes"] / rates.dense_bytes_per_s
             + work["elementwise_bytes"] / rates.elementwise_bytes_per_s) / cores + work["ops"] * rates.op_s
 
 
@@ -559,7 +575,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
         for ops in model.layers:
             for op in (o for o in ops if isinstance(o, Spmm)):
                 s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
-                during = 4 * s.width(op.width) * s.overlap_nnz / rates.spmm_bytes_per_s / cores
+                during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
                         hidden[ph] += min(_call_seconds(calls[way], ab), during)

@@ -65,7 +65,8 @@ class DistGraph:
         if cfg.algo == "auto" and model is None:
             raise SpgnnError("algo='auto' ranks the layouts by the model's declared costs: pass DistGraph(..., "
                              "model=your model, or a function (features, classes) → model)")
-        self.cfg, self.parts, shape, self.compared = open_parts(cfg.validate(), comm, as_graph(graph), parts,
+        self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
+        self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, as_graph(graph), parts,
                                                                 self.model_cost if model is not None else None)
         cfg, self.info = self.cfg, self.parts.info
         self.task = resolve_task(cfg.task, self.info)

@@ -85,6 +85,30 @@ def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None, costs_of=None) -
     return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta)
 
 
+def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None) -> None:
+    """With ``--memory-per-rank`` and a named ``--algo`` (auto leaves out what does not fit itself): SpgnnError
+    when the predicted peak memory of a rank of that layout (`cost.memory_bytes`, the largest over the P ranks)
+    exceeds it. `stats_of(cls, shape, adjacencies)` as `cost.choose` takes it."""
+    limit = cost.memory_limit(cfg.memory_per_rank)
+    if limit is None or cfg.algo == "auto":
+        return
+    cls, what = spmm.get(cfg.algo), f"--algo {cfg.algo} on grid {format_grid(shape)}"
+    try:
+        model = model_cost(cfg, info, costs_of) if cls.has_cost_model() else None
+    except SpgnnError:
+        model = None
+    if model is None:
+        raise SpgnnError(f"--memory-per-rank: the cost model cannot predict the memory of {what} (an algorithm or "
+                         "layers that declare no cost): drop --memory-per-rank")
+    stats = stats_of(cls, shape, model.adjacencies)
+    rates, overlap = cost.load_rates(cfg.calibration), getattr(cfg, "overlap", "on") == "on" and cost._overlaps(cls)
+    need = max(cost.memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in range(P))
+    if need > limit:
+        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: {what} needs {need / 2**30:.3g} GiB a rank "
+                         f"(predicted; spgnn cost shows each layout's): use more processes, a layout that needs less "
+                         "(--algo auto picks the fastest that fits) or allow more memory")
+
+
 def resolve(cfg: TrainConfig, P: int, g, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
     """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes."""
     compared = None
@@ -100,6 +124,8 @@ def plan(cfg: TrainConfig, P: int, graph=None, parts=None, costs_of=None) -> Pla
     cfg, shape, compared = resolve(cfg, P, g, costs_of)
     partition = make_partition(cfg.partition if parts is None else parts, g.adj,
                                spmm.get(cfg.algo).num_parts(shape), cfg.seed)
+    check_memory(cfg, P, shape, lambda cls, shape, adjacencies: {a: block_stats(g, partition, a) for a in adjacencies},
+                 g, costs_of)
     return Plan(g, cfg, partition, shape, compared)
 
 
@@ -174,6 +200,7 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
                          f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
                          f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "
                          f"{cls.num_parts(shape)} --output DIR")
+    check_memory(cfg, P, shape, parts_stats(parts), parts.info, costs_of)
     return cfg, shape, compared
 
 

@@ -18,10 +18,11 @@ are fitted by least squares on the relative error, Σ_s ((α + β·x_s − t_s)/
 and the large ones β.
 
 Compute (`measure_compute`), timed on every rank at once (so with the cores shared as in a run) and divided by
-the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm`, 4·f·(nnz + rows)
-bytes), a dense product (torch.mm, 2·m·k·n flops), the elementwise work around a dense product (a dropout mask,
-bias and ReLU: 8 bytes an element in and out), the fixed seconds of a tiny autograd operation, and the resident
-bytes of this process (torch and spgnn imported, joined to its peers).
+the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm` on a power-law
+R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (torch.mm:
+2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
+a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), the fixed seconds of a tiny
+autograd operation, and the resident bytes of this process (torch and spgnn imported, joined to its peers).
 
 JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
 "cores", are still read):
@@ -42,12 +43,13 @@ JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2";
          "rms_relative_error": e,           # of the fit over the sizes
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
      "cores": C,                            # cores of the machine (os.cpu_count)
-     "compute": {"spmm_bytes_per_s": ..., "flops_per_s": ..., "elementwise_bytes_per_s": ...,   # one core
-                 "op_s": ..., "runtime_bytes": ...}}
+     "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
+                 "elementwise_bytes_per_s": ..., "op_s": ..., "runtime_bytes": ...}}      # one core
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -165,42 +167,59 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
     return result
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def _median_seconds(fn, repeats: int, sync=lambda: None) -> float:
+    """The median seconds of `fn()` over `repeats` calls (at least 3) after one untimed, each after `sync()`."""
     fn()
     times = []
     for _ in range(max(repeats, 3)):
+        sync()
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 
 
-def measure_compute(comm: Comm, repeats: int = 5, n: int = 2**17, degree: int = 16, f: int = 64) -> dict:
+def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
-    at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`)."""
+    at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`).
+    The SpMM multiplies an R-MAT matrix (2^scale rows, `degree` draws a row: power-law rows and columns, as real
+    graphs have) at widths 8 and f; t = nnz·spmm_nnz_s + 4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two.
+    Dense: the arithmetic rate of a product that fits in cache, and the bytes rate of the three products a layer
+    runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic."""
     from ..cost import DEFAULT_RATES
+    from ..graph.datasets import rmat_edges
     from ..hashing import dropout_mask
     from ..sparse import kernels
     from ..sparse.csr import CSR
 
     runtime = rss_bytes()
     rng = np.random.default_rng(comm.rank)
-    rows = np.repeat(np.arange(n), degree)
-    cols = rng.integers(0, n, n * degree)
-    a = CSR.from_scipy(sp.csr_matrix((np.ones(n * degree, np.float32), (rows, cols)), shape=(n, n)))
-    h, w, b = torch.rand(n, f), torch.rand(f, f), torch.rand(f)
-    ids = np.arange(n)
+    n = 1 << scale
+    rows, cols = rmat_edges(scale, degree, rng)
+    a = CSR.from_scipy(sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n)))
+    widths = (8, f)
+    hs = [torch.rand(n, w) for w in widths]
+
+    def timed(fn):                                       # every rank at once: the cores shared as in a run
+        return _median_seconds(fn, repeats, lambda: comm.all_sum([0.0]))
+    spmm_s = [timed(lambda h=h: kernels.spmm(a, h)) for h in hs]
+    (nnz_s, per_byte), _ = nnls(np.array([[a.nnz, 4 * w * (a.nnz + n)] for w in widths], np.float64),
+                                np.array(spmm_s))
+    small, narrow = torch.rand(2**12, 256), f // 4
+    flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
+    h, w, g = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow)
+    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: g @ w.t()))
+    dense_s = max(dense_s - 3 * 2 * n * f * narrow / flops, 1e-3 * dense_s)
+    b, ids = torch.rand(f), np.arange(n)
     x = torch.rand(4, 4, requires_grad=True)
-    times = {"spmm": _median_seconds(lambda: kernels.spmm(a, h), repeats),
-             "mm": _median_seconds(lambda: h @ w, repeats),
-             "elementwise": _median_seconds(lambda: torch.relu(h * dropout_mask(ids, f, 0.5, 1) + b), repeats),
-             "op": _median_seconds(lambda: (x @ x).sum().backward(), repeats) / 4}
+    elementwise_s = timed(lambda: torch.relu(h * dropout_mask(ids, f, 0.5, 1) + b))
+    op_s = timed(lambda: (x @ x).sum().backward()) / 4
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
-    mine = [4 * f * (a.nnz + n) / times["spmm"] / cores, 2 * n * f * f / times["mm"] / cores,
-            8 * n * f / times["elementwise"] / cores, times["op"], runtime]
+    mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
+            8 * n * f / elementwise_s / cores, op_s, runtime]
     med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
-    return {"spmm_bytes_per_s": float(med[0]), "flops_per_s": float(med[1]), "elementwise_bytes_per_s": float(med[2]),
-            "op_s": float(med[3]), "runtime_bytes": int(med[4])}
+    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s", "op_s")
+    return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1])}
 
 
 def format_table(result: dict) -> str:
@@ -210,8 +229,10 @@ def format_table(result: dict) -> str:
              "|---|---|---|---|---|---|"]
     c = result.get("compute")
     if c:
-        lines[:0] = [f"compute, one core: SpMM {c['spmm_bytes_per_s'] / 1e9:.2f} GB/s, dense "
-                     f"{c['flops_per_s'] / 1e9:.1f} GFlop/s, elementwise {c['elementwise_bytes_per_s'] / 1e9:.2f} "
+        lines[:0] = [f"compute, one core: SpMM {c['spmm_bytes_per_s'] / 1e9:.2f} GB/s and "
+                     f"{c.get('spmm_nnz_s', 0) * 1e9:.1f} ns a nonzero, dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
+                     f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s, elementwise "
+                     f"{c['elementwise_bytes_per_s'] / 1e9:.2f} "
                      f"GB/s, {c['op_s'] * 1e6:.0f} µs an operation; a process holds "
                      f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data", ""]
     for op, c in result["collectives"].items():

@@ -513,6 +513,20 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
         raise SpgnnError(f"rmat: need SCALE >= 1 and EDGEFACTOR >= 1 with EDGEFACTOR*2^SCALE <= "
                          f"{_MAX_EDGES}, got SCALE={scale}, EDGEFACTOR={edge_factor}")
     rng = np.random.default_rng(seed)
+    n = 1 << scale
+    src, dst = rmat_edges(scale, edge_factor, rng)
+    name = f"rmat:{scale}:{edge_factor}"
+    adj = simple_adjacency(src, dst, n, directed=False, name=name)
+    x = rng.standard_normal((n, num_features), dtype=np.float32)
+    h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
+    y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
+    used, y = np.unique(y, return_inverse=True)       # classes no node fell in (small SCALE) are dropped
+    return from_arrays(name, adj, x, y, None, seed, used.size)
+
+
+def rmat_edges(scale: int, edge_factor: int, rng) -> tuple[np.ndarray, np.ndarray]:
+    """edge_factor·2^scale R-MAT draws (source, target), quadrant probabilities a, b, c, d = 0.57, 0.19, 0.19, 0.05,
+    node ids randomly permuted (duplicates and self-loops kept)."""
     n, m = 1 << scale, edge_factor << scale
     a, ab, abc = np.float32(0.57), np.float32(0.76), np.float32(0.95)
     src, dst = np.zeros(m, np.int64), np.zeros(m, np.int64)
@@ -521,13 +535,7 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
         src |= (r >= ab).astype(np.int64) << level                       # quadrants c, d: lower half
         dst |= (((r >= a) & (r < ab)) | (r >= abc)).astype(np.int64) << level   # quadrants b, d: right half
     perm = rng.permutation(n)
-    name = f"rmat:{scale}:{edge_factor}"
-    adj = simple_adjacency(perm[src], perm[dst], n, directed=False, name=name)
-    x = rng.standard_normal((n, num_features), dtype=np.float32)
-    h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
-    y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
-    used, y = np.unique(y, return_inverse=True)       # classes no node fell in (small SCALE) are dropped
-    return from_arrays(name, adj, x, y, None, seed, used.size)
+    return perm[src], perm[dst]
 
 
 def _bernoulli_positions(rng, total: int, p: float) -> np.ndarray:
