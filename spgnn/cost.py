@@ -649,13 +649,16 @@ def _widths(ops) -> tuple[int, int]:
 def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, dropout: bool = True) -> int:
     """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
     peak): per layer the dropout mask of its input (past layer 0, whose input needs no gradient), each dense
-    product's input and weight, the activation's output (all but the last layer), and the log-softmax output."""
+    product's input (once for products of the same input) and weight, the activation's output (all but the last
+    layer), and the log-softmax output."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     total = 4 * s.rows * s.width(model.classes)
     for layer, ops in enumerate(model.layers):
         f_in, f_out = _widths(ops)
         total += 4 * s.rows * s.width(f_in) if dropout and layer else 0
-        total += sum(4 * (s.rows * s.width(op.f_in) + op.f_in * op.f_out) for op in ops if isinstance(op, Dense))
+        dense = [op for op in ops if isinstance(op, Dense)]
+        total += sum(4 * s.rows * s.width(f) for f in {op.f_in for op in dense})        # products of one H keep it once
+        total += sum(4 * op.f_in * op.f_out for op in dense)
         total += 4 * s.rows * s.width(f_out) if layer < len(model.layers) - 1 else 0
     return int(total)
 

@@ -107,7 +107,7 @@ def _expected_bytes(a, parts, shape, rank):
             if R > 1 and k != i:
                 out[(phase, "broadcast", "column")] += 4 * (off[p + 1] - off[p]) * fj
         if L > 1:
-            out[(phase, "reduce_scatter", "fiber")] += 4 * (L - 1) * (off[i * L + l + 1] - off[i * L + l]) * fj
+            out[(phase, "all_to_all", "fiber")] += 4 * (L - 1) * (off[i * L + l + 1] - off[i * L + l]) * fj
     return {k: v for k, v in out.items() if v}
 
 
