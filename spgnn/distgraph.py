@@ -53,8 +53,9 @@ class DistGraph:
     cache) or from `graph` in memory (a `spgnn.Graph` or PyG ``Data``, `parts` overriding cfg.partition); keyword
     `options` override cfg's fields (``DistGraph(comm, dataset="cora", algo="2d")``). `adjacency`: the adjacencies
     the model multiplies by (a name, an `Adjacency`, or a list; default: those of `model`, else "gcn"), each laid
-    out at set-up. `model`: an ``nn.Module`` or a function (features, classes) → module, whose layers' declared
-    costs ``algo="auto"`` ranks the layouts by."""
+    out at set-up. `model`: an ``nn.Module`` or a function (features, outputs) → module, whose layers' declared
+    costs ``algo="auto"`` ranks the layouts by (outputs: what the task needs, `num_outputs`). ``cfg.task`` (default:
+    found from the labels) gives `loss` and `evaluate` (`spgnn.tasks`)."""
 
     def __init__(self, comm: Comm | None = None, cfg: TrainConfig | None = None, *, graph=None, parts=None,
                  adjacency=None, model=None, **options):
@@ -64,7 +65,7 @@ class DistGraph:
         names = self._adjacencies(adjacency) if adjacency is not None else None      # checked before any work
         if cfg.algo == "auto" and model is None:
             raise SpgnnError("algo='auto' ranks the layouts by the model's declared costs: pass DistGraph(..., "
-                             "model=your model, or a function (features, classes) → model)")
+                             "model=your model, or a function (features, outputs) → model)")
         self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
         self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, as_graph(graph), parts,
                                                                 self.model_cost if model is not None else None)
