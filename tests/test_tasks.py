@@ -21,7 +21,7 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.build import from_arrays, simple_adjacency
 from spgnn.graph.datasets import load_dataset
 from spgnn.metrics import ranking
-from spgnn.tasks import get_task, resolve
+from spgnn.tasks import TASKS, Task, get_task, register_task, resolve
 from spgnn.train.fullbatch import Trainer
 from tests.test_interop import write_ogb
 
@@ -217,3 +217,44 @@ def test_bad_targets_and_tasks_say_what_is_wrong(tmp_path):
     write_proteins(folder)
     assert main(["train", "--dataset", str(folder), "--sampler", "sage:5,5", "--epochs", "1",
                  "--cache-dir", str(tmp_path / "cache")]) == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# a task of one's own (the example of docs/guide/tasks.md)
+
+class LogProb(Task):
+    """Multiclass training judged by the mean log-likelihood of the true class (higher is better)."""
+
+    name, summary, metric, metric_label = "logprob", "cross-entropy, judged by the mean log-likelihood", "logprob", \
+        "log-likelihood"
+
+    def loss(self, g, out, mask="train"):
+        return g.cross_entropy(out, mask)
+
+    def evaluate(self, g, out, splits=("train", "val", "test")):
+        return {f"{s}_logprob": -float(g.cross_entropy(out, s)) for s in splits}
+
+
+def _own_task(comm, algo, shape):
+    register_task(LogProb)                      # in every process: a spawned rank imports this module afresh
+    cfg = TrainConfig(task="logprob", algo=algo, epochs=3, hidden=8, dropout=0.0, **({"grid": shape} if shape else {}))
+    t = Trainer(cfg, comm)
+    report = t.run(log=None)
+    return report, t.predict(gather=True)
+
+
+def test_a_task_of_ones_own_trains_on_any_layout():
+    try:
+        report, logits = _own_task(_comm(), "1d-halo", None)
+        assert report["task"] == {"name": "logprob", "metric": "logprob", "label": "log-likelihood"}
+        g = load_dataset("cora")
+        expect = -F.cross_entropy(torch.from_numpy(logits[g.test_mask]), torch.from_numpy(g.y[g.test_mask]))
+        assert report["final"]["test_logprob"] == pytest.approx(float(expect), rel=1e-5)
+        assert report["best"]["val_logprob"] == max(e["val_logprob"] for e in report["epochs"])
+        with pytest.raises(SpgnnError, match="task 'logprob' is registered already"):
+            register_task(type("Other", (LogProb,), {}))
+        other, _ = run_local(_own_task, 4, "2d", "2x2")[0]
+        for k, v in report["final"].items():
+            assert other["final"][k] == pytest.approx(v, rel=1e-5), k
+    finally:
+        TASKS.pop("logprob", None)

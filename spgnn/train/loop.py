@@ -136,7 +136,7 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
     `after(epoch, records, best)` is called after each. Raises `Diverged` when the loss is not finite or
     `finite()` is false after a step."""
     val, test = f"val_{metric}", f"test_{metric}"
-    epochs, best = list(epochs or []), best or {val: -1.0}
+    epochs, best = list(epochs or []), best or {}           # {} until an evaluation: a metric may be negative
     for epoch in range(start, cfg.epochs):
         jit0, t0 = compile_seconds(), time.perf_counter()
         loss = step(epoch)
@@ -146,7 +146,7 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
         record = {"epoch": epoch, "loss": loss, "time_s": wall - jit, "jit_s": jit}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record |= evaluate()
-            if record[val] > best[val]:
+            if val not in best or record[val] > best[val]:
                 best = {"epoch": epoch, val: record[val], test: record[test]}
         epochs.append(record)
         if log:
