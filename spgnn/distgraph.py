@@ -233,6 +233,11 @@ class DistGraph:
         first = self.columns(self.num_classes).start
         local = F.nll_loss(self.log_softmax(logits)[mine], self.y[mine] - first, reduction="sum") \
             / max(self._count(mask, mine), 1)
+        return self.globally(local)
+
+    def globally(self, local: torch.Tensor) -> torch.Tensor:
+        """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
+        `local`'s: a global loss from per-rank partial sums (one small all-reduce)."""
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
 
@@ -252,8 +257,7 @@ class DistGraph:
         count = sum(map(sum, target_counts(self.info, mask))) if isinstance(mask, str) else \
             int(self.all_sum([float(known.sum())])[0])
         local = F.binary_cross_entropy_with_logits(out[known], y[known], reduction="sum") / max(count, 1)
-        (total,) = self.all_sum([local.item()])
-        return local + (total - local.detach())
+        return self.globally(local)
 
     def roc_auc(self, logits: torch.Tensor, masks=SPLITS) -> dict:
         """{"<mask>_rocauc": ROC-AUC} for each split in `masks`: per target over the split's known targets, exact

@@ -53,8 +53,9 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
     if len(s) and not np.isfinite(s).all():
         raise ValueError("scores must be finite to be ranked")
     key = (t << 32) | _ordered(s)
-    single = comm is None or (group or comm.world).size == 1
-    key, lab = (key, lab) if single else _sorted_exchange(comm, group or comm.world, key, lab)
+    group = group or comm.world if comm is not None else None
+    single = group is None or group.size == 1
+    key, lab = (key, lab) if single else _sorted_exchange(comm, group, key, lab)
     order = np.argsort(key, kind="stable")
     key, lab = key[order], lab[order]
     distinct, first = np.unique(key, return_index=True)
@@ -65,20 +66,20 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
     if single:
         below, totals = np.zeros_like(counts), counts
     else:
-        every = np.stack(comm.all_gather_object(counts, group or comm.world))     # G × 2 × T, ranks in key order
-        me = (group or comm.world).ranks.index(comm.rank)
+        every = np.stack(comm.all_gather_object(counts, group))                   # G × 2 × T, ranks in key order
+        me = group.ranks.index(comm.rank)
         below, totals = every[:me].sum(0), every.sum(0)
     # within each target, the positives and negatives before each distinct key (this rank's range and below)
     start = np.searchsorted(tg, np.arange(num_targets))
-    cum_pos, cum_neg = np.cumsum(pos) - pos, np.cumsum(neg) - neg
-    cum_pos = cum_pos - _at(np.cumsum(pos) - pos, start, tg) + below[0][tg]
-    cum_neg = cum_neg - _at(np.cumsum(neg) - neg, start, tg) + below[1][tg]
+    before_pos, before_neg = np.cumsum(pos) - pos, np.cumsum(neg) - neg          # over all targets here
+    cum_pos = before_pos - _at(before_pos, start, tg) + below[0][tg]
+    cum_neg = before_neg - _at(before_neg, start, tg) + below[1][tg]
     P, N = totals[0].astype(np.float64), totals[1].astype(np.float64)
     auc = np.bincount(tg, pos * (cum_neg + 0.5 * neg), num_targets)
     tp, fp = P[tg] - cum_pos, N[tg] - cum_neg
     ap = np.bincount(tg, np.divide(pos * tp, tp + fp, out=np.zeros(len(tp)), where=tp + fp > 0), num_targets)
     if not single:
-        auc, ap = np.split(np.asarray(comm.all_sum([*auc, *ap], group or comm.world)), 2)
+        auc, ap = np.split(np.asarray(comm.all_sum([*auc, *ap], group)), 2)
     both = (P > 0) & (N > 0)
     return {"rocauc": np.where(both, auc / np.maximum(P * N, 1), np.nan).tolist(),
             "ap": np.where(both, ap / np.maximum(P, 1), np.nan).tolist()}
