@@ -254,8 +254,7 @@ class DistGraph:
         y, m = self.targets(), self._mask(mask)
         y, out = y[m], logits[m]
         known = ~torch.isnan(y)
-        count = sum(map(sum, target_counts(self.info, mask))) if isinstance(mask, str) else \
-            int(self.all_sum([float(known.sum())])[0])
+        count = sum(map(sum, target_counts(self.info, mask))) if isinstance(mask, str) else self._count(mask, known)
         local = F.binary_cross_entropy_with_logits(out[known], y[known], reduction="sum") / max(count, 1)
         return self.globally(local)
 
