@@ -20,11 +20,12 @@ import torch.nn.functional as F
 
 from ..hashing import dropout_mask
 from ..jit import kernel, numba
+from . import gather
 
 
 def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
     """e = LeakyReLU(s_src[cols] + s_dst[rows]), nnz×H."""
-    return F.leaky_relu(s_src[cols] + s_dst[rows], slope)
+    return F.leaky_relu(gather(s_src, cols) + gather(s_dst, rows), slope)
 
 
 def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
@@ -90,7 +91,7 @@ def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.
     if numba is not None and v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in (torch.float32,
                                                                                              torch.float64):
         return _WeightedSum.apply(p, rows.to(torch.int64), cols.to(torch.int64), v, n)
-    return segment_sum(p.unsqueeze(-1) * v[cols], rows, n)
+    return segment_sum(p.unsqueeze(-1) * gather(v, cols), rows, n)
 
 
 def logsumexp(e: torch.Tensor, rows, n: int) -> torch.Tensor:
@@ -112,5 +113,5 @@ def attend(rows, cols, v, s_src, s_dst, slope: float, mask=None) -> torch.Tensor
 
 def aggregate(e, rows, cols, v, n: int, mask=None) -> torch.Tensor:
     """out (n×H×F) from the scores e (nnz×H) of the edges: the softmax over each row's edges, then the sum."""
-    alpha = torch.exp(e - logsumexp(e, rows, n)[rows])
+    alpha = torch.exp(e - gather(logsumexp(e, rows, n), rows))
     return weighted_sum(alpha if mask is None else alpha * mask, rows, cols, v, n)
