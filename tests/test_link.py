@@ -74,13 +74,14 @@ def test_the_split_and_the_negatives_are_the_same_at_every_p():
     assert set(zip(whole.row, whole.col)) == kept
 
 
-def _run(comm, layouts, cache, epochs=EPOCHS, keep=False):
-    """Per layout: the losses, the figures, the gradient of the loss by z one more epoch on (node ids, columns,
-    block), the ledger's phase edges, and the folder and grid to predict it from (and the trainer, if `keep`)."""
+def _run(comm, layouts, cache, epochs=EPOCHS, keep=False, options=None):
+    """Per layout (with the link `options` of a dict, if given): the losses, the figures, the gradient of the loss
+    by z one more epoch on (node ids, columns, block), the ledger's phase edges, and the folder and grid to predict
+    it from (and the trainer, if `keep`)."""
     out = {}
     for algo, grid in layouts:
         comm.ledger.reset()
-        t = LinkTrainer(_cfg(cache, algo, grid), comm)
+        t = LinkTrainer(_cfg(cache, algo, grid, **(options or {})), comm)
         losses, figures = [], []
         for e in range(epochs):
             losses.append(t.epoch(e))
@@ -148,6 +149,33 @@ def test_one_loss_curve_at_every_p_and_the_ledger_predicted(tmp_path):
             assert any(sent for _, sent, _, _ in mine["edges"].values())
 
 
+def test_self_pairs_train_a_plus_i(tmp_path):
+    """--self-pairs on: each node's pair with itself is one more training positive, with a negative of its own;
+    the loss and its gradient by z are plain PyTorch's, and 2d at P = 2 trains as one process does, its phase
+    edges as `predict_edges` says."""
+    on = {"self_pairs": "on"}
+    one = _run(Comm(0, 1), [("1d-halo", None)], tmp_path, EPOCHS, True, on)["1d-halo"]
+    t = one["trainer"]
+    src, dst, pos = t.edges.training(0)
+    edges = t.edges.positives("train")[0].size
+    assert pos == t.positives == edges + 2708 and src.size == 2 * pos
+    np.testing.assert_array_equal(src[edges:pos], np.arange(2708))
+    np.testing.assert_array_equal(dst[edges:pos], np.arange(2708))
+    assert not np.any(src[pos:] == dst[pos:])
+    plain_loss, plain_grad = _plain_pytorch(t, EPOCHS)
+    assert one["losses"][-1] == pytest.approx(plain_loss, rel=1e-5)
+    np.testing.assert_allclose(_whole([{"1d-halo": one}], "1d-halo"), plain_grad, rtol=1e-4, atol=1e-9)
+    ranks = run_local(_run, 2, [("2d", "1x2")], tmp_path, EPOCHS, False, on, timeout_s=600)
+    mine = ranks[0]["2d"]
+    np.testing.assert_allclose(mine["losses"], one["losses"], rtol=2e-5)
+    np.testing.assert_allclose(_whole(ranks, "2d"), plain_grad, rtol=1e-3, atol=1e-8)
+    predicted = predict_edges(PartitionedDataset(mine["folder"]), spmm.get("2d"), mine["shape"], EdgeSplit(seed=0),
+                              8, EPOCHS + 1, EPOCHS, self_pairs=True)
+    for r in range(2):
+        assert ranks[r]["2d"]["edges"] == {(row["op"], row["group"]): [row[k] for k in (
+            "calls", "sent_bytes", "recv_bytes", "messages")] for row in predicted[r].table()}, r
+
+
 def test_figures_are_scikit_learns(tmp_path):
     t = LinkTrainer(_cfg(tmp_path), Comm(0, 1))
     t.epoch(0)
@@ -179,6 +207,7 @@ def _tiny(n=3):
 @pytest.mark.parametrize("what, kwargs, message", [
     ("fractions", {"val_edges": 0.5, "test_edges": 0.5}, "--val-edges and --test-edges must be fractions above 0"),
     ("decoder", {"decoder": "bilinear"}, "--decoder must be dot or mlp, got 'bilinear'"),
+    ("self pairs", {"self_pairs": "yes"}, "--self-pairs must be on or off, got 'yes'"),
     ("decoder of a node task", {"decoder": "mlp", "task": "multiclass"}, "--decoder applies to --task link, not "
                                                                         "multiclass"),
     ("two edges", {"graph": 3}, "--task link splits the edges of 'tiny' into train, val and test, but it has only "

@@ -11,6 +11,8 @@ new ids) and the original ids of every node (`node_order`, O(n)). The edges it s
                     edge get one split, whichever rank holds them, so the union is the same at every P
     message passing the block row without the validation and test pairs (both directions), normalised as the
                     encoder's layers normalise A (`TrainEdges`, an adjacency of its own)
+    self pairs      with ``--self-pairs on``, each node's pair (u, u) trains as a positive too: the target is A + I,
+                    as in GAE's reconstruction loss (Kipf & Welling, 2016), which lifts each embedding's norm
     negatives       for a positive (u, v), (u, w) with w = ⌊U(key, orig u, orig v)·n⌋, key = (seed, epoch, try);
                     redrawn (4 tries at most) while w = u or A[u, w] ≠ 0, which is checked in u's own block row.
                     Training draws one a positive every epoch; evaluation one a positive, once (epoch −1)
@@ -93,11 +95,13 @@ def inverse(perm: np.ndarray) -> np.ndarray:
 class LinkShare:
     """The edges of one rank's rows (see the module docstring): candidates `src` (local rows), `dst` (new ids),
     `code` (0 train, 1 val, 2 test), the entries `kept` of the block row in the message-passing graph, and the
-    blocks `held` (src, dst, label, code) of the pairs of `given` (an OGB folder's `HeldOut`) whose source it holds."""
+    blocks `held` (src, dst, label, code) of the pairs of `given` (an OGB folder's `HeldOut`) whose source it holds;
+    `self_pairs`: whether each row's pair with itself trains as a positive."""
 
-    def __init__(self, share, perm: np.ndarray, split: EdgeSplit, given=None):
+    def __init__(self, share, perm: np.ndarray, split: EdgeSplit, given=None, self_pairs: bool = False):
         a = share.adj
         self.share, self.perm, self.split, self.n, self.first = share, perm, split, share.info.n, share.rows.start
+        self.self_pairs = self_pairs
         rows, cols = row_ids(a.indptr).astype(np.int64), a.indices.astype(np.int64)
         ou, ov = np.asarray(share.node_ids, np.int64)[rows], perm[cols]
         code = split.code(np.minimum(ou, ov), np.maximum(ou, ov))
@@ -164,8 +168,11 @@ class LinkShare:
 
     def training(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
         """The pairs scored at training `epoch`: (src, dst) of the positives then their negatives, and how many
-        positives."""
+        positives (the self pairs last, when trained)."""
         src, dst = self.positives("train")
+        if self.self_pairs:
+            rows = np.arange(self.share.n_rows, dtype=np.int64)
+            src, dst = np.concatenate([src, rows]), np.concatenate([dst, rows + self.first])
         return np.concatenate([src, src]), np.concatenate([dst, self.negatives(src, dst, epoch)]), src.size
 
     def evaluation(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -223,15 +230,15 @@ def halo_rows(dsts: list, offsets: np.ndarray) -> np.ndarray:
 
 
 def predict_edges(parts, cls, shape: tuple, split: EdgeSplit, width: int, epochs: int, evals: int,
-                  start: int = 0, given=None) -> list[Ledger]:
+                  start: int = 0, given=None, self_pairs: bool = False) -> list[Ledger]:
     """The phase ``edges`` of each rank's ledger for `epochs` training epochs (from `start`) and `evals`
-    evaluations on `cls`'s layout of grid `shape` (an OGB folder's pairs `given`, if any), embeddings `width`
-    wide: the pair counts' sum, per epoch a `Halo` over the pairs' destinations (set-up, rows, their gradients
-    back), the loss's sum, and on 2D/3D the partial dot products' all-reduce forward and backward; per evaluation
-    the rows (the evaluation halo set up once) and the all-reduce. Computed from every part's share (one process;
-    for tests and small graphs)."""
+    evaluations on `cls`'s layout of grid `shape` (an OGB folder's pairs `given`, if any; `self_pairs` as the
+    run's ``--self-pairs``), embeddings `width` wide: the pair counts' sum, per epoch a `Halo` over the pairs'
+    destinations (set-up, rows, their gradients back), the loss's sum, and on 2D/3D the partial dot products'
+    all-reduce forward and backward; per evaluation the rows (the evaluation halo set up once) and the all-reduce.
+    Computed from every part's share (one process; for tests and small graphs)."""
     perm = node_order(parts)
-    shares = [LinkShare(parts.share(p), perm, split, given) for p in range(parts.nparts)]
+    shares = [LinkShare(parts.share(p), perm, split, given, self_pairs) for p in range(parts.nparts)]
     offsets = shares[0].share.info.offsets
     train = [[s.training(e) for s in shares] for e in range(start, start + epochs)]
     evaluation = [s.evaluation() for s in shares]
@@ -299,6 +306,9 @@ class Link(Task):
                       valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
                Option("test_edges", float, 0.1, "--task link: the fraction of the edges held out for test",
                       valid=lambda v: 0 < v < 1, must="a fraction in (0, 1)"),
+               Option("self_pairs", str, "off", "--task link: on: each node's pair with itself trains as a positive "
+                      "too, the target A + I of GAE's reconstruction loss", valid=lambda v: v in ("on", "off"),
+                      must="on or off"),
                Option("embedding", int, 0, "--task link: the width of the node embeddings, the encoder's output "
                       "(0: --hidden)", valid=lambda v: v >= 0, must="a width >= 1, or 0 for --hidden"),
                Option("ogb_split", str, "", "--task link: the OGB link folder (FOLDER[:TYPE]) whose split the run "

@@ -30,6 +30,7 @@ from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
 from ..metrics import hits_at_k, mrr, ranking
 from ..plan import open_parts
+from ..sparse import gather
 from ..tasks.link import EdgeSplit, LinkShare, node_order, train_edges
 from ..tasks.registry import SPLITS, get_task
 from .loop import Run
@@ -104,7 +105,7 @@ class LinkTrainer(Run):
         self.model = self.g.prepare(self.model)
         share = self.g.parts.share(self.g.algo.part_of(self.g.grid.shape, self.g.grid.coord))
         share.drop_features()
-        self.edges = LinkShare(share, perm, self.split, given)
+        self.edges = LinkShare(share, perm, self.split, given, cfg.self_pairs == "on")
         self.given = given and replace(given, pairs={})       # this rank's pairs are in self.edges.held
         columns = self.g.algo.column_group()
         self.columns = columns if columns is not None and columns.size > 1 else None
@@ -115,6 +116,7 @@ class LinkTrainer(Run):
                              f"({self.counts}), so its ROC-AUC is undefined: raise --val-edges/--test-edges or use "
                              "a graph with more edges")
         self.info = replace(self.g.info, counts={f"{s}_edges": c for s, c in self.counts.items()})
+        self.positives = self.counts["train"] + self.g.info.n * self.edges.self_pairs   # training positives
         self.meter, self._eval = SavedTensorMeter(), None
 
     @property
@@ -150,20 +152,20 @@ class LinkTrainer(Run):
         exchanges in phase edges, forward and backward)."""
         first = self.edges.first
         if halo is None:
-            return z[torch.as_tensor(dst - first)]
+            return gather(z, dst - first)
 
-        def gather(t):
+        def fetch(t):
             with self.comm.phase("edges"):
                 return torch.cat([t, halo.gather(t)])
 
         def give_back(t):
             with self.comm.phase("edges"):
                 return halo.scatter_add(t[z.shape[0]:], t[:z.shape[0]].clone())
-        return autograd_comm.linear_map(z, self.comm, gather, give_back)[torch.as_tensor(halo.local_columns(dst))]
+        return gather(autograd_comm.linear_map(z, self.comm, fetch, give_back), halo.local_columns(dst))
 
     def scores(self, z: torch.Tensor, src: np.ndarray, dst: np.ndarray, halo: Halo | None) -> torch.Tensor:
         """s(u, v) of the pairs (src local rows, dst new ids), summed along the grid row on 2D/3D."""
-        s = self.model.score(self.g, z[torch.as_tensor(src)], self.endpoints(z, dst, halo))
+        s = self.model.score(self.g, gather(z, src), self.endpoints(z, dst, halo))
         if self.columns is None:
             return s
 
@@ -180,7 +182,7 @@ class LinkTrainer(Run):
         src, dst, pos = self.edges.training(epoch)
         s = self.scores(z, src, dst, self.halo(dst))
         y = torch.cat([torch.ones(pos), torch.zeros(src.size - pos)]).to(s)
-        local = F.binary_cross_entropy_with_logits(s, y, reduction="sum") * (self.counting / (2 * self.counts["train"]))
+        local = F.binary_cross_entropy_with_logits(s, y, reduction="sum") * (self.counting / (2 * self.positives))
         with self.comm.phase("edges"):
             return self.g.globally(local), z
 
