@@ -135,7 +135,8 @@ def _plain_figures(t: LinkTrainer, folder) -> dict:
     given, out = read_held_out(folder), {}
     with torch.no_grad():
         z = t.embeddings().numpy()
-    for split, (src, dst, nsrc, ndst) in given.pairs.items():
+    for split in given.pairs:
+        src, dst, nsrc, ndst = given.share(split)
         pos, neg = (z[src] * z[dst]).sum(1), (z[nsrc] * z[ndst]).sum(1)
         out[f"{split}_{given.label}"] = _plain_hits(pos, neg, given.k) if given.metric == "hits" else \
             _plain_mrr(pos, neg.reshape(len(pos), -1))
@@ -235,6 +236,25 @@ def test_bad_input_is_one_line(tmp_path, kind, change, message):
     cfg = _cfg(dataset or folder, tmp_path / "cache", **({"ogb_split": ogb_split or str(folder)} if dataset else {}))
     with pytest.raises(SpgnnError, match=message):
         LinkTrainer(cfg.validate(), Comm(0, 1))
+
+
+def _refusal(comm, folder, cache):
+    try:
+        LinkTrainer(_cfg(folder, cache), comm)
+    except SpgnnError as e:
+        return str(e)
+
+
+def test_a_negative_no_node_is_refused_by_every_rank(tmp_path):
+    """Each rank reads and checks only the rows of target_node_neg whose source it holds: a bad id in one row stops
+    both ranks of P = 2 with the one line."""
+    bad = np.zeros((HELD, M), np.int64)
+    bad[HELD - 1, 3] = N
+    valid = {"source_node": np.arange(HELD), "target_node": np.arange(HELD)[::-1], "target_node_neg": bad}
+    folder = write_folder(tmp_path, "mrr", valid=valid)
+    said = run_local(_refusal, 2, folder, tmp_path / "cache")
+    assert said[0] == said[1] and said[0] is not None
+    assert "valid.pt: 'target_node_neg' holds node ids 0..120, but the graph has 120 nodes" in said[0]
 
 
 def test_missing_and_corrupt_files_are_one_line(tmp_path):

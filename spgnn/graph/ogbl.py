@@ -58,7 +58,8 @@ def ogbl_folder(spec) -> tuple[Path, str | None] | None:
 
 def read_pt(path: Path) -> dict:
     """The dict of arrays ``torch.save`` wrote to `path` (zip or legacy format), its values numpy arrays (see the
-    module docstring: nothing in the file runs)."""
+    module docstring: nothing in the file runs). Tensors of a zip file are memory-mapped: what is never indexed is
+    never read."""
     if not path.is_file():
         raise SpgnnError(f"cannot read {path}: no such file")
     try:
@@ -69,7 +70,8 @@ def read_pt(path: Path) -> dict:
         import torch
 
         try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)     # tensors: torch's own safe loader
+            obj = torch.load(path, map_location="cpu", weights_only=True,      # tensors: torch's own safe loader
+                             mmap=zipfile.is_zipfile(path))
         except Exception:
             raise e from None
     if not isinstance(obj, dict):
@@ -113,7 +115,7 @@ def _ids(a: np.ndarray, n: int, path: Path, what: str) -> np.ndarray:
     """`a` as int64 node ids, checked to lie in [0, n)."""
     if a.dtype.kind not in "iu":
         raise SpgnnError(f"{path}: {what} must be integer node ids, got {a.dtype}")
-    a = a.astype(np.int64)
+    a = a.astype(np.int64, copy=False)
     if a.size and (a.min() < 0 or a.max() >= n):
         raise SpgnnError(f"{path}: {what} holds node ids {a.min()}..{a.max()}, but the graph has {n} nodes "
                          f"(raw/num-node-list): the split is of another graph")
@@ -143,9 +145,10 @@ def _positives(d: dict, path: Path, n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass
 class HeldOut:
-    """The validation and test pairs of an OGB split, in original ids: for each split ("val", "test") the positives'
-    (src, dst) and the negatives' (src, dst), all of them ranked against every positive (``hits``, K = `k`) or `k`
-    a positive, row-major, each positive's `k` sharing its source (``mrr``)."""
+    """The validation and test pairs of an OGB split, in original ids: for each split ("val", "test") of `pairs` the
+    positives' src and dst [E] and the negatives: [E', 2] pairs all ranked against every positive (``hits``, K =
+    `k`), or [E, k] targets, row e those of positive e, sharing its source (``mrr``; memory-mapped from the file
+    `files[split]`, its rows read and checked as `share` selects them)."""
 
     name: str
     kind: str
@@ -153,28 +156,41 @@ class HeldOut:
     metric: str
     k: int
     pairs: dict
+    files: dict
 
     @property
     def label(self) -> str:
         """The figure's key: "hits@K" or "mrr"."""
         return f"hits@{self.k}" if self.metric == "hits" else "mrr"
 
+    def share(self, split: str, keep=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(src, dst, negatives' src, negatives' dst) of `split`'s pairs whose source `keep` (original ids → bool
+        mask; None: all) admits, in the order the file lists them: a rank's share of the pairs to score."""
+        src, dst, neg = self.pairs[split]
+        if self.metric == "mrr":
+            rows = np.flatnonzero(keep(src)) if keep else np.arange(src.size)
+            t = _ids(np.asarray(neg[rows]), self.n, self.files[split], "'target_node_neg'")
+            return src[rows], dst[rows], np.repeat(src[rows], self.k), t.ravel()
+        mine, theirs = (keep(src), keep(neg[:, 0])) if keep else (slice(None), slice(None))
+        return src[mine], dst[mine], neg[theirs, 0], neg[theirs, 1]
 
-def _negatives(d: dict, path: Path, n: int, src: np.ndarray) -> tuple[str, int, np.ndarray, np.ndarray]:
-    """(metric, k, negatives' sources, their targets) of a valid/test file whose positives start at `src`."""
+
+def _negatives(d: dict, path: Path, n: int, src: np.ndarray) -> tuple[str, int, np.ndarray]:
+    """(metric, k, negatives) of a valid/test file whose positives start at `src`: [E', 2] pairs (checked), or
+    [E, k] targets (as the file holds them; `HeldOut.share` checks the rows it reads)."""
     if "edge_neg" in d:
         e = d["edge_neg"]
         if e.ndim != 2 or e.shape[1] != 2:
             raise SpgnnError(f"{path}: 'edge_neg' has shape {e.shape}, expected (E', 2): one negative pair a row")
-        e = _ids(e, n, path, "'edge_neg'")
-        return "hits", 0, e[:, 0], e[:, 1]
+        return "hits", 0, _ids(e, n, path, "'edge_neg'")
     if "target_node_neg" in d:
         t = d["target_node_neg"]
         if t.ndim != 2 or t.shape[0] != src.size or t.shape[1] < 1:
             raise SpgnnError(f"{path}: 'target_node_neg' has shape {t.shape}, expected ({src.size}, M): a row of "
                              f"negative targets for each source_node")
-        t = _ids(t, n, path, "'target_node_neg'")
-        return "mrr", t.shape[1], np.repeat(src, t.shape[1]), t.ravel()
+        if t.dtype.kind not in "iu":
+            raise SpgnnError(f"{path}: 'target_node_neg' must be integer node ids, got {t.dtype}")
+        return "mrr", t.shape[1], t
     raise SpgnnError(f"{path}: no negatives: expected 'edge_neg' [E', 2] or 'target_node_neg' [E, M] (found "
                      f"{', '.join(sorted(d))})")
 
@@ -182,19 +198,19 @@ def _negatives(d: dict, path: Path, n: int, src: np.ndarray) -> tuple[str, int, 
 def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut:
     """The validation and test pairs of OGB link folder `folder` (split type `kind`), checked (one SpgnnError)."""
     folder = Path(folder)
-    where, n, pairs, kinds = split_folder(folder, kind), num_nodes(folder), {}, set()
+    where, n, pairs, files, kinds = split_folder(folder, kind), num_nodes(folder), {}, {}, set()
     for split in ("val", "test"):
         path = where / f"{SPLIT_FILES[split]}.pt"
         d = read_pt(path)
         src, dst = _positives(d, path, n)
-        metric, k, nsrc, ndst = _negatives(d, path, n, src)
+        metric, k, neg = _negatives(d, path, n, src)
         kinds.add((metric, k))
-        pairs[split] = (src, dst, nsrc, ndst)
+        pairs[split], files[split] = (src, dst, neg), path
     if len(kinds) != 1:
         raise SpgnnError(f"{where}: valid.pt and test.pt hold negatives of different kinds ({sorted(kinds)})")
     name = _name(folder)
     metric, k = kinds.pop()
-    return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs)
+    return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs, files)
 
 
 def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:

@@ -114,12 +114,15 @@ class LinkShare:
     def mine(self, given) -> list:
         """Per held-out split of `given`, its positives then its negatives whose source is one of this rank's rows:
         (src local rows, dst new ids, label 1/0, split code), in the order `given` lists them."""
+        def here(a):
+            u = self.inv[a] - self.first
+            return (u >= 0) & (u < self.share.n_rows)
+
         blocks = []
-        for split, (src, dst, nsrc, ndst) in given.pairs.items():
+        for split in given.pairs:
+            src, dst, nsrc, ndst = given.share(split, here)
             for label, a, b in ((1, src, dst), (0, nsrc, ndst)):
-                u = self.inv[a] - self.first
-                here = (u >= 0) & (u < self.share.n_rows)
-                blocks.append((u[here], self.inv[b[here]], label, SPLITS.index(split)))
+                blocks.append((self.inv[a] - self.first, self.inv[b], label, SPLITS.index(split)))
         return blocks
 
     def message_passing(self):

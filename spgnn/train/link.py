@@ -75,7 +75,7 @@ class LinkTrainer(Run):
     def __init__(self, cfg, comm, graph=None, parts=None):
         cfg = replace(cfg, task="link").validate()
         folder = ogbl_folder(cfg.ogb_split or cfg.dataset) if graph is None and parts is None else None
-        given = agree(comm, lambda: read_held_out(*folder)) if folder else None        # every rank reads the files
+        given = agree(comm, lambda: read_held_out(*folder)) if folder else None     # its own pairs: LinkShare
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
@@ -105,7 +105,7 @@ class LinkTrainer(Run):
         self.model = self.g.prepare(self.model)
         share = self.g.parts.share(self.g.algo.part_of(self.g.grid.shape, self.g.grid.coord))
         share.drop_features()
-        self.edges = LinkShare(share, perm, self.split, given, cfg.self_pairs == "on")
+        self.edges = agree(comm, lambda: LinkShare(share, perm, self.split, given, cfg.self_pairs == "on"))
         self.given = given and replace(given, pairs={})       # this rank's pairs are in self.edges.held
         columns = self.g.algo.column_group()
         self.columns = columns if columns is not None and columns.size > 1 else None
