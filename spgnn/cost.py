@@ -473,7 +473,7 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
     the inner parts (k, l), on column block j. A layout of another kind is taken to hold and multiply its whole
     block row."""
     from .spmm.halo import OneDHalo
-    from .spmm.oned import OneD
+    from .spmm.oned import OneD, pieces
     from .spmm.sar import SAR
     from .spmm.summa import SUMMA, _wire_bytes
 
@@ -495,6 +495,8 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
         share = list(range(coord[1], shape[0], shape[1]))
         nnz = row[share].sum()
         last = row[share[-1]] if share else 0          # a replica past the last team has no stage
+        if shape[1] > 1:            # the last stage by row pieces, each but the first while the previous is summed
+            last //= max(len(pieces(int(n[p]))), 1)
         return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share))
     if issubclass(cls, SAR):
         P = len(n)

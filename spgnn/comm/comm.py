@@ -108,6 +108,10 @@ class TorchTransport:
     def all_reduce(self, t, group):
         dist.all_reduce(t, group=group.pg)
 
+    def all_reduce_async(self, t, group):
+        """Start the sum in place; returns a handle whose wait() blocks until `t` holds it."""
+        return dist.all_reduce(t, group=group.pg, async_op=True)
+
     def reduce_scatter(self, out, inp, group):
         dist.reduce_scatter_single(out, inp, group=group.pg)
 
@@ -247,14 +251,33 @@ class Comm:
 
     def all_reduce(self, t: torch.Tensor, group: Group | None = None) -> torch.Tensor:
         """Sum `t` in place over `group`."""
+        return self.all_reduce_async(t, group, blocking=True).wait()
+
+    def all_reduce_async(self, t: torch.Tensor, group: Group | None = None, blocking: bool = False):
+        """`all_reduce` started now and finished by the returned handle's ``wait()``, which returns `t` and records
+        the bytes (in the phase current at the start); meanwhile the transport may overlap it with computation
+        (`blocking`, or a transport without ``all_reduce_async``: done at once). `t` must be contiguous."""
         group = group or self.world
         g = group.size
-        t0 = time.perf_counter()
+        t0, where = time.perf_counter(), (self._phase, self._layer)
+        start = None if blocking else getattr(self.transport, "all_reduce_async", None)
+        work = None
         if g > 1:
-            self.transport.all_reduce(t, group)
-        b = ring_words(t.numel(), g, group.ranks.index(self.rank)) * t.element_size()
-        self._record("all_reduce", group, b, b, 2 * (g - 1), t0)
-        return t
+            if start is not None:
+                work = start(t, group)
+            else:
+                self.transport.all_reduce(t, group)
+        started = time.perf_counter() - t0
+
+        def wait() -> torch.Tensor:
+            t1 = time.perf_counter()
+            if work is not None:
+                work.wait()
+            b = ring_words(t.numel(), g, group.ranks.index(self.rank)) * t.element_size()
+            self._record("all_reduce", group, b, b, 2 * (g - 1), t1 - started, where)
+            return t
+
+        return Pending(wait)
 
     def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None, rows=None) -> torch.Tensor:
         """Sum over `group` of `inp`, split along dim 0 into chunks of `rows[j]` rows (default: g equal

@@ -91,12 +91,18 @@ class MPITransport:
         """`all_to_all_v` started now (MPI_Ialltoallv) on contiguous `out` and `inp`; the returned request's
         ``wait()`` completes it."""
         return _Request(self, self.communicator(group).Ialltoallv(_rows(_view(inp), in_splits, inp),
-                                                                  _rows(_view(out), out_splits, out)))
+                                                                  _rows(_view(out), out_splits, out)), "all-to-all")
 
     def all_reduce(self, t, group):
         """Sum of `t` over the members, in place."""
         with _buffer(t) as buf, self._watched("all-reduce"):
             self.communicator(group).Allreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def all_reduce_async(self, t, group):
+        """`all_reduce` started now (MPI_Iallreduce) on contiguous `t`; the returned request's ``wait()`` completes
+        it."""
+        return _Request(self, self.communicator(group).Iallreduce(self.MPI.IN_PLACE, _view(t), op=self.MPI.SUM),
+                        "all-reduce")
 
     def reduce_scatter(self, out, inp, group):
         """Member j gets chunk j (``out``-sized, along dim 0) of the sum over members of `inp`."""
@@ -110,13 +116,13 @@ class MPITransport:
 
 
 class _Request:
-    """An MPI request whose ``wait()`` the transport's watchdog watches."""
+    """An MPI request (of collective `what`) whose ``wait()`` the transport's watchdog watches."""
 
-    def __init__(self, transport: MPITransport, request):
-        self.transport, self.request = transport, request
+    def __init__(self, transport: MPITransport, request, what: str):
+        self.transport, self.request, self.what = transport, request, what
 
     def wait(self):
-        with self.transport._watched("all-to-all"):
+        with self.transport._watched(self.what):
             return self.request.wait()
 
 

@@ -3,14 +3,15 @@ of A and of H is replicated on the c members of team q (grid row q). 1D is the c
 
 Replica k of team q computes the partial sum Σ_{j ∈ S_k} A_qj·H_j over its share S_k = {j : j mod c = k}
 of the P/c column blocks, H_j broadcast by team j's replica k along grid column k ("block" group, P/c
-members), one block live at a time; the team then all-reduces its partials ("replica" group, c members),
-so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ. Per SpMM of
-width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves a ring all-reduce of
-n_q·f words: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
+members), one block live at a time; the team then all-reduces its partials ("replica" group, c members) in
+`PIECES` row pieces, so every replica holds Z_q. The backward runs the same stages on G with block row q of Aᵀ.
+Per SpMM of width f, replica (q, k) receives Σ_{j∈S_k, j≠q} n_j·f words by broadcast and moves ring
+all-reduces of n_q·f words in all: about n·f/c + 2·n·f·(c−1)/P words, against n·f·(P−1)/P for 1D.
 
 With ``--overlap on`` (the default) the stages are double-buffered: stage j+1's broadcast is started before
-stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one). The team's
-all-reduce stays blocking: the transports offer no non-blocking all-reduce.
+stage j's product, so that it is in flight meanwhile (two blocks of H live instead of one), and the last stage
+is computed piece by piece, each piece's all-reduce in flight while the next piece is computed (with ``off``
+each piece's all-reduce completes before the next: the same calls and sums).
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ OVERLAP = Option("overlap", str, "on", "1d, 1d-halo, sar, 1.5d, 2d, 3d: on: each
                  "communication is in flight (the local block during the halo exchange, a stage during the next "
                  "stage's broadcasts); off: every exchange completes before the product that needs it (same bytes "
                  "and results)", valid=lambda v: v in ("on", "off"), must="on or off", inert=("off",))
+
+
+PIECES = 4     # row pieces of the team's all-reduce (1.5D)
+
+
+def pieces(m: int) -> list[tuple[int, int]]:
+    """The non-empty row ranges [lo, hi) of Z's m rows that the team all-reduces one at a time (`PIECES`, their
+    sizes differing by one at most)."""
+    bounds = [m * k // PIECES for k in range(PIECES + 1)]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
 
 
 def product(a, h, z) -> None:
@@ -97,8 +108,8 @@ class OneD(DistSpMM):
         rows = stats.sizes * f * 4                                 # bytes of each block of H
         calls = [("broadcast", "block", rows[q] * (teams - 1), 0, teams - 1) if j == q else
                  ("broadcast", "block", 0, rows[j], 0) for j in range(k, teams, c)]
-        if c > 1:
-            b = ring_words(int(stats.sizes[q]) * f, c, k) * 4
+        for lo, hi in pieces(int(stats.sizes[q])) if c > 1 else ():
+            b = ring_words((hi - lo) * f, c, k) * 4
             calls.append(("all_reduce", "replica", b, b, 2 * (c - 1)))
         return {"forward": calls, "backward": calls}
 
@@ -109,9 +120,23 @@ class OneD(DistSpMM):
             buf = h if j == self.part else h.new_empty((int(self.sizes[j]), h.shape[1]))
             return lambda: self.comm.broadcast_async(buf, self.column.ranks[j], self.column, not self.overlap)
 
+        last = None
         for j, buf in zip(self.share, prefetched(map(start, self.share), int(self.overlap))):
-            product(blocks[j], buf, z)
-        return self.comm.all_reduce(z, self.team) if self.team.size > 1 else z
+            if last is not None:
+                product(*last, z)
+            last = blocks[j], buf
+        if self.team.size == 1:
+            if last is not None:
+                product(*last, z)
+            return z
+        pending = []
+        for lo, hi in pieces(z.shape[0]):               # the last stage by rows, each piece summed as it is done
+            if last is not None:
+                product(last[0].row_slice(lo, hi), last[1], z[lo:hi])
+            pending.append(self.comm.all_reduce_async(z[lo:hi], self.team, not self.overlap))
+        for p in pending:
+            p.wait()
+        return z
 
     def _forward(self, h):
         return self._stages(self.blocks, h)
