@@ -22,7 +22,6 @@ Prints a Markdown table, writes every raw number to --out (JSON) and a PNG next 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -31,9 +30,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import torch
-from machine import facts  # benchmarks/machine.py
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spgnn.comm.comm import Comm
@@ -170,14 +169,11 @@ def plot(rows, path: Path) -> None:
     ax.set_xticks(x, [f"{r['algo']}\nstep/bound {r['step_over_bound']:.2f}" for r in rows])
     ax.set(ylabel="ms (median)", title="P = 1 training step against its bound")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    machine.save_figure(fig, path)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = machine.arguments(__doc__, "results/bench_bound.json")
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
     ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--algos", default="sar,1d-halo", help="comma-separated algorithms")
@@ -185,11 +181,10 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=3, help="layers of the model")
     ap.add_argument("--hidden", type=int, default=256, help="hidden width")
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
-    ap.add_argument("--out", default="results/bench_bound.json", help="JSON output (the PNG goes next to it)")
     args = ap.parse_args(argv)
     args.algos = args.algos.split(",")
     share_cores(1)
-    start, machine = time.perf_counter(), facts()
+    start, host = time.perf_counter(), machine.facts()
     rec = measure(load_dataset(args.dataset, args.data_dir), args)
     rows = [summarise(rec, algo) for algo in args.algos]
     text = table(rows, rec)
@@ -200,7 +195,7 @@ def main(argv=None) -> int:
     plot(rows, png)
     out.write_text(json.dumps({
         "schema": "spgnn.bench_bound/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": machine,
+        "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "raw": rec,
         "text": text, "png": str(png)}, indent=1, default=str))
     print(f"wrote {out} and {png}", file=sys.stderr)

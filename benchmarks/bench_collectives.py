@@ -32,6 +32,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 
 from spgnn.comm import calibrate
@@ -186,8 +187,7 @@ def plot(points: list[dict], path: Path) -> str:
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("payload GB/s per rank")
     axes[0][-1].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    machine.save_figure(fig, path)
     return f"plot written to {path}"
 
 

@@ -22,7 +22,6 @@ and a PNG next to it. Exits 1 (after writing) if any measured ledger differs fro
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shlex
@@ -561,15 +560,11 @@ def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:
            xlabel="P", ylabel="words received per rank per step")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=6, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    machine.save_figure(fig, path)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--out", default="results/bench_comm.json", help="JSON output (the PNG goes next to it)")
+    ap = machine.arguments(__doc__, "results/bench_comm.json")
     ap.add_argument("--max-procs", type=int, default=8, help="measure at P = 1 … this")
     ap.add_argument("--epochs", type=int, default=3, help="timed epochs after the measured one")
     ap.add_argument("--sparse", default="rmat:14", help="sparse graph (rmat, edge factor 16)")

@@ -32,10 +32,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 import torch.nn.functional as F
-from machine import facts  # benchmarks/machine.py
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
@@ -304,9 +304,7 @@ def bar_chart(results: dict, path: Path) -> str:
             ax.set_xlabel("ms (median)", fontsize=7)
             ax.tick_params(labelsize=6)
             ax.set_xlim(0, 1.25 * max(ms for _, ms in items))
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    machine.save_figure(fig, path)
     return f"chart written to {path}"
 
 
@@ -363,10 +361,10 @@ def main(argv=None) -> int:
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    host = machine.facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                                  "cpu_busy_fraction_before": busy_before}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
-              "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": machine,
+              "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": host,
               "targets": targets, "datasets": results}
     out.write_text(json.dumps(report, indent=1))
     print(f"\nJSON written to {out}")

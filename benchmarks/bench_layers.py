@@ -39,12 +39,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 import torch.nn.functional as F
 from bench_epoch import cpu_busy_fraction, time_interleaved
 from bench_init import PygRun
-from machine import facts  # benchmarks/machine.py
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
@@ -217,9 +217,7 @@ def plot(rows: list[dict], title: str, path: Path) -> str:
     ax_a.set_title("test accuracy, same initial weights", fontsize=9)
     ax_a.set_ylim(0, 1)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    machine.save_figure(fig, path)
     return f"plot written to {path}"
 
 
@@ -282,10 +280,10 @@ def main(argv=None) -> int:
     print(f"\n### {title}\n\n{table(rows)}\n\nTargets:\n" + "\n".join(target_lines(rows)))
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    machine = facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    host = machine.facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                          "cpu_busy_fraction_before": busy}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
-              "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": machine,
+              "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": host,
               "graph": {"name": g.name, "n": g.n, "nnz_A": g.nnz, "features": g.num_features,
                         "classes": g.num_classes, "train_nodes": int(g.train_mask.sum())},
               "targets": target_lines(rows), "layers": rows}

@@ -80,8 +80,7 @@ def main(argv=None) -> int:
     ax.set(title=f"GCN + dot on Cora, widths {args.hidden}, {args.embedding}", xlabel="epoch", ylabel="ROC-AUC",
            ylim=(0.5, 1.0))
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    machine.save_figure(fig, out.with_suffix(".png"))
     return 0
 
 

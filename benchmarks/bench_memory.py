@@ -18,6 +18,7 @@ import json
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 
 from spgnn.comm.launch import run_local
@@ -99,8 +100,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_xlabel("P")
             ax.set_ylabel("saved for backward, MiB/rank")
             ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    machine.save_figure(fig, path)
 
 
 def main(argv=None):

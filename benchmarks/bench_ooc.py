@@ -78,9 +78,9 @@ def main(argv=None):
         lines.append(f"| {r['method']} | {r['graph_bytes'] / 1e6:.0f} | {r['peak_rss_growth_bytes'] / 1e6:.0f} | "
                      f"{r['peak_rss_growth_bytes'] / r['graph_bytes']:.2f} | {r['largest_part_bytes'] / 1e6:.0f} | "
                      f"{r['nnz_imbalance']:.2f} | {r['seconds']:.1f} |")
-    from machine import facts
+    import machine
 
-    out.write_text(json.dumps({"args": vars(args), "rows": rows, "machine": facts()}, indent=1))
+    out.write_text(json.dumps({"args": vars(args), "rows": rows, "machine": machine.facts()}, indent=1))
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,8 +91,7 @@ def main(argv=None):
     ax.axhline(size / 1e6, color="k", linestyle="--", label="graph (edges + features)")
     ax.set_ylabel("MB")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
+    machine.save_figure(fig, out.with_suffix(".png"))
     print("\n".join(lines))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")
 

@@ -24,7 +24,6 @@ Prints a Markdown table, writes every raw number to --out (JSON) and a PNG next 
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
 import os
@@ -34,8 +33,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
-from machine import facts  # benchmarks/machine.py
 
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -150,14 +149,11 @@ def plot(rows: list[dict], path: Path) -> None:
     ax2.axhline(0, color="black", lw=0.5)
     ax2.set(ylabel="communication seconds hidden (%)")
     ax2.set_xticks(x, labels, rotation=90, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    machine.save_figure(fig, path)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap = machine.arguments(__doc__, "results/bench_overlap.json")
     ap.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
     ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--procs", default="2,4", help="comma-separated process counts P")
@@ -168,12 +164,11 @@ def main(argv=None) -> int:
     ap.add_argument("--prefetch", default="1", help="sar: ring rounds in flight with overlap on; a comma-separated "
                     "list adds a variant per further value, timed in the same interleaved rounds")
     ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run_local may take")
-    ap.add_argument("--out", default="results/bench_overlap.json", help="JSON output (the PNG goes next to it)")
     args = ap.parse_args(argv)
     args.algos, args.models = args.algos.split(","), args.models.split(",")
     args.prefetch = [int(k) for k in args.prefetch.split(",")]
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"          # inherited by the rank processes
-    start, machine = time.perf_counter(), facts()
+    start, host = time.perf_counter(), machine.facts()
     rows = []
     for spec in args.datasets.split(","):
         g = load_dataset(spec, args.data_dir)
@@ -190,7 +185,7 @@ def main(argv=None) -> int:
     plot(rows, png)
     out.write_text(json.dumps({
         "schema": "spgnn.bench_overlap/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": machine,
+        "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "text": text,
         "png": str(png)}, indent=1, default=str))
     print(f"wrote {out} and {png}", file=sys.stderr)

@@ -113,8 +113,7 @@ def plot(rows: list[dict], path: Path) -> None:
             ax.set_xticks(sorted({r["nparts"] for r in mine}))
             ax.set_title(f"{d}: {label}", fontsize=9)
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    machine.save_figure(fig, path)
 
 
 def parse_args(argv=None):

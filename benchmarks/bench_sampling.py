@@ -174,8 +174,7 @@ def plot(rows, path: Path) -> None:
     ax.set_xlabel("bulk k (minibatches per sampling call)")
     ax.set_ylabel("minibatches / s")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    machine.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import json
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 
 from spgnn import spmm
@@ -115,8 +116,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_xlabel("P")
         ax.set_ylabel(what)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    machine.save_figure(fig, path)
 
 
 def main(argv=None):
@@ -132,10 +132,8 @@ def main(argv=None):
     text, targets = table(rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    from machine import facts
-
     out.write_text(json.dumps({"args": vars(args), "graph": graph, "model": MODEL, "rows": rows, "targets": targets,
-                               "machine": facts(), "wall_s": time.perf_counter() - t0}, indent=1))
+                               "machine": machine.facts(), "wall_s": time.perf_counter() - t0}, indent=1))
     plot(rows, out.with_suffix(".png"))
     print(text)
     print(f"\nwrote {out} and {out.with_suffix('.png')} ({time.perf_counter() - t0:.0f} s)")

@@ -135,8 +135,7 @@ def plot(runs, path: Path) -> None:
     ax.set_xlabel("training seconds (evaluation excluded)")
     ax.set_ylabel("test accuracy (trailing mean)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    machine.save_figure(fig, path)
 
 
 if __name__ == "__main__":

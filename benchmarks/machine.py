@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import subprocess
@@ -40,3 +41,21 @@ def facts() -> dict:
             "torch_geometric": installed("torch-geometric"), "matplotlib": installed("matplotlib"),
             "spgnn": __version__, "spmm_backend": kernels.get_backend(), "git_commit": commit,
             "load_average": os.getloadavg()}
+
+
+def save_figure(fig, path) -> None:
+    """Lay `fig` out, write it to `path` (PNG, 120 dpi) and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def arguments(doc: str, out: str) -> argparse.ArgumentParser:
+    """A benchmark's parser: described by the first paragraph of `doc`, defaults shown in --help, with --out (the
+    JSON, default `out`; the PNG goes next to it)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    ap.add_argument("--out", default=out, help="JSON output (the PNG goes next to it)")
+    return ap
