@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 
 from spgnn import cost, spmm
@@ -138,7 +139,7 @@ def plot(rows, path) -> None:
     ax.set(xscale="log", yscale="log", xlabel="measured s / epoch (median)", ylabel="predicted s / epoch",
            title="cost model: epoch seconds")
     ax.legend()
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    machine.save_figure(fig, path)
 
 
 def main() -> int:
