@@ -82,6 +82,11 @@ def _train(comm, algo, task, targets, shape):
     return [e["loss"] for e in report["epochs"]], report, first, t.predict(gather=True)
 
 
+def _train_each(comm, layouts, task, targets):
+    """`_train`'s losses and report for each (algo, grid) of `layouts`, in one process group."""
+    return [_train(comm, algo, task, targets, shape)[:2] for algo, shape in layouts]
+
+
 def _reference_auc(logits, y, mask):
     """OGB's rule: ROC-AUC per target over the split's known entries, averaged over targets with both classes."""
     aucs = []
@@ -108,9 +113,9 @@ def test_targets_train_the_same_on_every_layout(task, targets, layouts):
     for split, mask in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask)):
         assert ref["final"][f"{split}_rocauc"] == pytest.approx(_reference_auc(last, g.y, mask), abs=1e-9)
     assert ref["best"]["epoch"] in (0, 2, 3) and "val_rocauc" in ref["best"]
-    for algo, shape in layouts:
-        for losses, report, _, _ in run_local(_train, 4, algo, task, targets, shape):
-            np.testing.assert_allclose(losses, ref_losses, rtol=2e-5)
+    for rank in run_local(_train_each, 4, layouts, task, targets, timeout_s=600):
+        for (algo, _), (losses, report) in zip(layouts, rank):
+            np.testing.assert_allclose(losses, ref_losses, rtol=2e-5, err_msg=algo)
             for k, v in ref["final"].items():
                 assert report["final"][k] == pytest.approx(v, abs=1e-6), (algo, k)
 
