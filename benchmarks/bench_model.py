@@ -1,15 +1,17 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
     python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 3]
-                                     [--hidden 64] [--calibration FILE] [--memory rmat:20]
+                                     [--hidden 64] [--calibration FILE] [--rates file] [--memory rmat:20]
                                      [--out results/bench_model.json]
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, unless --calibration is given). Then per
 dataset and P one launch of P processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid
 (each layout once: at P = 1 every algorithm runs the same local product, so 1d-halo only), one warm-up step each,
 then --epochs steps each interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls
-on all alike; the median step of each beside the model's prediction, from the compute rates those processes
-measure first (`measure_compute`: the load of the moment) and the calibration's α-β. --memory GRAPH: one
+on all alike; the median step of each beside the model's prediction, from the calibration's compute rates and
+α-β (``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the
+moment; its short kernels run at a whole core's speed even where P processes share fewer cores, so the time
+sharing it should show is lost). --memory GRAPH: one
 ``spgnn train`` process group per layout (1d-halo, sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank against
 the predicted memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest
 layout (``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown
@@ -50,15 +52,17 @@ def layouts(P: int, algos) -> list[dict]:
 
 
 def _timed(comm, dataset, options, args) -> list[dict]:
-    """On each rank: the compute rates measured (`measure_compute`: in these processes, under the machine's load
-    of the moment), every layout of `options` built and warmed up by one step, then args.epochs steps of each
-    interleaved; on rank 0 each layout's step seconds and the model's epoch (`cost.epoch_seconds`: those rates,
-    the calibration file's α-β)."""
+    """On each rank: the compute rates (the calibration's, or with ``--rates live`` measured in these processes),
+    every layout of `options` built and warmed up by one step, then args.epochs steps of each interleaved; on
+    rank 0 each layout's step seconds and the model's epoch (`cost.epoch_seconds`: those rates, the calibration
+    file's α-β)."""
     from spgnn.comm.calibrate import measure_compute
     from spgnn.config import TrainConfig
     from spgnn.train.fullbatch import Trainer
 
-    rates = cost.replace(cost.load_rates(args.calibration), **measure_compute(comm, repeats=3, scale=16))
+    rates = cost.load_rates(args.calibration)
+    if args.rates == "live":
+        rates = cost.replace(rates, **measure_compute(comm, repeats=3, scale=16))
     trainers = []
     for o in options:
         cfg = TrainConfig(dataset=dataset, data_dir=args.data_dir, hidden=args.hidden, epochs=args.epochs,
@@ -152,6 +156,8 @@ def main() -> int:
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--calibration", default=None, help="a spgnn calibrate --output file (default: made first)")
+    p.add_argument("--rates", default="file", choices=["file", "live"],
+                   help="compute rates: the calibration's (file), or measured in each launch's processes first (live)")
     p.add_argument("--memory", default="", help="check peak memory on this graph (e.g. rmat:20) at P = 1, 2, 4")
     p.add_argument("--memory-only", action="store_true", help="skip the timed runs")
     p.add_argument("--out", default="results/bench_model.json")
