@@ -70,6 +70,17 @@ def _dropout_kernel(nodes, key, threshold, scale, first, out):
             out[i, j] = scale if _fmix(s + np.uint64(first + j + 1) * _U_GOLDEN) >> _U11 >= threshold else 0
 
 
+@kernel(parallel=True, cache=True, nogil=True)
+def _dropped_kernel(nodes, key, threshold, scale, first, h, out):
+    """out[i, j] = h[i, j]·(`_dropout_kernel`'s entry (i, j)), the mask never stored."""
+    m, c = out.shape
+    for i in prange(m):
+        s = _fmix(key + nodes[i] * _U_GOLDEN)
+        for j in range(c):
+            keep = _fmix(s + np.uint64(first + j + 1) * _U_GOLDEN) >> _U11 >= threshold
+            out[i, j] = h[i, j] * (scale if keep else np.float32(0.0))
+
+
 def _signed(x: int) -> int:
     """The int64 with the same 64 bits as x."""
     x &= _MASK64
@@ -115,3 +126,22 @@ def dropout_mask(node_ids, num_cols: int, p: float, key: int, first_col: int = 0
     cols = torch.arange(first_col + 1, first_col + c + 1, dtype=torch.int64, device=device) * _signed(_GOLDEN)
     keep = _srl(_fmix_torch(s[:, None] + cols[None, :]), 11) >= threshold
     return keep.to(torch.float32) * float(scale)
+
+
+def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -> torch.Tensor:
+    """H ⊙ `dropout_mask` (node_ids, H's columns first_col …, p, key): the same values. An H that needs no
+    gradient (a layer's input features) on the CPU is dropped in one pass, without the m×f mask ever made; else
+    by the mask, which autograd keeps for the backward."""
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+    nodes = node_ids if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
+    if len(nodes) != h.shape[0]:
+        raise ValueError(f"dropout: {len(nodes)} node ids for {h.shape[0]} rows")
+    if (p == 0.0 or h.requires_grad or h.device.type != "cpu" or h.dtype != torch.float32
+            or get_backend() != "numba" or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
+        return h * dropout_mask(node_ids, h.shape[1], p, key, first_col).to(h.device, h.dtype)
+    out = torch.from_numpy(np.empty(tuple(h.shape), np.float32))
+    _dropped_kernel(np.ascontiguousarray(nodes, dtype=np.int64).view(np.uint64), np.uint64(int(key) & _MASK64),
+                    np.uint64(int(p * 2.0**53)), np.float32(1.0 / (1.0 - p)), np.uint64(first_col),
+                    h.detach().contiguous().numpy(), out.numpy())
+    return out

@@ -103,16 +103,16 @@ def machine_lock():
 
 def warm_up(sampler: str | None = None) -> None:
     """Make ready (compile, or load from numba's cache) the kernels a CPU training run calls, with the argument
-    types it calls them with, by calling them on a 4-node ring: the SpMM Z = A·H (float32), the dropout mask and
-    attention's weighted sum, and with `sampler` ("sage" or "ladies", optionally with ":SIZES") that sampler's
-    kernels."""
+    types it calls them with, by calling them on a 4-node ring: the SpMM Z = A·H (float32), the dropout mask, an
+    input's one-pass dropout and attention's weighted sum, and with `sampler` ("sage" or "ladies", optionally
+    with ":SIZES") that sampler's kernels."""
     if numba is None:
         return
     import numpy as np
     import scipy.sparse as sp
     import torch
 
-    from .hashing import dropout_mask
+    from .hashing import dropout, dropout_mask
     from .sampling.sampler import make_sampler
     from .sparse.attention import weighted_sum
     from .sparse.csr import CSR
@@ -123,6 +123,7 @@ def warm_up(sampler: str | None = None) -> None:
                                            np.r_[np.arange(1, n + 1) % n, np.arange(-1, n - 1) % n])))
     spmm(CSR.from_scipy(ring), torch.ones(n, 2))
     dropout_mask(np.arange(n), 2, 0.5, key=1)
+    dropout(torch.ones(n, 2), np.arange(n), 0.5, key=1)     # an input's dropout in one pass
     edges = ring.tocoo()                                    # attention's weighted sum, forward and backward
     p, v = torch.ones(ring.nnz, 1, requires_grad=True), torch.ones(n, 1, 2, requires_grad=True)
     weighted_sum(p, torch.as_tensor(edges.row), torch.as_tensor(edges.col), v, n).sum().backward()

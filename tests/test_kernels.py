@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from spgnn.errors import SpgnnError
-from spgnn.hashing import dropout_mask, mix_key
+from spgnn.hashing import dropout, dropout_mask, mix_key
 from spgnn.sparse import kernels
 from spgnn.sparse.csr import CSR
 from spgnn.sparse.kernels import spmm
@@ -175,6 +175,30 @@ def test_dropout_mask_numba_equals_torch(monkeypatch):
 def test_dropout_mask_rejects_bad_p(p):
     with pytest.raises(ValueError):
         dropout_mask(np.arange(3), 4, p, 0)
+    with pytest.raises(ValueError):
+        dropout(torch.ones(3, 4), np.arange(3), p, 0)
+
+
+@pytest.mark.parametrize("impl", ["numba", "torch"])
+def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
+    """An input that needs no gradient is dropped in one pass (numba: no mask made), one that does through the
+    mask: both H ⊙ mask bit for bit (the sign of a dropped negative entry too), and the gradient is the mask."""
+    monkeypatch.setattr(kernels, "_backend", impl)
+    rng = np.random.default_rng(1)
+    ids = rng.choice(10**9, size=200, replace=False).astype(np.int64)
+    h = torch.from_numpy(rng.standard_normal((200, 29)).astype(np.float32))
+    for p, key, first in ((0.5, mix_key(3, 1, 0), 0), (0.1, 2**64 - 1, 7), (0.0, 5, 0)):
+        mask = dropout_mask(ids, 29, p, key, first)
+        want = h * mask
+        got = dropout(h, ids, p, key, first)
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (p, key)
+        x = h.clone().requires_grad_()
+        y = dropout(x, ids, p, key, first)
+        y.backward(torch.ones_like(y))
+        assert torch.equal(y.detach(), want) and torch.equal(x.grad, mask), (p, key)
+    assert dropout(h[:0], ids[:0], 0.5, 1).shape == (0, 29)
+    with pytest.raises(ValueError, match="node ids for"):
+        dropout(h, ids[:3], 0.5, 1)
 
 
 def test_mix_key():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..hashing import dropout_mask, mix_key
+from ..hashing import dropout, mix_key
 from .norm import BatchNorm
 from .registry import adjacencies_of, get_layer
 
@@ -42,10 +42,7 @@ class GNN(nn.Module):
         for i, layer in enumerate(self.layers):
             g = gs[i]
             if self.training and self.dropout > 0 and layer.dropout_before:
-                cols = g.columns(layer.f_in)
-                mask = dropout_mask(ids[i], cols.stop - cols.start, self.dropout, mix_key(self.seed, epoch, i),
-                                    cols.start)
-                h = h * mask.to(h.device, h.dtype)
+                h = dropout(h, ids[i], self.dropout, mix_key(self.seed, epoch, i), g.columns(layer.f_in).start)
             extra = ({"key": mix_key(self.seed, epoch, i, 1)} if layer.keyed else {}) | \
                 ({"h0": h0} if layer.initial else {})
             with g.layer(i):
