@@ -60,14 +60,20 @@ def hash_uniform_array(key: int, rows, cols) -> np.ndarray:
     return ((z >> _U11).astype(np.float64) + 0.5) * 2.0 ** -53
 
 
+@njit(inline="always")
+def _mask_entry(s, col, threshold, scale):
+    """Entry (i, col) of the dropout mask: scale if fmix(s_i + (col+1)·φ) >> 11 ≥ threshold else 0."""
+    return scale if _fmix(s + np.uint64(col + 1) * _U_GOLDEN) >> _U11 >= threshold else np.float32(0.0)
+
+
 @kernel(parallel=True, cache=True, nogil=True)
 def _dropout_kernel(nodes, key, threshold, scale, first, out):
-    """out[i, j] = scale if fmix(s_i + (first+j+1)·φ) >> 11 ≥ threshold else 0, s_i = fmix(key + node_i·φ)."""
+    """out[i, j] = `_mask_entry` (s_i, first + j), s_i = fmix(key + node_i·φ)."""
     m, c = out.shape
     for i in prange(m):
         s = _fmix(key + nodes[i] * _U_GOLDEN)
         for j in range(c):
-            out[i, j] = scale if _fmix(s + np.uint64(first + j + 1) * _U_GOLDEN) >> _U11 >= threshold else 0
+            out[i, j] = _mask_entry(s, first + j, threshold, scale)
 
 
 @kernel(parallel=True, cache=True, nogil=True)
@@ -77,8 +83,13 @@ def _dropped_kernel(nodes, key, threshold, scale, first, h, out):
     for i in prange(m):
         s = _fmix(key + nodes[i] * _U_GOLDEN)
         for j in range(c):
-            keep = _fmix(s + np.uint64(first + j + 1) * _U_GOLDEN) >> _U11 >= threshold
-            out[i, j] = h[i, j] * (scale if keep else np.float32(0.0))
+            out[i, j] = h[i, j] * _mask_entry(s, first + j, threshold, scale)
+
+
+def _kernel_args(node_ids, p: float, key: int, first_col: int) -> tuple:
+    """(nodes, key, threshold, scale, first) as the numba kernels take them."""
+    return (np.ascontiguousarray(node_ids, dtype=np.int64).view(np.uint64), np.uint64(int(key) & _MASK64),
+            np.uint64(int(p * 2.0**53)), np.float32(1.0 / (1.0 - p)), np.uint64(first_col))
 
 
 def _signed(x: int) -> int:
@@ -115,12 +126,11 @@ def dropout_mask(node_ids, num_cols: int, p: float, key: int, first_col: int = 0
     m, c = len(node_ids), int(num_cols)
     if p == 0.0:
         return torch.ones((m, c), dtype=torch.float32, device=device)
-    key, threshold, scale = int(key) & _MASK64, int(p * 2.0**53), np.float32(1.0 / (1.0 - p))
     if device.type == "cpu" and get_backend() == "numba":
-        nodes = np.ascontiguousarray(node_ids, dtype=np.int64)
         out = np.empty((m, c), dtype=np.float32)
-        _dropout_kernel(nodes.view(np.uint64), np.uint64(key), np.uint64(threshold), scale, np.uint64(first_col), out)
+        _dropout_kernel(*_kernel_args(node_ids, p, key, first_col), out)
         return torch.from_numpy(out)
+    key, threshold, scale = int(key) & _MASK64, int(p * 2.0**53), np.float32(1.0 / (1.0 - p))
     nodes = torch.as_tensor(node_ids, dtype=torch.int64, device=device)
     s = _fmix_torch(nodes * _signed(_GOLDEN) + _signed(key))
     cols = torch.arange(first_col + 1, first_col + c + 1, dtype=torch.int64, device=device) * _signed(_GOLDEN)
@@ -141,7 +151,5 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
             or get_backend() != "numba" or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
         return h * dropout_mask(node_ids, h.shape[1], p, key, first_col).to(h.device, h.dtype)
     out = torch.from_numpy(np.empty(tuple(h.shape), np.float32))
-    _dropped_kernel(np.ascontiguousarray(nodes, dtype=np.int64).view(np.uint64), np.uint64(int(key) & _MASK64),
-                    np.uint64(int(p * 2.0**53)), np.float32(1.0 / (1.0 - p)), np.uint64(first_col),
-                    h.detach().contiguous().numpy(), out.numpy())
+    _dropped_kernel(*_kernel_args(nodes, p, key, first_col), h.detach().contiguous().numpy(), out.numpy())
     return out

@@ -122,12 +122,11 @@ class OneD(DistSpMM):
 
         last = None
         for j, buf in zip(self.share, prefetched(map(start, self.share), int(self.overlap))):
-            if last is not None:
-                product(*last, z)
-            last = blocks[j], buf
+            if self.team.size > 1 and j == self.share[-1]:
+                last = blocks[j], buf                   # the last stage: computed piece by piece below
+            else:
+                product(blocks[j], buf, z)
         if self.team.size == 1:
-            if last is not None:
-                product(*last, z)
             return z
         pending = []
         for lo, hi in pieces(z.shape[0]):               # the last stage by rows, each piece summed as it is done
