@@ -108,11 +108,14 @@ def memory(dataset, P, algo, args, folder) -> dict:
                     str(out), *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
                    stdout=subprocess.DEVNULL)
     r = json.loads(out.read_text())
-    rss = max(m["peak_rss_bytes"] for m in r["memory"]["per_rank"])
-    mem = max(m["total"] for m in r["predicted"]["memory_per_rank"])
+    measured, predicted = r["memory"]["per_rank"], r["predicted"]["memory_per_rank"]
+    rss = max(m["peak_rss_bytes"] for m in measured)
+    mem = max(m["total"] for m in predicted)
     return {"dataset": dataset, "P": P, "algo": algo, "shape": "x".join(map(str, r["grid"]["shape"])),
             "rss_mb": rss / 2**20, "predicted_mb": mem / 2**20, "memory_ratio": mem / rss,
-            "memory_parts_rank0": r["predicted"]["memory_per_rank"][0]}
+            "setup_mb": [m["setup_peak_rss_bytes"] / 2**20 for m in measured],
+            "train_mb": [m["train_peak_rss_bytes"] / 2**20 for m in measured],
+            "memory_parts": predicted}
 
 
 def auto_rows(rows) -> list[dict]:
@@ -158,7 +161,7 @@ def main() -> int:
     p.add_argument("--calibration", default=None, help="a spgnn calibrate --output file (default: made first)")
     p.add_argument("--rates", default="file", choices=["file", "live"],
                    help="compute rates: the calibration's (file), or measured in each launch's processes first (live)")
-    p.add_argument("--memory", default="", help="check peak memory on this graph (e.g. rmat:20) at P = 1, 2, 4")
+    p.add_argument("--memory", default="", help="check peak memory on these graphs (e.g. rmat:20) at P = 1, 2, 4")
     p.add_argument("--memory-only", action="store_true", help="skip the timed runs")
     p.add_argument("--out", default="results/bench_model.json")
     args = p.parse_args()
@@ -177,8 +180,8 @@ def main() -> int:
                 print(f"{dataset} P={P} {r['algo']} {r['shape']}: measured {r['measured_s']:.4f} s, predicted "
                       f"{r['predicted_s']:.4f} s ({r['time_ratio']:.2f})", flush=True)
     with tempfile.TemporaryDirectory() as folder:
-        mems = [memory(args.memory, P, algo, args, folder) for P in (1, 2, 4)
-                for algo in (MEMORY_ALGOS if P > 1 else MEMORY_ALGOS[:1])] if args.memory else []
+        mems = [memory(graph, P, algo, args, folder) for graph in filter(None, args.memory.split(","))
+                for P in (1, 2, 4) for algo in (MEMORY_ALGOS if P > 1 else MEMORY_ALGOS[:1])]
     autos = auto_rows(rows)
     if rows:
         print("\n| dataset | P | algo | grid | measured s | predicted s | ratio |\n|---|---|---|---|---|---|---|")
@@ -186,10 +189,11 @@ def main() -> int:
         print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {r['measured_s']:.4f} | "
               f"{r['predicted_s']:.4f} | {r['time_ratio']:.2f} |")
     if mems:
-        print("\n| dataset | P | algo | grid | peak MiB | predicted MiB | ratio |\n|---|---|---|---|---|---|---|")
+        print("\n| dataset | P | algo | grid | set-up peak MiB | training peak MiB | peak MiB | predicted MiB | ratio |"
+              "\n|---|---|---|---|---|---|---|---|---|")
     for r in mems:
-        print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {r['rss_mb']:.0f} | "
-              f"{r['predicted_mb']:.0f} | {r['memory_ratio']:.2f} |")
+        print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {max(r['setup_mb']):.0f} | "
+              f"{max(r['train_mb']):.0f} | {r['rss_mb']:.0f} | {r['predicted_mb']:.0f} | {r['memory_ratio']:.2f} |")
     if autos:
         print("\n| dataset | P | predicted fastest | measured fastest | measured ratio |\n|---|---|---|---|---|")
     for a in autos:

@@ -417,7 +417,7 @@ class Rates:
     flops_per_s: float              # dense products' arithmetic, one core
     elementwise_bytes_per_s: float  # dropout, bias, activation, softmax, Adam: bytes in + out a second, one core
     op_s: float                     # fixed seconds an operation costs whatever its size
-    runtime_bytes: int              # resident bytes of a process with torch and spgnn imported, joined to its peers
+    runtime_bytes: int              # resident bytes of a process with torch, spgnn and its kernels loaded, joined
     cores: int                      # cores of the machine the ranks share
     comm_ranks: int = 2             # ranks on it when α and β were measured
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
@@ -442,7 +442,7 @@ class Rates:
 # load average of 12 (other jobs).
 # step_wait_s: α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2 (the median over collectives).
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
-                      runtime_bytes=320 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
+                      runtime_bytes=370 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
 
 
 @dataclass(frozen=True)
@@ -601,10 +601,12 @@ def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, ra
             "eval_s": phases["eval"]["seconds"]}
 
 
-# A rank's peak memory: the runtime (a process with torch and spgnn imported), the graph it holds (its blocks of Â
-# as the layout stores them, exactly as `spgnn.DistGraph.graph_bytes` counts them, and its node data), what
-# autograd keeps for the backward at the end of the forward, the parameters with their gradients and Adam's two
-# moments, the exchange buffers of its widest SpMM and the activations in flight around the widest layer.
+# A rank's peak memory, reached early in the backward: the runtime (a process with torch and spgnn imported and its
+# kernels loaded), the graph it holds (its blocks of Â as the layout stores them, exactly as
+# `spgnn.DistGraph.graph_bytes` counts them, and its node data), what autograd keeps for the backward at the end of
+# the forward, the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM,
+# and one gradient of the widest activation (a layer's output) beside them. The set-up's peak (a rank holds the part
+# it read while it builds its layout) is not modelled; the run's report measures it apart (`setup_peak_rss_bytes`).
 
 
 def _csr_bytes(blocks) -> int:
@@ -681,9 +683,9 @@ def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Ra
     """The predicted peak resident bytes of `rank` while training, by part (module section above) and "total"."""
     rates = rates or DEFAULT_RATES
     s = local_share(cls, next(iter(stats.values())), shape, rank)
-    widest = max([model.features, model.classes, *(w for ops in model.layers for w in _widths(ops))])
+    widest = max([model.classes, *(_widths(ops)[1] for ops in model.layers)])
     out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
            "saved": saved_bytes(cls, stats, shape, rank, model, dropout), "params": 16 * model.n_params,
            "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
-           "working": 3 * 4 * s.rows * s.width(widest)}
+           "working": 4 * s.rows * s.width(widest)}
     return out | {"total": int(sum(out.values()))}

@@ -81,21 +81,41 @@ def _status_bytes(field: str) -> int:
         return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
 
 
+_RESTARTED = [False]           # whether the last `restart_peak` reset the kernel's high-water mark
+
+
+def restart_peak() -> int:
+    """The peak RSS so far (`peak_rss_bytes`); then the kernel's high-water mark is reset to the RSS now
+    (``/proc/self/clear_refs``, Linux), so that `peak_rss_since_restart` measures what follows: a run's set-up
+    apart from its training. `peak_rss_bytes` still sees the earlier peak."""
+    peak = _PEAK_BEFORE_RESET[0] = peak_rss_bytes()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        _RESTARTED[0] = True
+    except OSError:
+        _RESTARTED[0] = False
+    return peak
+
+
+def peak_rss_since_restart() -> int | None:
+    """The high-water RSS since the last `restart_peak` (None where it could not be reset)."""
+    try:
+        return _status_bytes("VmHWM") if _RESTARTED[0] else None
+    except (OSError, StopIteration):
+        return None
+
+
 @contextmanager
 def rss_growth():
     """Peak RSS growth of the block: its high-water RSS minus the RSS at its start, i.e. the memory it had to
     take from the OS (memory the allocator reuses from earlier frees does not show: a lower bound on what
-    the block allocated). Linux only: the kernel's high-water mark is reset first (``/proc/self/clear_refs``),
-    so what C libraries allocate counts too. Yields a dict whose ``bytes`` is set on exit (None where /proc
-    cannot do this)."""
+    the block allocated). Linux only (`restart_peak`), so what C libraries allocate counts too. Yields a dict
+    whose ``bytes`` is set on exit (None where /proc cannot do this)."""
     out = {"bytes": None}
-    try:
-        _PEAK_BEFORE_RESET[0] = peak_rss_bytes()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        start = _status_bytes("VmRSS")
-    except (OSError, StopIteration):
-        start = None
+    restart_peak()
+    start = rss_bytes() if _RESTARTED[0] else None
     yield out
-    if start is not None:
-        out["bytes"] = max(0, _status_bytes("VmHWM") - start)
+    peak = peak_rss_since_restart()
+    if start is not None and peak is not None:
+        out["bytes"] = max(0, peak - start)

@@ -55,6 +55,8 @@ def test_report_fields(tmp_path):
     for c, m in zip(r["comm"]["per_rank"], r["memory"]["per_rank"], strict=True):
         assert c["sent_bytes"] > 0 and c["recv_bytes"] > 0
         assert m["peak_rss_bytes"] > 10 * 2**20 and m["saved_for_backward_bytes"] > 0
+        assert 0 < m["setup_peak_rss_bytes"] <= m["peak_rss_bytes"] <= max(m["setup_peak_rss_bytes"],
+                                                                            m["train_peak_rss_bytes"])
 
 
 SAMPLED = ["--sampler", "sage:5,5", "--batch-size", "64", "--bulk", "2", "--split-graph", "--epochs", "3",

@@ -6,11 +6,13 @@ Its share, from the whole graph's bytes at P = 1 (A's and the node data's): node
 1.5d's replication (its c replicas of a block row hold the same H rows; A's columns are split among them) and w = 2
 for 2d and 3d on grids with more than one column (each A block they broadcast is kept with its packed wire copy)."""
 
+import numpy as np
 import pytest
 
 import spgnn.spmm as algorithms
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
+from spgnn.memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from spgnn.train.fullbatch import Trainer
 from tests.worlds import errors, run_worlds
 
@@ -54,3 +56,19 @@ def test_a_rank_holds_its_share(algo):
         share = (node * c + a_bytes * w) / P
         worst = max(r[algo][0] for r in per_rank)
         assert worst <= 1.10 * share, f"{algo} on {shape} (P={P}): a rank holds {worst} bytes, its share {share:.0f}"
+
+
+def test_restart_peak_measures_what_follows():
+    """`restart_peak` returns the peak so far and forgets it: a freed 256 MiB array no longer counts in
+    `peak_rss_since_restart`, a 128 MiB one made after it does, and `peak_rss_bytes` still sees the first."""
+    MiB = 2**20
+    big = np.ones(256 * MiB // 8)
+    del big
+    before = restart_peak()
+    start = peak_rss_since_restart()
+    if start is None:
+        pytest.skip("the kernel's high-water mark cannot be reset here (no /proc/self/clear_refs)")
+    assert start < before - 192 * MiB
+    after = np.ones(128 * MiB // 8)
+    assert peak_rss_since_restart() >= start + 120 * MiB and peak_rss_bytes() >= before
+    del after

@@ -22,7 +22,8 @@ the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse
 R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (torch.mm:
 2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), the fixed seconds of a tiny
-autograd operation, and the resident bytes of this process (torch and spgnn imported, joined to its peers).
+autograd operation, and the resident bytes of this process (torch and spgnn imported, its kernels loaded, joined to
+its peers).
 
 JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
 "cores", are still read):
@@ -189,9 +190,11 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     from ..cost import DEFAULT_RATES
     from ..graph.datasets import rmat_edges
     from ..hashing import dropout_mask
+    from ..jit import warm_up
     from ..sparse import kernels
     from ..sparse.csr import CSR
 
+    warm_up()                                            # a run's kernels loaded: ~50 MiB of the runtime
     runtime = rss_bytes()
     rng = np.random.default_rng(comm.rank)
     n = 1 << scale

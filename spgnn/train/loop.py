@@ -19,7 +19,7 @@ from ..comm.agree import agree
 from ..config import TrainConfig
 from ..jit import compile_seconds
 from ..layers.stack import config_model
-from ..memory import peak_rss_bytes
+from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from ..tasks import get_task
 from . import checkpoint
 from .optim import Adam
@@ -33,6 +33,7 @@ class Run:
     through `rank_report` (this rank's, gathered from all) and `run_report` (the run's)."""
 
     task = get_task("multiclass")       # what it learns (`spgnn.tasks`); a subclass sets its own
+    setup_peak_rss = None               # peak RSS before the first epoch, set by `run`
 
     @property
     def metric(self) -> str:
@@ -64,6 +65,7 @@ class Run:
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
         good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
+        self.setup_peak_rss = restart_peak()                            # the set-up's peak; training's from here
 
         def save(epoch, records, best):
             if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
@@ -95,9 +97,12 @@ class Run:
         """Set the counters `counters` from a checkpoint."""
 
     def rank_report(self) -> dict:
-        """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS}; subclasses add to both."""
+        """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS, that of the set-up
+        and that of training (from the first epoch on)}; subclasses add to both."""
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
-                "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes()},
+                "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes(),
+                           "setup_peak_rss_bytes": self.setup_peak_rss,
+                           "train_peak_rss_bytes": peak_rss_since_restart() if self.setup_peak_rss else None},
                 "jit_s": compile_seconds(), "compiled": jit.compiled(), "stages": progress.seconds()}
 
     def graph_report(self) -> dict:
