@@ -405,7 +405,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
-WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "ops")   # `compute_work`'s amounts
+WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "dropout_bytes", "ops")  # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
 
 
@@ -423,6 +423,7 @@ class Rates:
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
     step_wait_s: float = 1.5e-3     # seconds a latency step waits for its peers when ranks outnumber cores
+    dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
@@ -527,6 +528,12 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 work[ph][k] += v
 
     for layer, ops in enumerate(model.layers):
+        if any(isinstance(op, Dense) for op in ops):        # the dropout of the layer's input, once
+            dropped = first.rows * first.width(_widths(ops)[0])
+            if layer:                                       # by its mask, kept for the backward
+                add(("forward", "backward"), elementwise_bytes=4 * dropped)
+            else:                                           # the features, in one pass (needing no gradient)
+                add(("forward",), dropout_bytes=8 * dropped)
         for op in ops:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
@@ -536,14 +543,10 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             elif isinstance(op, Dense):
                 flops = 2 * first.rows * first.width(op.f_in) * op.f_out
                 dense = 4 * first.rows * (first.width(op.f_in) + op.f_out)
-                out = 4 * first.rows * first.width(op.f_out)
-                moved = 4 * first.rows * first.width(op.f_in) + out
-                add(("forward", "eval"), flops=flops, dense_bytes=dense, ops=1)
-                add(("forward",), elementwise_bytes=moved)
-                add(("eval",), elementwise_bytes=out)
+                out = 4 * first.rows * first.width(op.f_out)        # bias and activation
+                add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1)
                 k = 2 if layer else 1
-                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=moved if layer else out,
-                    ops=1)
+                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=out, ops=1)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
@@ -557,7 +560,8 @@ def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
     """Seconds of one phase's `compute_work` on `cores` cores."""
     return (work["spmm_nnz"] * rates.spmm_nnz_s + work["spmm_bytes"] / rates.spmm_bytes_per_s
             + work["flops"] / rates.flops_per_s + work["dense_bytes"] / rates.dense_bytes_per_s
-            + work["elementwise_bytes"] / rates.elementwise_bytes_per_s) / cores + work["ops"] * rates.op_s
+            + work["elementwise_bytes"] / rates.elementwise_bytes_per_s
+            + work["dropout_bytes"] / rates.dropout_bytes_per_s) / cores + work["ops"] * rates.op_s
 
 
 def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_beta=None, rates: Rates = None,

@@ -33,8 +33,9 @@ def _layout(algo, c, grid, model="gcn", gname="sym", P=4):
 @pytest.mark.parametrize("algo,c,grid", LAYOUTS)
 def test_compute_work_from_the_declared_ops(algo, c, grid):
     """Over all ranks, each SpMM multiplies every nonzero of Â by every column once (4·f·nnz bytes, plus the rows
-    of each rank's product) and the dense products cost 2·n·f_in·f_out flops (c times over in 1.5d, whose replicas
-    repeat them); 1d-halo's rank p multiplies exactly its block row, counted here from Â itself."""
+    of each rank's product), the dense products cost 2·n·f_in·f_out flops and the features' one-pass dropout 8·n·f
+    bytes (c times over in 1.5d, whose replicas repeat them); 1d-halo's rank p multiplies exactly its block row,
+    counted here from Â itself."""
     p, cls, mc, stats = _layout(algo, c, grid)
     g, P = p.graph, 4
     a = p.partition.renumber(normalize(g.adj, "gcn"))
@@ -51,6 +52,9 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
     assert sum(w["forward"]["flops"] for w in work) == replicas * sum(2 * g.n * d.f_in * d.f_out for d in dense)
     # backward: dW everywhere, dX past layer 0; the first SpMM (Â·X, X needs no gradient) has no backward
     assert sum(w["backward"]["flops"] for w in work) == replicas * 2 * g.n * (7 * 16 + 2 * 16 * 16 + 2 * 16 * classes)
+    # the features' dropout in one pass (forward only), the hidden inputs' by their masks (forward and backward)
+    assert sum(w["forward"]["dropout_bytes"] for w in work) == replicas * 8 * g.n * 7
+    assert sum(w["backward"]["dropout_bytes"] + w["eval"]["dropout_bytes"] for w in work) == 0
     if algo == "1d-halo":
         for r in range(P):
             rows = slice(*p.partition.offsets[r:r + 2])

@@ -21,9 +21,9 @@ Compute (`measure_compute`), timed on every rank at once (so with the cores shar
 the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm` on a power-law
 R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (torch.mm:
 2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
-a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), the fixed seconds of a tiny
-autograd operation, and the resident bytes of this process (torch and spgnn imported, its kernels loaded, joined to
-its peers).
+a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
+(`spgnn.hashing.dropout`, 8 bytes an element), the fixed seconds of a tiny autograd operation, and the resident
+bytes of this process (torch and spgnn imported, its kernels loaded, joined to its peers).
 
 JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
 "cores", are still read):
@@ -45,7 +45,8 @@ JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2";
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
      "cores": C,                            # cores of the machine (os.cpu_count)
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
-                 "elementwise_bytes_per_s": ..., "op_s": ..., "runtime_bytes": ...}}      # one core
+                 "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "op_s": ...,
+                 "runtime_bytes": ...}}                                                          # one core
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic."""
     from ..cost import DEFAULT_RATES
     from ..graph.datasets import rmat_edges
-    from ..hashing import dropout_mask
+    from ..hashing import dropout, dropout_mask
     from ..jit import warm_up
     from ..sparse import kernels
     from ..sparse.csr import CSR
@@ -216,12 +217,14 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     b, ids = torch.rand(f), np.arange(n)
     x = torch.rand(4, 4, requires_grad=True)
     elementwise_s = timed(lambda: torch.relu(h * dropout_mask(ids, f, 0.5, 1) + b))
+    dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
     op_s = timed(lambda: (x @ x).sum().backward()) / 4
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
     mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
-            8 * n * f / elementwise_s / cores, op_s, runtime]
+            8 * n * f / elementwise_s / cores, 8 * n * f / dropout_s / cores, op_s, runtime]
     med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
-    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s", "op_s")
+    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
+            "dropout_bytes_per_s", "op_s")
     return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1])}
 
 
@@ -235,8 +238,9 @@ def format_table(result: dict) -> str:
         lines[:0] = [f"compute, one core: SpMM {c['spmm_bytes_per_s'] / 1e9:.2f} GB/s and "
                      f"{c.get('spmm_nnz_s', 0) * 1e9:.1f} ns a nonzero, dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
                      f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s, elementwise "
-                     f"{c['elementwise_bytes_per_s'] / 1e9:.2f} "
-                     f"GB/s, {c['op_s'] * 1e6:.0f} µs an operation; a process holds "
+                     f"{c['elementwise_bytes_per_s'] / 1e9:.2f} GB/s, an input's dropout "
+                     f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, {c['op_s'] * 1e6:.0f} µs an operation; "
+                     "a process holds "
                      f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data", ""]
     for op, c in result["collectives"].items():
         per_msg = f"{c['alpha_per_message_s'] * 1e6:.1f}" if c["alpha_per_message_s"] is not None else "-"
