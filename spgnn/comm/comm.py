@@ -169,24 +169,37 @@ class Comm:
         the bytes (in the phase current at the start); meanwhile the transport may overlap it with computation
         (`blocking`, or a transport without ``broadcast_async``: done at once). `t` must be contiguous."""
         group = group or self.world
-        t0, where = time.perf_counter(), (self._phase, self._layer)
-        start = None if blocking else getattr(self.transport, "broadcast_async", None)
-        work = None
-        if group.size > 1:
-            if start is not None:
-                work = start(t, src, group)
-            else:
+
+        def begin(start):
+            if group.size > 1 and start is not None:
+                return start(t, src, group), t
+            if group.size > 1:
                 self.transport.broadcast(t, src, group)
+            return None, t
+
+        def record(t0, where):
+            b, root = t.numel() * t.element_size(), self.rank == src
+            self._record("broadcast", group, b * (group.size - 1) if root else 0, 0 if root else b,
+                         group.size - 1 if root else 0, t0, where)
+
+        return self._in_flight("broadcast", blocking, begin, record)
+
+    def _in_flight(self, op: str, blocking: bool, begin, record) -> Pending:
+        """The frame the non-blocking collectives share: ``begin(start)`` starts one with the transport's
+        ``<op>_async`` (None when `blocking` or the transport has none: then `begin` finishes it at once) and
+        returns (the transport's work to wait for, or None; the result); the handle's ``wait()`` waits for the
+        work, calls ``record(t0, where)`` (the seconds since t0 are the start's and the wait's; `where`: the phase
+        and layer current at the start) and returns the result."""
+        t0, where = time.perf_counter(), (self._phase, self._layer)
+        work, out = begin(None if blocking else getattr(self.transport, f"{op}_async", None))
         started = time.perf_counter() - t0
 
-        def wait() -> torch.Tensor:
+        def wait():
             t1 = time.perf_counter()
             if work is not None:
                 work.wait()
-            b, root = t.numel() * t.element_size(), self.rank == src
-            self._record("broadcast", group, b * (group.size - 1) if root else 0, 0 if root else b,
-                         group.size - 1 if root else 0, t1 - started, where)
-            return t
+            record(t1 - started, where)
+            return out
 
         return Pending(wait)
 
@@ -201,25 +214,16 @@ class Comm:
         received rows and records the same bytes (in the phase current at the start); the transport may
         overlap the exchange with computation meanwhile (`blocking`, or a transport without
         ``all_to_all_v_async``: done at once)."""
-        group = group or self.world
-        t0, where = time.perf_counter(), (self._phase, self._layer)
-        start = None if blocking else getattr(self.transport, "all_to_all_v_async", None)
-        if group.size > 1 and start is not None:
-            send = send.contiguous()
-            out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
-            work = start(out, send, list(map(int, recv_rows)), list(map(int, send_rows)), group)
-        else:
-            out, work = self._exchange(send, send_rows, recv_rows, group), None
-        started = time.perf_counter() - t0
+        group, send = group or self.world, send.contiguous()    # kept alive until the wait
 
-        def wait() -> torch.Tensor:
-            t1 = time.perf_counter()
-            if work is not None:
-                work.wait()
-            self._record_all_to_all(group, send, send_rows, recv_rows, t1 - started, where)
-            return out
+        def begin(start):
+            if group.size > 1 and start is not None:
+                out = send.new_empty((int(sum(recv_rows)), *send.shape[1:]))
+                return start(out, send, list(map(int, recv_rows)), list(map(int, send_rows)), group), out
+            return None, self._exchange(send, send_rows, recv_rows, group)
 
-        return Pending(wait)
+        return self._in_flight("all_to_all_v", blocking, begin, lambda t0, where: self._record_all_to_all(
+            group, send, send_rows, recv_rows, t0, where))
 
     def _record_all_to_all(self, group, send, send_rows, recv_rows, t0, where=None):
         me, rb = group.ranks.index(self.rank), _row_bytes(send)
@@ -259,25 +263,19 @@ class Comm:
         (`blocking`, or a transport without ``all_reduce_async``: done at once). `t` must be contiguous."""
         group = group or self.world
         g = group.size
-        t0, where = time.perf_counter(), (self._phase, self._layer)
-        start = None if blocking else getattr(self.transport, "all_reduce_async", None)
-        work = None
-        if g > 1:
-            if start is not None:
-                work = start(t, group)
-            else:
+
+        def begin(start):
+            if g > 1 and start is not None:
+                return start(t, group), t
+            if g > 1:
                 self.transport.all_reduce(t, group)
-        started = time.perf_counter() - t0
+            return None, t
 
-        def wait() -> torch.Tensor:
-            t1 = time.perf_counter()
-            if work is not None:
-                work.wait()
+        def record(t0, where):
             b = ring_words(t.numel(), g, group.ranks.index(self.rank)) * t.element_size()
-            self._record("all_reduce", group, b, b, 2 * (g - 1), t1 - started, where)
-            return t
+            self._record("all_reduce", group, b, b, 2 * (g - 1), t0, where)
 
-        return Pending(wait)
+        return self._in_flight("all_reduce", blocking, begin, record)
 
     def reduce_scatter(self, inp: torch.Tensor, group: Group | None = None, rows=None) -> torch.Tensor:
         """Sum over `group` of `inp`, split along dim 0 into chunks of `rows[j]` rows (default: g equal
