@@ -233,11 +233,19 @@ def latency_steps(op: str, calls: int, messages: int) -> float:
     return calls * max(1, math.ceil(math.log2(messages / calls + 1)))
 
 
-def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None) -> float:
+def wait_steps(op: str, calls: int, messages: int) -> float:
+    """The rounds in which a rank of `calls` calls waits for its peers to be scheduled (ranks beyond the cores,
+    `Rates.wait_s`): one a call for an all-to-all, whose messages to all peers are in flight at once; one a
+    latency step for the others, each step needing its partner."""
+    return calls if op == "all_to_all" else latency_steps(op, calls, messages)
+
+
+def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: float = 0.0) -> float:
     """Predicted seconds of a ledger's collectives (of one `phase`, if given): Σ α_op·latency_steps +
-    β_op·charged_bytes."""
+    β_op·charged_bytes + wait_s·wait_steps."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
     return sum(ab[op][0] * latency_steps(op, row[0], row[3]) + ab[op][1] * charged_bytes(op, row[1], row[2])
+               + wait_s * wait_steps(op, row[0], row[3])
                for (ph, _, op, _), row in ledger.rows.items() if phase in (None, ph))
 
 
@@ -306,9 +314,10 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
     ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
     local = ranks_per_node or int(np.prod(shape))
-    ab = (rates or DEFAULT_RATES).alpha_beta(alpha_beta, local)
+    rates = rates or DEFAULT_RATES
+    ab, wait = rates.alpha_beta(alpha_beta, local), rates.wait_s(local)
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
-    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab) for led in ledgers),
+    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab, wait_s=wait) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
             "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
 
@@ -399,7 +408,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
-# (P ranks on C cores: C // P each, or C/P when P > C; then every latency step of a collective also waits
+# (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
 # `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores). With
 # ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight). Ranks wait
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
@@ -422,7 +431,7 @@ class Rates:
     comm_ranks: int = 2             # ranks on it when α and β were measured
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
-    step_wait_s: float = 1.5e-3     # seconds a latency step waits for its peers when ranks outnumber cores
+    step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
     dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
 
     def cores_each(self, ranks: int) -> float:
@@ -432,16 +441,21 @@ class Rates:
 
     def alpha_beta(self, alpha_beta, ranks: int) -> dict:
         """α and β for `ranks` processes on this machine: those measured with `comm_ranks`, slowed by the
-        ranks beyond the cores (the transport's copies are the CPU's work), α also by `step_wait_s` when `ranks`
-        outnumber the cores and the calibration's ranks did not (a step waits for its peers' turn on a core)."""
+        ranks beyond the cores (the transport's copies are the CPU's work)."""
         k = max(ranks, self.cores) / max(self.comm_ranks, self.cores)
-        wait = self.step_wait_s if ranks > self.cores >= self.comm_ranks else 0.0
-        return {op: (a * k + wait, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
+        return {op: (a * k, b * k) for op, (a, b) in (alpha_beta or DEFAULT_ALPHA_BETA).items()}
+
+    def wait_s(self, ranks: int) -> float:
+        """Seconds a round of a collective (`wait_steps`) waits for its peers' turn on a core: `step_wait_s`
+        when `ranks` outnumber the cores and the calibration's ranks did not (else the wait is in its α)."""
+        return self.step_wait_s if ranks > self.cores >= self.comm_ranks else 0.0
 
 
 # One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2` under a
 # load average of 12 (other jobs).
-# step_wait_s: α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2 (the median over collectives).
+# step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
+# within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
+# whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
                       runtime_bytes=370 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
 
@@ -508,10 +522,10 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
     return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)))
 
 
-def _call_seconds(calls, alpha_beta) -> float:
+def _call_seconds(calls, alpha_beta, wait_s: float = 0.0) -> float:
     """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages)."""
     return sum(alpha_beta[op][0] * latency_steps(op, 1, m) + alpha_beta[op][1] * charged_bytes(op, s, r)
-               for op, _, s, r, m in calls)
+               + wait_s * wait_steps(op, 1, m) for op, _, s, r, m in calls)
 
 
 def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
@@ -572,7 +586,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     its product's computed meanwhile); seconds = comm + compute − hidden."""
     rates = rates or DEFAULT_RATES
     local = ranks_per_node or int(np.prod(shape))
-    ab, cores = rates.alpha_beta(alpha_beta, local), rates.cores_each(local)
+    ab, wait, cores = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.cores_each(local)
     ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)
@@ -584,10 +598,10 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                 during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        hidden[ph] += min(_call_seconds(calls[way], ab), during)
+                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during)
     out = {}
     for ph in PHASES:
-        comm = seconds(ledger, ab, ph)
+        comm = seconds(ledger, ab, ph, wait)
         compute = compute_seconds(work[ph], rates, cores)
         out[ph] = {"comm_s": comm, "compute_s": compute, "hidden_s": hidden[ph], "seconds": comm + compute - hidden[ph]}
     return out

@@ -95,10 +95,15 @@ def test_planning_reproduces_the_expected_crossover():
 
 
 def test_train_with_algo_auto(tmp_path):
-    """``spgnn train --algo auto`` on 4 processes runs the candidate its report predicts fastest (on this dense
-    graph not the default 1d-halo) and trains the single-process loss curve."""
+    """``spgnn train --algo auto`` on 4 processes runs the candidate its report predicts fastest (with a calibration
+    whose all-to-alls are dear, not the default 1d-halo) and trains the single-process loss curve."""
     train = ["train", "--dataset", "sbm:500:4", "--hidden", "64", "--epochs", "2", "--eval-every", "0", "--quiet"]
-    assert cli.main(train + ["--algo", "auto", "--nprocs", "4", "--output", str(tmp_path / "auto.json")]) == 0
+    dear = {op: {"alpha_s": 1.0 if op == "all_to_all" else 1e-4, "beta_s_per_byte": 1e-9, "messages": 1}
+            for op in cost.DEFAULT_ALPHA_BETA}
+    (tmp_path / "dear.json").write_text(json.dumps({"schema": "spgnn.calibration/1", "world_size": 2,
+                                                    "collectives": dear}))
+    assert cli.main(train + ["--algo", "auto", "--nprocs", "4", "--calibration", str(tmp_path / "dear.json"),
+                             "--output", str(tmp_path / "auto.json")]) == 0
     assert cli.main(train + ["--output", str(tmp_path / "one.json")]) == 0
     auto, one = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("auto", "one"))
     best = min(auto["predicted"]["auto_compared"], key=lambda r: r["seconds"])

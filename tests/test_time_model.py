@@ -130,11 +130,17 @@ def test_ranks_sharing_cores_slow_compute_and_transfers():
     rates = cost.replace(cost.DEFAULT_RATES, cores=2, comm_ranks=2)
     assert [rates.cores_each(P) for P in (1, 2, 4, 8)] == [2, 1, 0.5, 0.25]
     wait = rates.step_wait_s
-    assert wait > 0
-    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (4.0 + wait, 8.0)}
+    assert wait > 0 and rates.wait_s(8) == wait and rates.wait_s(2) == 0
+    assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (4.0, 8.0)}
     assert rates.alpha_beta({"broadcast": (1.0, 2.0)}, 2) == {"broadcast": (1.0, 2.0)}
     crowded = cost.replace(rates, comm_ranks=4)         # calibrated with ranks beyond the cores: the wait is in α
-    assert crowded.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (2.0, 4.0)}
+    assert crowded.alpha_beta({"broadcast": (1.0, 2.0)}, 8) == {"broadcast": (2.0, 4.0)} and crowded.wait_s(8) == 0
+    # an all-to-all to 7 peers waits once a call (its messages are in flight at once), an all-reduce every step
+    led = cost.Ledger()
+    led.record(("forward", 0, "all_to_all", "world"), 7e3, 7e3, 7, 0.0)
+    led.record(("forward", 0, "all_reduce", "world"), 1e3, 1e3, 14, 0.0)
+    ab = {"all_to_all": (1e-4, 0.0), "all_reduce": (1e-4, 0.0)}
+    assert cost.seconds(led, ab, wait_s=wait) == pytest.approx(7e-4 + wait + 6e-4 + 6 * wait)
 
 
 def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):
