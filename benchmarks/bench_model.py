@@ -1,7 +1,7 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
     python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 3]
-                                     [--hidden 64] [--calibration FILE] [--rates file] [--memory rmat:20]
+                                     [--hidden 64] [--calibration FILE] [--rates file] [--memory GRAPHS]
                                      [--out results/bench_model.json]
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, unless --calibration is given). Then per
@@ -11,10 +11,10 @@ then --epochs steps each interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so tha
 on all alike; the median step of each beside the model's prediction, from the calibration's compute rates and
 α-β (``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the
 moment; its short kernels run at a whole core's speed even where P processes share fewer cores, so the time
-sharing it should show is lost). --memory GRAPH: one
-``spgnn train`` process group per layout (1d-halo, sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank against
-the predicted memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest
-layout (``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown
+sharing it should show is lost). --memory GRAPHS (comma-separated): per graph one ``spgnn train`` process group
+per layout (1d-halo, sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank (the set-up's and training's beside it)
+against the predicted memory. Targets: every predicted epoch within 25% of the measured median, the predicted
+fastest layout (``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown
 tables; writes the JSON to --out and a plot of predicted against measured next to it.
 """
 
