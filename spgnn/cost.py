@@ -402,8 +402,10 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              bytes of rows gathered and written at `spmm_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
-#     around each dense        4·rows·(f_in,r + f_out,r) bytes (dropout, bias, activation) at `elementwise_bytes_per_s`
-#                              (evaluation: no dropout, 4·rows·f_out,r; backward of layer 0: its input has no gradient)
+#     a layer's input dropout  past layer 0, by its mask: 4·rows·f_in,r bytes forward and backward at
+#                              `elementwise_bytes_per_s`; layer 0's features in one pass: 8·rows·f_in,r bytes forward at
+#                              `dropout_bytes_per_s` (evaluation: no dropout)
+#     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #
