@@ -99,6 +99,10 @@ def timed(dataset, P, args) -> list[dict]:
     return rows
 
 
+def _mib(b) -> float:
+    return b / 2**20 if b is not None else float("nan")
+
+
 def memory(dataset, P, algo, args, folder) -> dict:
     """One ``spgnn train`` run of one epoch: peak RSS per rank against the predicted memory."""
     out = Path(folder) / "run.json"
@@ -113,8 +117,8 @@ def memory(dataset, P, algo, args, folder) -> dict:
     mem = max(m["total"] for m in predicted)
     return {"dataset": dataset, "P": P, "algo": algo, "shape": "x".join(map(str, r["grid"]["shape"])),
             "rss_mb": rss / 2**20, "predicted_mb": mem / 2**20, "memory_ratio": mem / rss,
-            "setup_mb": [m["setup_peak_rss_bytes"] / 2**20 for m in measured],
-            "train_mb": [m["train_peak_rss_bytes"] / 2**20 for m in measured],
+            "setup_mb": [_mib(m["setup_peak_rss_bytes"]) for m in measured],
+            "train_mb": [_mib(m["train_peak_rss_bytes"]) for m in measured],    # nan where /proc cannot reset
             "memory_parts": predicted}
 
 
