@@ -412,7 +412,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
 # (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
 # `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores). With
-# ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight). Ranks wait
+# ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight), C/P of that
+# where P ranks share C < P cores (their waits are filled by each other's work already). Ranks wait
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
@@ -585,7 +586,8 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     """{phase: {"comm_s", "compute_s", "hidden_s", "seconds"}} of `rank` in one training step and one
     evaluation: its ledger's seconds per phase (α-β for `ranks_per_node` processes sharing a machine, default all
     of the grid's), its compute, and what ``overlap`` hides (each SpMM: the lesser of its exchange's seconds and
-    its product's computed meanwhile); seconds = comm + compute − hidden."""
+    its product's computed meanwhile, times C/P where P ranks share C < P cores: the machine is busy with the
+    other ranks' work during a wait anyway); seconds = comm + compute − hidden."""
     rates = rates or DEFAULT_RATES
     local = ranks_per_node or int(np.prod(shape))
     ab, wait, cores = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.cores_each(local)
@@ -600,7 +602,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                 during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during)
+                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during) * min(cores, 1.0)
     out = {}
     for ph in PHASES:
         comm = seconds(ledger, ab, ph, wait)
