@@ -398,8 +398,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # A rank's time in a phase (forward, backward, optimizer, eval) is its communication (the ledger's rows of that
 # phase, α and β scaled for ranks sharing cores) plus its computation, from the operations the layers declare:
 #
-#     SpMM of width f          nnz_r nonzeros at `spmm_nnz_s` each (index, value, loop) and 4·f_r·(nnz_r + rows_out)
-#                              bytes of rows gathered and written at `spmm_bytes_per_s`
+#     SpMM of width f          nnz_r nonzeros at `spmm_nnz_s` each (index, value, loop) and
+#                              4·f_r·(nnz_r + rows_out·(2·passes − 1)) bytes of rows gathered and written (each block
+#                              product after the first adds into the output) at `spmm_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
 #     a layer's input dropout  past layer 0, by its mask: 4·rows·f_in,r bytes forward and backward at
@@ -467,8 +468,8 @@ DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_by
 class LocalShare:
     """What one rank multiplies in an SpMM of its layout: `rows` of H held (whole rows, or column block `j` of
     `C`), `out_rows` rows of its product, `nnz` nonzeros multiplied, `overlap_nnz` of them while its next exchange
-    is in flight (``--overlap on``), and its blocks of A as stored (`blocks`: (rows, nnz) per CSR, `wire`: bytes of
-    packed copies)."""
+    is in flight (``--overlap on``), its blocks of A as stored (`blocks`: (rows, nnz) per CSR, `wire`: bytes of
+    packed copies), and `passes`: the block products that write its output, each after the first adding into it."""
 
     rows: int
     out_rows: int
@@ -478,6 +479,7 @@ class LocalShare:
     wire: int = 0
     j: int = 0
     C: int = 1
+    passes: int = 1
 
     def width(self, f: int) -> int:
         """The columns of an f-wide matrix this rank holds (the first f mod C column blocks one wider)."""
@@ -506,7 +508,7 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
         held = [k for k in range(R) if k % C == j]
         wire = sum(_wire_bytes(m, int(nnz[k])) for k in held) if C > 1 else 0
         return LocalShare(int(n[i * L + l]), m, sum(nnz), sum(nnz) - nnz[-1], tuple((m, nnz[k]) for k in held),
-                          wire, j, C)
+                          wire, j, C, max(sum(z > 0 for z in nnz), 1))
     p = cls.part_of(shape, coord)
     row = N[p]
     if issubclass(cls, OneD):
@@ -515,14 +517,16 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
         last = row[share[-1]] if share else 0          # a replica past the last team has no stage
         if shape[1] > 1:            # the last stage by row pieces, each but the first while the previous is summed
             last //= max(len(pieces(int(n[p]))), 1)
-        return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share))
+        return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share),
+                          passes=max(sum(row[j] > 0 for j in share), 1))
     if issubclass(cls, SAR):
         P = len(n)
         last = row[(p + 1) % P] if P > 1 else 0              # round P−1 receives from (p − (P−1)) mod P
         return LocalShare(int(n[p]), int(n[p]), row.sum(), row.sum() - last,
-                          tuple((n[p], row[j]) for j in range(P)))
+                          tuple((n[p], row[j]) for j in range(P)), passes=max(int((row > 0).sum()), 1))
     own = row[p] if issubclass(cls, OneDHalo) else 0
-    return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)))
+    return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)),
+                      passes=1 + (row.sum() > own))
 
 
 def _call_seconds(calls, alpha_beta, wait_s: float = 0.0) -> float:
@@ -554,7 +558,7 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
         for op in ops:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
-                b = 4 * s.width(op.width) * (s.nnz + s.out_rows)
+                b = 4 * s.width(op.width) * (s.nnz + s.out_rows * (2 * s.passes - 1))     # adds read and write
                 add(("forward", "eval"), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
                 add(("backward",) if op.backward else (), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
             elif isinstance(op, Dense):

@@ -33,9 +33,9 @@ def _layout(algo, c, grid, model="gcn", gname="sym", P=4):
 @pytest.mark.parametrize("algo,c,grid", LAYOUTS)
 def test_compute_work_from_the_declared_ops(algo, c, grid):
     """Over all ranks, each SpMM multiplies every nonzero of Â by every column once (4·f·nnz bytes, plus the rows
-    of each rank's product), the dense products cost 2·n·f_in·f_out flops and the features' one-pass dropout 8·n·f
-    bytes (c times over in 1.5d, whose replicas repeat them); 1d-halo's rank p multiplies exactly its block row,
-    counted here from Â itself."""
+    of each rank's product, read and written again by each block product after the first), the dense products cost
+    2·n·f_in·f_out flops and the features' one-pass dropout 8·n·f bytes (c times over in 1.5d, whose replicas repeat
+    them); 1d-halo's rank p multiplies exactly its block row, counted here from Â itself."""
     p, cls, mc, stats = _layout(algo, c, grid)
     g, P = p.graph, 4
     a = p.partition.renumber(normalize(g.adj, "gcn"))
@@ -46,8 +46,16 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
     classes = mc.classes
     assert [op.width for op in spmms] == [7, 16, min(16, classes)]
     assert [(d.f_in, d.f_out) for d in dense] == [(7, 16), (16, 16), (16, classes)]
-    out_rows = sum(4 * s.width(op.width) * s.out_rows for s in shares for op in spmms)
+    # each block product after a rank's first reads and writes its output rows (kernels.spmm(accumulate=True))
+    out_rows = sum(4 * s.width(op.width) * s.out_rows * (2 * s.passes - 1) for s in shares for op in spmms)
     assert sum(w["forward"]["spmm_bytes"] for w in work) == 4 * a.nnz * sum(op.width for op in spmms) + out_rows
+    if algo in ("1d", "sar", "1d-halo"):                # the non-empty blocks of block row r (own and remote: halo)
+        cuts = p.partition.offsets
+        for r in range(P):
+            row = a[cuts[r]:cuts[r + 1]]
+            blocks = [row[:, cuts[j]:cuts[j + 1]].nnz > 0 for j in range(P)]
+            want = 1 + any(b for j, b in enumerate(blocks) if j != r) if algo == "1d-halo" else sum(blocks)
+            assert shares[r].passes == want
     replicas = c or 1
     assert sum(w["forward"]["flops"] for w in work) == replicas * sum(2 * g.n * d.f_in * d.f_out for d in dense)
     # backward: dW everywhere, dX past layer 0; the first SpMM (Â·X, X needs no gradient) has no backward
@@ -60,7 +68,8 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
             rows = slice(*p.partition.offsets[r:r + 2])
             block = a[rows]
             assert shares[r].nnz == block.nnz and shares[r].overlap_nnz == block[:, rows].nnz
-            assert work[r]["forward"]["spmm_bytes"] == sum(4 * op.width * (block.nnz + block.shape[0]) for op in spmms)
+            assert work[r]["forward"]["spmm_bytes"] == sum(4 * op.width * (block.nnz + 3 * block.shape[0])
+                                                           for op in spmms)       # own block, then the halo's
             assert work[r]["forward"]["flops"] == sum(2 * block.shape[0] * d.f_in * d.f_out for d in dense)
             assert work[r]["forward"]["spmm_nnz"] == len(spmms) * block.nnz
             assert work[r]["forward"]["dense_bytes"] == sum(4 * block.shape[0] * (d.f_in + d.f_out) for d in dense)
