@@ -524,9 +524,10 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
         last = row[(p + 1) % P] if P > 1 else 0              # round P−1 receives from (p − (P−1)) mod P
         return LocalShare(int(n[p]), int(n[p]), row.sum(), row.sum() - last,
                           tuple((n[p], row[j]) for j in range(P)), passes=max(int((row > 0).sum()), 1))
-    own = row[p] if issubclass(cls, OneDHalo) else 0
+    halo = issubclass(cls, OneDHalo)
+    own = row[p] if halo else 0
     return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)),
-                      passes=1 + (row.sum() > own))
+                      passes=1 + (halo and row.sum() > own))           # the halo's block after the local one
 
 
 def _call_seconds(calls, alpha_beta, wait_s: float = 0.0) -> float:
@@ -599,6 +600,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)
     if overlap:
+        share = min(cores, 1.0)                         # C/P where P ranks share C < P cores
         shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
         for ops in model.layers:
             for op in (o for o in ops if isinstance(o, Spmm)):
@@ -606,7 +608,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                 during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during) * min(cores, 1.0)
+                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during) * share
     out = {}
     for ph in PHASES:
         comm = seconds(ledger, ab, ph, wait)
