@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import platform
 import resource
 import sys
 from contextlib import contextmanager
@@ -52,6 +54,23 @@ class _Handle:
 
     def __del__(self):
         self.meter._release(self.key)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3        # glibc's mallopt parameters
+
+
+def keep_freed_memory() -> bool:
+    """Have the C allocator keep what this process frees for its next allocations instead of handing it back to
+    the system: blocks up to 1 GiB come from the heap rather than a mapping of their own, and up to 2 GiB free at
+    the heap's top stay (glibc's ``mallopt``). A training step allocates the same tensors every time; handed back,
+    each would be page-faulted in and zeroed anew, 4 KiB at a time (about 25 ms of a 260 ms GraphSAGE step on
+    amazon-computers here). The peak RSS is the same but for fragmentation (+3% there); what changes is that RSS
+    no longer falls after a step. Called by `spgnn.comm.launch.init` in every process; returns whether it applied
+    (False where the C library is not glibc)."""
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL(None)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 1 << 30) and libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
 
 
 _PEAK_BEFORE_RESET = [0]       # the high-water mark `rss_growth` cleared, so that `peak_rss_bytes` still sees it

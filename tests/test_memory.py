@@ -6,6 +6,10 @@ Its share, from the whole graph's bytes at P = 1 (A's and the node data's): node
 1.5d's replication (its c replicas of a block row hold the same H rows; A's columns are split among them) and w = 2
 for 2d and 3d on grids with more than one column (each A block they broadcast is kept with its packed wire copy)."""
 
+import platform
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -72,3 +76,32 @@ def test_restart_peak_measures_what_follows():
     after = np.ones(128 * MiB // 8)
     assert peak_rss_since_restart() >= start + 120 * MiB and peak_rss_bytes() >= before
     del after
+
+
+KEEP_FREED = """
+import resource, sys, torch
+from spgnn.memory import keep_freed_memory
+applied = keep_freed_memory() if sys.argv[1] == "keep" else None
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(2):                      # the second allocation of 64 MiB, after the first was freed
+    f0 = faults()
+    torch.ones(64 * 2**20 // 4)
+    f1 = faults()
+print(applied, f1 - f0)
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
+def test_keep_freed_memory_ends_the_page_faults_of_a_repeated_allocation():
+    """A 64 MiB tensor made again after the first was freed: by default its pages are handed back and faulted in
+    anew (16384 4-KiB pages, fewer with huge pages); with `keep_freed_memory` the second reuses the first's."""
+    def second_faults(mode):
+        out = subprocess.run([sys.executable, "-c", KEEP_FREED, mode], capture_output=True, text=True, check=True)
+        applied, faults = out.stdout.split()
+        return applied, int(faults)
+
+    applied, faults = second_faults("keep")
+    assert applied == "True" and faults < 64
+    applied, faults = second_faults("default")
+    assert applied == "None" and faults > 1000

@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import SpgnnError
+from ..memory import keep_freed_memory
 from .comm import Comm, TorchTransport
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -203,9 +204,11 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     Gloo talks over the interface that routes to the rendezvous address (`interface_to`) unless
     ``GLOO_SOCKET_IFNAME`` names one. Joining (the rendezvous and gloo's connections) and every torch collective
     fail after `timeout_s` seconds, so a rank that dies or cannot reach its peers cannot leave the others waiting
-    forever (under mpirun, mpirun itself ends the job when a rank dies)."""
+    forever (under mpirun, mpirun itself ends the job when a rank dies). Each process keeps the memory it frees for
+    its next allocations (`spgnn.memory.keep_freed_memory`)."""
     launch = detect()
     share_cores(launch.local_world_size)
+    keep_freed_memory()
     mover = make_transport(resolve_transport(transport, launch, device))
     if launch.world_size == 1:
         return Comm(0, 1, mover)
