@@ -6,6 +6,7 @@ Its share, from the whole graph's bytes at P = 1 (A's and the node data's): node
 1.5d's replication (its c replicas of a block row hold the same H rows; A's columns are split among them) and w = 2
 for 2d and 3d on grids with more than one column (each A block they broadcast is kept with its packed wire copy)."""
 
+import mmap
 import platform
 import subprocess
 import sys
@@ -62,20 +63,28 @@ def test_a_rank_holds_its_share(algo):
         assert worst <= 1.10 * share, f"{algo} on {shape} (P={P}): a rank holds {worst} bytes, its share {share:.0f}"
 
 
+def _mapped(nbytes: int) -> mmap.mmap:
+    """nbytes of anonymous memory, touched: resident until closed, whatever the C allocator keeps."""
+    m = mmap.mmap(-1, nbytes)
+    view = np.frombuffer(m, np.uint8)
+    view.fill(1)
+    del view
+    return m
+
+
 def test_restart_peak_measures_what_follows():
-    """`restart_peak` returns the peak so far and forgets it: a freed 256 MiB array no longer counts in
+    """`restart_peak` returns the peak so far and forgets it: a freed 256 MiB block no longer counts in
     `peak_rss_since_restart`, a 128 MiB one made after it does, and `peak_rss_bytes` still sees the first."""
     MiB = 2**20
-    big = np.ones(256 * MiB // 8)
-    del big
+    _mapped(256 * MiB).close()
     before = restart_peak()
     start = peak_rss_since_restart()
     if start is None:
         pytest.skip("the kernel's high-water mark cannot be reset here (no /proc/self/clear_refs)")
     assert start < before - 192 * MiB
-    after = np.ones(128 * MiB // 8)
+    after = _mapped(128 * MiB)
     assert peak_rss_since_restart() >= start + 120 * MiB and peak_rss_bytes() >= before
-    del after
+    after.close()
 
 
 KEEP_FREED = """
