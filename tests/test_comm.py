@@ -1,6 +1,9 @@
 """The communication layer moves the right data and records exactly the bytes its formulas state;
 the saved-tensor meter counts what autograd holds."""
 
+import os
+import uuid
+
 import numpy as np
 import torch
 
@@ -27,6 +30,23 @@ def _ops(comm):
                      for op in ("all_gather", "all_to_all", "broadcast", "all_reduce", "reduce_scatter")}
     out["phases"] = {k for k in L.rows}
     return out
+
+
+def _threads_and_mark(comm):
+    import numba
+
+    return torch.get_num_threads(), numba.get_num_threads(), os.environ.get("SPGNN_TEST_MARK")
+
+
+def test_local_ranks_share_the_cores_and_see_the_environment_now(monkeypatch):
+    """run_local's ranks (forked from a fork server started before) each compute with C // P threads, torch's and
+    numba's, and see the environment as it is when run_local is called, not as it was when the server started."""
+    monkeypatch.delenv("SPGNN_TEST_MARK", raising=False)
+    run_local(_threads_and_mark, 2)                     # the fork server is up from here on
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("SPGNN_TEST_MARK", mark)
+    threads = max(1, (os.cpu_count() or 1) // 2)
+    assert run_local(_threads_and_mark, 2) == [(threads, threads, mark)] * 2
 
 
 def test_collectives_data_and_bytes():
