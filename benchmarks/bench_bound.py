@@ -4,10 +4,11 @@
                                      [--model sage] [--layers 3] [--hidden 256] [--rounds 15] \
                                      [--out results/bench_bound.json]
 
-One process (`Comm(0, 1)`, every core's threads, freed memory kept, as ``spgnn train`` at P = 1), one `Trainer` per
-algorithm (dropout 0, Adam lr 0.01). One step of each is recorded first: every dense product it runs (``aten.mm``,
-``aten.addmm``: shapes, strides) by a dispatch mode, and every SpMM (`spgnn.sparse.kernels.spmm`: nnz, index and
-value bytes, rows read, rows written, width). Then, in each of --rounds interleaved rounds:
+One process set up as ``spgnn train`` sets up P = 1 (`spgnn.comm.launch.init`: every core's threads, freed memory
+kept), one `Trainer` per algorithm (dropout 0, Adam lr 0.01). One step of each is recorded first: every dense
+product it runs (``aten.mm``, ``aten.addmm``: shapes, strides) by a dispatch mode, and every SpMM
+(`spgnn.sparse.kernels.spmm`: nnz, index and value bytes, rows read, rows written, width). Then, in each of
+--rounds interleaved rounds:
 
     step      one `Trainer.step` (forward + backward + Adam) of each algorithm
     dense     the recorded dense products replayed alone, on tensors of the same shapes and strides
@@ -37,11 +38,9 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spgnn.comm.comm import Comm
-from spgnn.comm.launch import share_cores
+from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
-from spgnn.memory import keep_freed_memory
 from spgnn.sparse import kernels
 from spgnn.train.fullbatch import Trainer
 
@@ -113,9 +112,8 @@ def stream(n: int = 1 << 24) -> tuple[float, float]:
     return 2 * 4 * n / copy, 3 * 4 * n / triad
 
 
-def measure(g, args) -> dict:
+def measure(g, args, comm) -> dict:
     """Per round: each algorithm's step, its dense products alone, the stream bandwidths."""
-    comm = Comm(0, 1)
     trainers, dense, spmm, sparse = {}, {}, {}, {}
     for algo in args.algos:
         cfg = TrainConfig(dataset=g.name, algo=algo, model=args.model, layers=args.layers, hidden=args.hidden,
@@ -194,10 +192,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
     args = ap.parse_args(argv)
     args.algos = args.algos.split(",")
-    share_cores(1)
-    keep_freed_memory()                 # as `spgnn.comm.launch.init` does in every process of a run
+    comm = launch.init()
     start, host = time.perf_counter(), machine.facts()
-    rec = measure(load_dataset(args.dataset, args.data_dir), args)
+    rec = measure(load_dataset(args.dataset, args.data_dir), args, comm)
     rows = [summarise(rec, algo) for algo in args.algos]
     text = table(rows, rec)
     print(text)
