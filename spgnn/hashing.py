@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from .jit import kernel, njit, prange
+from .memory import empty
 from .sparse.kernels import get_backend
 
 _MASK64 = (1 << 64) - 1
@@ -150,6 +151,6 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
     if (p == 0.0 or h.requires_grad or h.device.type != "cpu" or h.dtype != torch.float32
             or get_backend() != "numba" or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
         return h * dropout_mask(node_ids, h.shape[1], p, key, first_col).to(h.device, h.dtype)
-    out = torch.from_numpy(np.empty(tuple(h.shape), np.float32))
+    out = empty(h.shape)
     _dropped_kernel(*_kernel_args(nodes, p, key, first_col), h.detach().contiguous().numpy(), out.numpy())
     return out

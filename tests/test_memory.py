@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 
 import spgnn.spmm as algorithms
 from spgnn.config import TrainConfig
@@ -111,3 +112,50 @@ def test_keep_freed_memory_keeps_what_is_freed():
     assert applied == "True" and mib > 50, mib
     applied, mib = kept("default")
     assert applied == "None" and mib < 10, mib
+
+
+def test_empty_hands_a_large_block_out_again_only_once_it_is_free():
+    """`spgnn.memory.empty`: a block of LARGE_BYTES or more is reused for the next request of its size once no
+    tensor (or view) refers to it, never while one does; at most KEEP_BLOCKS are kept; `release_kept` forgets
+    them."""
+    from spgnn import memory
+
+    memory.release_kept()
+    shape = (memory.LARGE_BYTES // 4 // 64 + 1, 64)
+    a = memory.empty(shape).fill_(7.0)
+    ptr, view = a.data_ptr(), a[1:]
+    del a
+    b = memory.empty(shape)                             # a's block is still viewed: a new one
+    assert b.data_ptr() != ptr
+    del view
+    c = memory.empty(shape)                             # now free: handed out again, as it was left
+    assert c.data_ptr() == ptr and c[-1, -1] == 7.0 and c.shape == shape and c.dtype == torch.float32
+    assert memory.empty((shape[0], 65)).data_ptr() not in (ptr, b.data_ptr())     # another size: its own
+    del b, c
+    for extra in range(memory.KEEP_BLOCKS + 2):         # freed blocks of other sizes push the oldest out
+        memory.empty((shape[0], 66 + extra))
+    assert len(memory._KEPT) == memory.KEEP_BLOCKS
+    memory.release_kept()
+    assert memory._KEPT == []
+
+
+def test_dropout_of_features_reuses_its_block_and_keeps_its_values():
+    """The features' one-pass dropout writes into `empty`'s kept block from the second step on; the values are the
+    mask's (`dropout_mask`) either way, and a result still held is never overwritten."""
+    from spgnn.hashing import dropout, dropout_mask
+    from spgnn.memory import LARGE_BYTES, release_kept
+
+    release_kept()
+    n, f = LARGE_BYTES // 4 // 32 + 1, 32
+    h, ids = torch.rand(n, f), np.arange(n)
+    first = dropout(h, ids, 0.5, 1)
+    held = first.clone()
+    second = dropout(h, ids, 0.5, 2)                    # the first is held: a block of its own
+    assert second.data_ptr() != first.data_ptr() and torch.equal(first, held)
+    ptr = first.data_ptr()
+    del first
+    third = dropout(h, ids, 0.5, 3)
+    assert third.data_ptr() == ptr
+    assert torch.equal(third, h * dropout_mask(ids, f, 0.5, 3))
+    assert torch.equal(second, h * dropout_mask(ids, f, 0.5, 2))
+    release_kept()

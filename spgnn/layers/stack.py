@@ -10,6 +10,7 @@ from __future__ import annotations
 from torch import nn
 
 from ..hashing import dropout, mix_key
+from ..memory import release_kept
 from .norm import BatchNorm
 from .registry import adjacencies_of, get_layer
 
@@ -25,6 +26,12 @@ class GNN(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norms = nn.ModuleList(BatchNorm(layer.f_out) for layer in layers[:-1]) if batch_norm else None
         self.dropout, self.seed, self.name = dropout, seed, name
+
+    def train(self, mode: bool = True):
+        """nn.Module's train(mode); leaving training releases the dropout's kept blocks (`spgnn.memory.empty`)."""
+        if not mode:
+            release_kept()
+        return super().train(mode)
 
     @property
     def adjacencies(self) -> list[str]:
