@@ -36,6 +36,7 @@ from .errors import SpgnnError
 from .graph import graph as graphs
 from .graph.adjacency import get_adjacency
 from .layers.registry import Dense, Spmm
+from .memory import LARGE_BYTES
 
 # Seconds per latency step and per byte for torch.distributed/gloo over loopback, measured on 2 cores with 64 MB
 # a rank at P = 2 (broadcast 0.96, all-reduce 0.38, all-to-all 0.57, all-gather 0.15 GB/s; 100 µs a call, where
@@ -409,6 +410,12 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
+#     a fresh block            each result of LARGE_BYTES or more (the C allocator maps it anew at every step, and
+#                              the kernel page-faults and zeroes it: glibc's mmap threshold is at most 32 MiB) is
+#                              also touched at `fresh_bytes_per_s`: an SpMM's output (backward: its dH), a dense
+#                              product's and the elementwise result after it (backward: their gradients, and dX past
+#                              layer 0), a hidden input's dropout mask and product (backward: its gradient), the
+#                              loss's; not the features' dropout, whose block is kept (`spgnn.memory.empty`)
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
 # (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
@@ -418,7 +425,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
-WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "dropout_bytes", "ops")  # amounts
+WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "dropout_bytes", "fresh_bytes",
+        "ops")                                                                                              # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
 
 
@@ -437,6 +445,7 @@ class Rates:
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
     step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
     dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
+    fresh_bytes_per_s: float = 1.6e9    # a fresh mapping's first touch (page faults, zeroing), one core
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
@@ -549,31 +558,40 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             for k, v in amounts.items():
                 work[ph][k] += v
 
+    def fresh(*sizes) -> int:                           # the results mapped anew at every step
+        return sum(b for b in sizes if b >= LARGE_BYTES)
+
     for layer, ops in enumerate(model.layers):
         if any(isinstance(op, Dense) for op in ops):        # the dropout of the layer's input, once
             dropped = first.rows * first.width(_widths(ops)[0])
             if layer:                                       # by its mask, kept for the backward
-                add(("forward", "backward"), elementwise_bytes=4 * dropped)
+                add(("forward",), elementwise_bytes=4 * dropped, fresh_bytes=fresh(4 * dropped, 4 * dropped))
+                add(("backward",), elementwise_bytes=4 * dropped, fresh_bytes=fresh(4 * dropped))
             else:                                           # the features, in one pass (needing no gradient)
                 add(("forward",), dropout_bytes=8 * dropped)
         for op in ops:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
                 b = 4 * s.width(op.width) * (s.nnz + s.out_rows * (2 * s.passes - 1))     # adds read and write
-                add(("forward", "eval"), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
-                add(("backward",) if op.backward else (), spmm_bytes=b, spmm_nnz=s.nnz, ops=1)
+                add(("forward", "eval"), spmm_bytes=b, spmm_nnz=s.nnz, ops=1,
+                    fresh_bytes=fresh(4 * s.out_rows * s.width(op.width)))
+                add(("backward",) if op.backward else (), spmm_bytes=b, spmm_nnz=s.nnz, ops=1,
+                    fresh_bytes=fresh(4 * s.rows * s.width(op.width)))
             elif isinstance(op, Dense):
                 flops = 2 * first.rows * first.width(op.f_in) * op.f_out
                 dense = 4 * first.rows * (first.width(op.f_in) + op.f_out)
                 out = 4 * first.rows * first.width(op.f_out)        # bias and activation
-                add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1)
+                add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1,
+                    fresh_bytes=fresh(out, out))
                 k = 2 if layer else 1
-                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=out, ops=1)
+                dx = 4 * first.rows * first.width(op.f_in) if layer else 0
+                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=out, ops=1,
+                    fresh_bytes=fresh(out, dx))
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
     softmax = 8 * first.rows * first.width(model.classes)
-    add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1)
+    add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1, fresh_bytes=fresh(softmax // 2))
     add(("optimizer",), elementwise_bytes=4 * ADAM_WORDS * model.n_params, ops=2 * len(model.layers))
     return work
 
@@ -583,7 +601,8 @@ def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
     return (work["spmm_nnz"] * rates.spmm_nnz_s + work["spmm_bytes"] / rates.spmm_bytes_per_s
             + work["flops"] / rates.flops_per_s + work["dense_bytes"] / rates.dense_bytes_per_s
             + work["elementwise_bytes"] / rates.elementwise_bytes_per_s
-            + work["dropout_bytes"] / rates.dropout_bytes_per_s) / cores + work["ops"] * rates.op_s
+            + work["dropout_bytes"] / rates.dropout_bytes_per_s
+            + work["fresh_bytes"] / rates.fresh_bytes_per_s) / cores + work["ops"] * rates.op_s
 
 
 def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_beta=None, rates: Rates = None,

@@ -4,6 +4,7 @@ autograd keeps within a stated tolerance; the calibration file; --memory-per-ran
 
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -218,3 +219,24 @@ def test_overlap_hides_at_most_the_exchange():
         assert 0 < on[ph]["hidden_s"] <= min(on[ph]["comm_s"], on[ph]["compute_s"]) / 2
         assert off[ph]["hidden_s"] == 0
         assert on[ph]["seconds"] == pytest.approx(off[ph]["seconds"] - on[ph]["hidden_s"])
+
+
+def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
+    """The first touch of fresh memory is charged for each result of LARGE_BYTES or more, and only for those: at
+    P = 1 with 2^17 rows of width 64 (exactly 32 MiB), forward: layer 0's product and the elementwise result after
+    it, its SpMM, layer 1's dropout mask and dropped input (the features' dropout is kept); backward: the gradients of
+    layer 0's result and SpMM, of layer 1's dropped input, and layer 1's dX. Half the rows a rank (P = 2): none."""
+    from spgnn.memory import LARGE_BYTES
+
+    n, block = LARGE_BYTES // 4 // 64, LARGE_BYTES
+    mc = cost.ModelCost(((cost.Dense(128, 64), cost.Spmm(64, "gcn", True)),
+                         (cost.Dense(64, 8), cost.Spmm(8, "gcn", True))), classes=8, n_params=128 * 64 + 64 * 8)
+    cls = spmm.get("1d-halo")
+    work = cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}, (1,), 0, mc)
+    assert work["forward"]["fresh_bytes"] == 5 * block and work["backward"]["fresh_bytes"] == 4 * block
+    assert work["eval"]["fresh_bytes"] == 3 * block and work["optimizer"]["fresh_bytes"] == 0
+    rates = dataclasses.replace(cost.DEFAULT_RATES, fresh_bytes_per_s=1e9)
+    assert cost.compute_seconds(work["forward"], rates, 1) - cost.compute_seconds(
+        work["forward"], dataclasses.replace(rates, fresh_bytes_per_s=math.inf), 1) == pytest.approx(5 * block / 1e9)
+    halves = [cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 2)}, (2,), r, mc) for r in (0, 1)]
+    assert all(w[ph]["fresh_bytes"] == 0 for w in halves for ph in cost.PHASES)

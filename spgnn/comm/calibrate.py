@@ -22,8 +22,9 @@ the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse
 R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (torch.mm:
 2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
-(`spgnn.hashing.dropout`, 8 bytes an element), the fixed seconds of a tiny autograd operation, and the resident
-bytes of this process (torch and spgnn imported, its kernels loaded, joined to its peers).
+(`spgnn.hashing.dropout`, 8 bytes an element), the first touch of a fresh mapping (page faults and zeroing), the
+fixed seconds of a tiny autograd operation, and the resident bytes of this process (torch and spgnn imported, its
+kernels loaded, joined to its peers).
 
 JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
 "cores", are still read):
@@ -45,13 +46,14 @@ JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2";
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
      "cores": C,                            # cores of the machine (os.cpu_count)
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
-                 "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "op_s": ...,
+                 "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
                  "runtime_bytes": ...}}                                                          # one core
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import re
 import statistics
@@ -65,7 +67,7 @@ from scipy.optimize import nnls
 
 from ..cost import charged_bytes
 from ..errors import SpgnnError
-from ..memory import rss_bytes
+from ..memory import LARGE_BYTES, rss_bytes
 from .comm import Comm
 
 SCHEMA = "spgnn.calibration/2"
@@ -181,13 +183,22 @@ def _median_seconds(fn, repeats: int, sync=lambda: None) -> float:
     return statistics.median(times)
 
 
+def _touch_fresh(nbytes: int) -> None:
+    """Write all of a fresh anonymous mapping of `nbytes`, as glibc gives each block of LARGE_BYTES or more, with
+    torch's threads: page faults and zeroing, then the write."""
+    with mmap.mmap(-1, nbytes) as m:
+        torch.frombuffer(m, dtype=torch.float32).fill_(1.0)
+
+
 def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
     at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`).
     The SpMM multiplies an R-MAT matrix (2^scale rows, `degree` draws a row: power-law rows and columns, as real
     graphs have) at widths 8 and f; t = nnz·spmm_nnz_s + 4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two.
     Dense: the arithmetic rate of a product that fits in cache, and the bytes rate of the three products a layer
-    runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic."""
+    runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic. Each writes into memory already
+    resident; the first touch of a fresh mapping (page faults and zeroing: what a result of LARGE_BYTES or more
+    costs at every step) is timed apart, as the writing of a fresh 64 MiB mapping less that of a resident one."""
     from ..cost import DEFAULT_RATES
     from ..graph.datasets import rmat_edges
     from ..hashing import dropout, dropout_mask
@@ -206,25 +217,30 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
 
     def timed(fn):                                       # every rank at once: the cores shared as in a run
         return _median_seconds(fn, repeats, lambda: comm.all_sum([0.0]))
-    spmm_s = [timed(lambda h=h: kernels.spmm(a, h)) for h in hs]
+    # Results are written into blocks already resident (or under LARGE_BYTES, which the heap keeps): the first
+    # touch of a fresh block is a term of its own.
+    outs = [torch.empty(n, w) for w in widths]
+    spmm_s = [timed(lambda h=h, z=z: kernels.spmm(a, h, out=z)) for h, z in zip(hs, outs)]
     (nnz_s, per_byte), _ = nnls(np.array([[a.nnz, 4 * w * (a.nnz + n)] for w in widths], np.float64),
                                 np.array(spmm_s))
     small, narrow = torch.rand(2**12, 256), f // 4
     flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
-    h, w, g = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow)
-    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: g @ w.t()))
+    h, w, g, z = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow), torch.empty(n, f)
+    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: torch.mm(g, w.t(), out=z)))
     dense_s = max(dense_s - 3 * 2 * n * f * narrow / flops, 1e-3 * dense_s)
-    b, ids = torch.rand(f), np.arange(n)
+    half, b, ids = h[: n // 2], torch.rand(f), np.arange(n)
     x = torch.rand(4, 4, requires_grad=True)
-    elementwise_s = timed(lambda: torch.relu(h * dropout_mask(ids, f, 0.5, 1) + b))
+    elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
     dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
     op_s = timed(lambda: (x @ x).sum().backward()) / 4
+    fresh, resident = 2 * LARGE_BYTES, torch.zeros(2 * LARGE_BYTES // 4)   # a block glibc maps anew, and one kept
+    fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
     mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
-            8 * n * f / elementwise_s / cores, 8 * n * f / dropout_s / cores, op_s, runtime]
+            4 * n * f / elementwise_s / cores, 8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s, runtime]
     med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
     keys = ("spmm_bytes_per_s", "spmm_nnz_s", "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
-            "dropout_bytes_per_s", "op_s")
+            "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
     return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1])}
 
 
@@ -239,7 +255,8 @@ def format_table(result: dict) -> str:
                      f"{c.get('spmm_nnz_s', 0) * 1e9:.1f} ns a nonzero, dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
                      f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s, elementwise "
                      f"{c['elementwise_bytes_per_s'] / 1e9:.2f} GB/s, an input's dropout "
-                     f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, {c['op_s'] * 1e6:.0f} µs an operation; "
+                     f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, a fresh mapping's first touch "
+                     f"{c.get('fresh_bytes_per_s', math.inf) / 1e9:.2f} GB/s, {c['op_s'] * 1e6:.0f} µs an operation; "
                      "a process holds "
                      f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data", ""]
     for op, c in result["collectives"].items():
