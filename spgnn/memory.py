@@ -59,30 +59,29 @@ class _Handle:
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3        # glibc's mallopt parameters
 LARGE_BYTES = 32 << 20          # glibc's largest mmap threshold: larger blocks always get a mapping of their own
-KEEP_BLOCKS = 4
 _KEPT: list = []                # the large blocks `empty` handed out, most recently used last
 
 
 def empty(shape, dtype=np.float32) -> torch.Tensor:
     """An uninitialised CPU tensor of `shape` for a kernel to write, on numpy's memory (madvised to huge pages).
     A block of `LARGE_BYTES` or more is kept once the last tensor on it is freed, and handed out again to the
-    next request of the same size. The C allocator maps each such block anew, so a training step would
+    next request of the same size; a request of a size no free block has lets the free ones go (a minibatch's
+    sizes change, and nothing stale stays). The C allocator maps each such block anew, so a training step would
     page-fault and zero it at every step: amazon-computers' 42 MB of dropped features take 2.5 ms to write when
     resident and up to 45 ms when fresh (2 threads faulting huge pages here), and the GCN step went from 75 to
     40 ms. Meant for what is remade at every step and held to the end of the backward (the features' dropout,
     `spgnn.hashing.dropout`): a kept block that is free while the rest of the backward runs would add to its
-    peak. At most `KEEP_BLOCKS` are kept, each reused only when nothing refers to it any more."""
+    peak. A block is reused only when nothing refers to it any more."""
     dtype = np.dtype(dtype)
     shape = tuple(int(s) for s in shape)
     nbytes = int(np.prod(shape)) * dtype.itemsize
     if nbytes < LARGE_BYTES:
         return torch.from_numpy(np.empty(shape, dtype))
-    unused = [b for b in _KEPT if sys.getrefcount(b) == 3]         # referred to by _KEPT, b and the argument only
-    block = next((b for b in unused if b.nbytes == nbytes), None)
-    drop = block if block is not None else unused[0] if len(_KEPT) >= KEEP_BLOCKS and unused else None
-    del unused
-    block = np.empty(nbytes, np.uint8) if block is None else block
-    _KEPT[:] = [b for b in _KEPT if b is not drop] + [block]        # least recently used first
+    free = [b for b in _KEPT if sys.getrefcount(b) == 3]            # referred to by _KEPT, b and the argument only
+    block = next((b for b in free if b.nbytes == nbytes), None)
+    drop, block = (free, np.empty(nbytes, np.uint8)) if block is None else ([block], block)
+    del free
+    _KEPT[:] = [b for b in _KEPT if not any(b is d for d in drop)] + [block]
     return torch.from_numpy(block.view(dtype).reshape(shape))
 
 

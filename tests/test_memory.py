@@ -116,8 +116,8 @@ def test_keep_freed_memory_keeps_what_is_freed():
 
 def test_empty_hands_a_large_block_out_again_only_once_it_is_free():
     """`spgnn.memory.empty`: a block of LARGE_BYTES or more is reused for the next request of its size once no
-    tensor (or view) refers to it, never while one does; at most KEEP_BLOCKS are kept; `release_kept` forgets
-    them."""
+    tensor (or view) refers to it, never while one does; a request of another size lets the free blocks go;
+    `release_kept` forgets them all."""
     from spgnn import memory
 
     memory.release_kept()
@@ -130,11 +130,11 @@ def test_empty_hands_a_large_block_out_again_only_once_it_is_free():
     del view
     c = memory.empty(shape)                             # now free: handed out again, as it was left
     assert c.data_ptr() == ptr and c[-1, -1] == 7.0 and c.shape == shape and c.dtype == torch.float32
-    assert memory.empty((shape[0], 65)).data_ptr() not in (ptr, b.data_ptr())     # another size: its own
-    del b, c
-    for extra in range(memory.KEEP_BLOCKS + 2):         # freed blocks of other sizes push the oldest out
-        memory.empty((shape[0], 66 + extra))
-    assert len(memory._KEPT) == memory.KEEP_BLOCKS
+    other = memory.empty((shape[0], 65))                # another size: its own block (the others are held)
+    assert other.data_ptr() not in (ptr, b.data_ptr()) and len(memory._KEPT) == 3
+    del b, c, other
+    memory.empty((shape[0], 66))                        # a new size again: the three free blocks go
+    assert len(memory._KEPT) == 1
     memory.release_kept()
     assert memory._KEPT == []
 
