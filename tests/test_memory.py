@@ -18,6 +18,7 @@ import torch
 import spgnn.spmm as algorithms
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
+from spgnn.layers.stack import build_model
 from spgnn.memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from spgnn.train.fullbatch import Trainer
 from tests.worlds import errors, run_worlds
@@ -136,6 +137,12 @@ def test_empty_hands_a_large_block_out_again_only_once_it_is_free():
     memory.empty((shape[0], 66))                        # a new size again: the three free blocks go
     assert len(memory._KEPT) == 1
     memory.release_kept()
+    assert memory._KEPT == []
+    memory.empty(shape)
+    model = build_model("gcn", 4, 2)
+    model.train()
+    assert len(memory._KEPT) == 1
+    model.eval()                                        # leaving training releases them
     assert memory._KEPT == []
 
 
