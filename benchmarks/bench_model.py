@@ -82,7 +82,9 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     ab = cost.load_calibration(args.calibration)
     return [{"grid": list(t.grid.shape), "epochs_s": s, "rates": vars(rates),
              "predicted": cost.epoch_seconds(type(t.algo), t.costs[1], t.grid.shape, t.costs[0], ab, rates,
-                                             t.cfg.overlap == "on", ranks_per_node=comm.world_size)}
+                                             t.cfg.overlap == "on", ranks_per_node=comm.world_size),
+             "recv_bytes_per_rank": cost.predict_layout(type(t.algo), t.costs[1], t.grid.shape, t.costs[0], ab, rates,
+                                                        t.cfg.overlap == "on")["recv_bytes_per_rank"]}
             for t, s in zip(trainers, times)]
 
 
@@ -95,7 +97,8 @@ def timed(dataset, P, args) -> list[dict]:
         measured = float(np.median(r["epochs_s"]))
         rows.append({"dataset": dataset, "P": P, "algo": o["algo"], "shape": "x".join(map(str, r["grid"])),
                      "measured_s": measured, "predicted_s": p["epoch_s"], "time_ratio": p["epoch_s"] / measured,
-                     "epochs_s": r["epochs_s"], "phases": p["phases"], "rates": r["rates"]})
+                     "epochs_s": r["epochs_s"], "phases": p["phases"], "rates": r["rates"],
+                     "recv_bytes_per_rank": r["recv_bytes_per_rank"]})
     return rows
 
 
@@ -123,11 +126,13 @@ def memory(dataset, P, algo, args, folder) -> dict:
 
 
 def auto_rows(rows) -> list[dict]:
-    """Per dataset and P > 1: the algorithm predicted fastest, the one measured fastest, and their measured ratio."""
+    """Per dataset and P > 1: the algorithm predicted fastest (`--algo auto`'s rule, `cost.preference`), the one
+    measured fastest, and their measured ratio."""
     out = []
     for key in sorted({(r["dataset"], r["P"]) for r in rows if r["P"] > 1}):
         group = [r for r in rows if (r["dataset"], r["P"]) == key]
-        pick, best = min(group, key=lambda r: r["predicted_s"]), min(group, key=lambda r: r["measured_s"])
+        pick = min(group, key=lambda r: cost.preference(r["predicted_s"], r["recv_bytes_per_rank"]))
+        best = min(group, key=lambda r: r["measured_s"])
         out.append({"dataset": key[0], "P": key[1], "pick": pick["algo"], "fastest": best["algo"],
                     "ratio": pick["measured_s"] / best["measured_s"]})
     return out

@@ -104,7 +104,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       + "; ".join(f"{name}: {cls.summary}" for name, cls in LAYERS.items()) + ")")
     a("--algo", default=d.algo, choices=sorted(spmm.ALGORITHMS) + ["auto"], help="distributed SpMM algorithm: "
       + ", ".join(f"{name} {cls.summary}" for name, cls in spmm.ALGORITHMS.items()) + "; auto picks the algorithm "
-      "and grid with the lowest predicted communication time (see spgnn cost)")
+      "and grid with the lowest predicted epoch time, compute and communication (see spgnn cost)")
     for o in plugin_options().values():
         a(o.flag, type=o.type, default=o.default, help=o.help)
     a("--partition", default=d.partition, help=f"vertex partition: {', '.join(available())}, or a path to "

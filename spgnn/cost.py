@@ -325,12 +325,12 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
 
 def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted epoch seconds (`predict_layout`: compute and
-    communication, P ranks on the calibrated machine, rates from cfg.calibration) for `model` among those whose
-    predicted peak memory fits cfg.memory_per_rank, and the table of what was compared (those dropped for memory
-    marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics of A under that
-    adjacency} for that layout, or None when the layout does not fit the data (not compared). Layouts that do not
-    offer what the model needs are not compared. `hint` ends the error when nothing fits. A row's "seconds" is the
-    epoch's, the ranking key."""
+    communication, P ranks on the calibrated machine, rates from cfg.calibration; ties by `preference`) for
+    `model` among those whose predicted peak memory fits cfg.memory_per_rank, and the table of what was compared
+    (those dropped for memory marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics
+    of A under that adjacency} for that layout, or None when the layout does not fit the data (not compared).
+    Layouts that do not offer what the model needs are not compared. `hint` ends the error when nothing fits. A
+    row's "seconds" is the epoch's, the ranking key."""
     rates, limit = load_rates(getattr(cfg, "calibration", None)), memory_limit(getattr(cfg, "memory_per_rank", None))
     table = []
     for option in candidates(P):
@@ -349,11 +349,19 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
     fits = _fits(table, limit, f"on {P} processes")
     keys = ["algo", *(o.name for o in spmm.options().values() if o.shapes)]
 
-    def order(row):                                     # fastest; ties by name, then option values (None last)
-        return (row["seconds"], *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))
+    def order(row):                                     # `preference`, then name and option values (None last)
+        return (*preference(row["seconds"], row["recv_bytes_per_rank"]),
+                *((row[k] is None, row[k] if row[k] is not None else 0) for k in keys))
 
     best = min(fits, key=order)
     return replace(cfg, **{k: best[k] for k in keys}), table
+
+
+def preference(seconds: float, recv_bytes: int) -> tuple:
+    """The key `--algo auto` ranks layouts by: the predicted epoch seconds (to 12 significant digits), then, among
+    layouts predicted equally fast (1d, 1d-halo and sar, whose exchanges all hide behind their products), the fewest
+    bytes a rank receives: a slower network or a wrong α-β then costs it least."""
+    return float(f"{seconds:.12g}"), recv_bytes
 
 
 def _overlaps(cls) -> bool:

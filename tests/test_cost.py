@@ -71,6 +71,20 @@ def test_auto_picks_the_lowest_predicted_time(tmp_path):
     assert plan.choose(cfg, g, 4, slow_a2a)[0].algo != "1d-halo"
 
 
+def test_auto_breaks_a_tie_by_the_bytes_received():
+    """With free communication, layouts that compute alike are predicted equally fast; --algo auto then takes the
+    one whose ranks receive the fewest bytes, not the first by name."""
+    g = small_graph(n=256, f=8, avg_degree=6, seed=3)
+    free = {op: (0.0, 0.0) for op in cost.DEFAULT_ALPHA_BETA}
+    cfg, table = plan.choose(TrainConfig(algo="auto", hidden=16, partition="random"), g, 2, free)
+    fastest = min(r["seconds"] for r in table)
+    tied = [r for r in table if cost.preference(r["seconds"], 0)[0] == cost.preference(fastest, 0)[0]]
+    assert len({r["recv_bytes_per_rank"] for r in tied}) > 1, tied      # a tie the bytes decide
+    least = min(tied, key=lambda r: r["recv_bytes_per_rank"])
+    assert min(tied, key=lambda r: r["algo"])["algo"] != least["algo"]  # not what the name would pick
+    assert cfg.algo == least["algo"]
+
+
 def test_planning_reproduces_the_expected_crossover():
     """At cluster scale (ogbn-products' size by statistics, f = 128): on a dense graph at moderate P the
     model prefers replication (1.5D) or a 3D grid, which cut H's broadcast; on the sparse graph 3D is the
