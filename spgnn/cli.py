@@ -470,7 +470,8 @@ def cost_command(args, argv) -> int:
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit)
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
-    best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r), key=lambda r: r["epoch_s"]) for P in Ps}
+    best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r),
+                   key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"])) for P in Ps}   # auto's pick
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
           f"{'GB/rank':>8}")
     for r in rows:

@@ -206,6 +206,8 @@ def test_cost_prints_seconds_and_memory(tmp_path, capsys):
     rows = json.loads(out.read_text())["rows"]
     assert all(r["epoch_s"] > r["comm_seconds"] == r["seconds"] and r["memory_bytes"] > cost.DEFAULT_RATES.runtime_bytes
                for r in rows)
+    marked = next(line.split()[1] for line in text.splitlines() if line.endswith("<- best"))     # cora's, P = 2
+    assert marked == min(rows, key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"]))["algo"]
 
 
 def test_overlap_hides_at_most_the_exchange():
