@@ -1,4 +1,5 @@
-"""Memory measurements: bytes autograd holds for the backward, and peak resident set size."""
+"""Memory measurements (bytes autograd holds for the backward, peak resident set size) and how a process keeps
+the memory its steps reuse (freed blocks kept by the C allocator, large result blocks kept by `empty`)."""
 
 from __future__ import annotations
 
