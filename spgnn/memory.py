@@ -104,7 +104,7 @@ def keep_freed_memory() -> bool:
     if platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(None)
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20) and libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, LARGE_BYTES) and libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1))
 
 
 _PEAK_BEFORE_RESET = [0]       # the high-water mark `rss_growth` cleared, so that `peak_rss_bytes` still sees it

@@ -233,7 +233,8 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
     dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
     op_s = timed(lambda: (x @ x).sum().backward()) / 4
-    fresh, resident = 2 * LARGE_BYTES, torch.zeros(2 * LARGE_BYTES // 4)   # a block glibc maps anew, and one kept
+    fresh = 2 * LARGE_BYTES                              # a block glibc maps anew, against one kept
+    resident = torch.zeros(fresh // 4)
     fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
     mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
