@@ -17,6 +17,7 @@ from .comm.launch import TRANSPORTS
 from .errors import SpgnnError
 from .layers import registry as layers
 from .layers.init import SCHEMES
+from .partition.order import ORDERS
 from .tasks import TASKS
 
 FIELDS = [          # (name, type, default), in the order of ``spgnn train --help``
@@ -27,6 +28,7 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("model", str, "gcn"),
     ("algo", str, "1d-halo"),
     ("partition", str, "block"),
+    ("node_order", str, "rcm"),
     ("layers", int, 2),
     ("hidden", int, 16),
     ("dropout", float, 0.5),
@@ -133,6 +135,7 @@ def validate(self):
         (self.eval_every >= 0, f"--eval-every must be non-negative, got {self.eval_every}"),
         (self.init in ("auto", *SCHEMES), f"--init must be auto, {' or '.join(SCHEMES)}, got {self.init!r}"),
         (self.feature_norm in ("row", "none"), f"--feature-norm must be row or none, got {self.feature_norm!r}"),
+        (self.node_order in ORDERS, f"--node-order must be {' or '.join(ORDERS)}, got {self.node_order!r}"),
         (self.timeout > 0, f"--timeout must be positive, got {self.timeout}"),
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
         (self.device == "cpu" or self.device.startswith("cuda"),

@@ -123,7 +123,7 @@ def plan(cfg: TrainConfig, P: int, graph=None, parts=None, costs_of=None) -> Pla
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     cfg, shape, compared = resolve(cfg, P, g, costs_of)
     partition = make_partition(cfg.partition if parts is None else parts, g.adj,
-                               spmm.get(cfg.algo).num_parts(shape), cfg.seed)
+                               spmm.get(cfg.algo).num_parts(shape), cfg.seed, cfg.node_order)
     check_memory(cfg, P, shape, lambda cls, shape, adjacencies: {a: block_stats(g, partition, a) for a in adjacencies},
                  g, costs_of)
     return Plan(g, cfg, partition, shape, compared)
@@ -147,11 +147,13 @@ def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
     return cached_partition(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
 
 
-def cached_partition(cfg: TrainConfig, g, method, B: int) -> Path:
-    """The cache folder of graph `g` partitioned by `method` into B parts (written unless there; a stage)."""
+def cached_partition(cfg: TrainConfig, g, method, B: int, node_order: str | None = None) -> Path:
+    """The cache folder of graph `g` partitioned by `method` into B parts, in `node_order` inside each (else
+    cfg's), written unless there; a stage."""
     with stage("partition cache", f"{g.name} in {B} parts by {method}"):
-        return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed), method, {}, cfg.seed, B,
-                                  cfg.cache_dir)
+        order = node_order or cfg.node_order
+        return partitioned.cached(g, lambda: make_partition(method, g.adj, B, cfg.seed, order), method,
+                                  {"node_order": order}, cfg.seed, B, cfg.cache_dir)
 
 
 def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
@@ -162,12 +164,14 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
     if graph is not None:
         return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
-        comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B)))
+        comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B,
+                                                     "natural")))
     ds = partitioned.PartitionedDataset(folder)
-    if ds.nparts != B or ds.partition_info["method"] != "block":
-        raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts, but {folder} holds "
-                         f"{ds.nparts} parts by {ds.partition_info['method']}: partition with spgnn partition "
-                         f"--method block --nparts {B} --output DIR")
+    if ds.nparts != B or ds.partition_info["method"] != "block" or ds.partition_info["node_order"] != "natural":
+        raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts in natural node order, but "
+                         f"{folder} holds {ds.nparts} parts by {ds.partition_info['method']} in "
+                         f"{ds.partition_info['node_order']} order: partition with spgnn partition --method block "
+                         f"--nparts {B} --node-order natural --output DIR")
     return ds
 
 

@@ -272,3 +272,68 @@ def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
     for key in ("edge_cut", "comm_volume", "nnz_imbalance"):                # the saved vector's cut, not block's
         assert used["metrics"][key] == rows[0][key], key
     np.testing.assert_allclose([e["loss"] for e in report["epochs"]], [e["loss"] for e in one["epochs"]], rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------------- node order
+
+
+def _shuffled_path(n: int, seed: int):
+    """A path 0-1-…-(n-1), its nodes relabelled at random: (adjacency, label of path node k)."""
+    label = np.random.default_rng(seed).permutation(n)
+    a = sp.coo_matrix((np.ones(n - 1), (label[:-1], label[1:])), shape=(n, n))
+    return sp.csr_matrix(a + a.T), label
+
+
+@pytest.mark.parametrize("P", [1, 3])
+def test_rcm_order_keeps_each_parts_nodes_and_brings_neighbours_together(P):
+    """rcm reorders the nodes inside each part only (the same parts, offsets and nodes in each) and gives each
+    part's diagonal block of a relabelled path bandwidth 1, where ascending ids leave it wide."""
+    adj, label = _shuffled_path(300, seed=P)
+    parts = np.zeros(300, np.int64)
+    parts[label] = np.arange(300) * P // 300          # part p: a stretch of the path
+    natural, rcm = (make_partition(parts, adj, P, node_order=o) for o in ("natural", "rcm"))
+    assert rcm.info["node_order"] == "rcm" and natural.info["node_order"] == "natural"
+    np.testing.assert_array_equal(rcm.offsets, natural.offsets)
+    assert sorted(rcm.perm) == list(range(300))
+
+    def bandwidth(part, p):
+        lo, hi = part.offsets[p], part.offsets[p + 1]
+        block = part.renumber(adj)[lo:hi, lo:hi].tocoo()
+        return np.abs(block.row - block.col).max()
+    for p in range(P):
+        lo, hi = rcm.offsets[p], rcm.offsets[p + 1]
+        assert set(rcm.perm[lo:hi]) == set(natural.perm[lo:hi])
+        assert bandwidth(rcm, p) == 1 < bandwidth(natural, p)
+    np.testing.assert_array_equal(rcm.inv[rcm.perm], np.arange(300))
+
+
+def _train_in_order(comm, order, algo):
+    from spgnn.config import TrainConfig
+    from spgnn.train.fullbatch import Trainer
+
+    cfg = TrainConfig(dataset="cora", model="gcn", algo=algo, hidden=8, epochs=3, partition="random", seed=2,
+                      node_order=order, dropout=0.3)
+    comm.ledger.reset()
+    out = Trainer(cfg, comm, graph=GRAPHS["dir"]).run(log=None)
+    return [e["loss"] for e in out["epochs"]], out["final"], out["comm"]["per_rank"]
+
+
+@pytest.mark.parametrize("algo", ["1d-halo", "2d"])
+def test_node_order_changes_no_result_and_no_byte(algo):
+    """Training on a partition in rcm order equals training in natural order (float tolerance), every rank
+    sending and receiving the same bytes, on a row layout (1d-halo) and a grid (2d)."""
+    from spgnn.comm.launch import run_local
+
+    nat, rcm = (run_local(_train_in_order, 4, order, algo, timeout_s=300)[0] for order in ("natural", "rcm"))
+    np.testing.assert_allclose(rcm[0], nat[0], rtol=1e-5)
+    assert rcm[1] == pytest.approx(nat[1], rel=1e-5)
+    assert [(r["sent_bytes"], r["recv_bytes"]) for r in rcm[2]] == \
+        [(r["sent_bytes"], r["recv_bytes"]) for r in nat[2]]
+
+
+def test_bad_node_order_is_a_clear_error():
+    with pytest.raises(SpgnnError, match="--node-order must be rcm or natural"):
+        make_partition("block", GRAPHS["sym"].adj, 2, node_order="metis")
+    from spgnn.config import TrainConfig
+    with pytest.raises(SpgnnError, match="--node-order must be rcm or natural"):
+        TrainConfig(node_order="random").validate()

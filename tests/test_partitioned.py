@@ -32,7 +32,7 @@ def _folder(tmp, gname, P, method="random"):
     path = tmp / f"{gname}-{method}-{P}"
     if not path.exists():
         g = GRAPHS[gname]
-        write_parts(path, InMemoryParts(g, make_partition(method, g.adj, P, seed=1)))
+        write_parts(path, InMemoryParts(g, make_partition(method, g.adj, P, seed=1, node_order=TrainConfig.node_order)))
     return str(path)
 
 
@@ -101,6 +101,26 @@ def test_cache_partitions_once_and_reuses(tmp_path, monkeypatch):
     again = Trainer(cfg, Comm()).run(log=None)
     assert (folders[0] / "meta.json").stat().st_mtime_ns == stamp
     assert [e["loss"] for e in first["epochs"]] == [e["loss"] for e in again["epochs"]]
+    natural = Trainer(TrainConfig(epochs=2, eval_every=0, partition="random", node_order="natural"),
+                      Comm()).run(log=None)
+    assert len(list(cache_root().iterdir())) == 2                   # another order, another folder
+    assert {PartitionedDataset(f).partition_info["node_order"] for f in cache_root().iterdir()} == {"rcm", "natural"}
+    np.testing.assert_allclose([e["loss"] for e in natural["epochs"]], [e["loss"] for e in first["epochs"]], rtol=1e-5)
+
+
+def test_split_graph_refuses_a_folder_not_in_natural_order(tmp_path):
+    """--split-graph needs a block partition whose renumbering is the identity: not one in rcm order."""
+    from types import SimpleNamespace
+
+    from spgnn.plan import split_parts
+
+    g = GRAPHS["sym"]
+    for order in ("rcm", "natural"):
+        write_parts(tmp_path / order, InMemoryParts(g, make_partition("block", g.adj, 2, node_order=order)))
+    assert split_parts(TrainConfig(dataset=str(tmp_path / "natural")), SimpleNamespace(world_size=2)).nparts == 2
+    with pytest.raises(SpgnnError, match="in rcm order: partition with spgnn partition --method block --nparts 2 "
+                                         "--node-order natural"):
+        split_parts(TrainConfig(dataset=str(tmp_path / "rcm")), SimpleNamespace(world_size=2))
 
 
 @pytest.mark.parametrize("method", ["block", "random", "ldg", "fennel"])

@@ -4,8 +4,8 @@ renumbering it induces.
 A partitioner is a function ``fn(adj, P, seed, **params) -> parts`` registered with ``@register("name")``
 (built-ins: here and in ``streaming`` and ``external``) or published by another package
 under the entry-point group ``spgnn.partitioners`` (loaded on first lookup of its name). Internal ids are
-renumbered by part so that part p owns the contiguous rows offsets[p]:offsets[p+1]; ``perm[new] = old``
-and ``inv[old] = new``.
+renumbered by part so that part p owns the contiguous rows offsets[p]:offsets[p+1], inside a part in ascending
+old ids or a locality order (`spgnn.partition.order`); ``perm[new] = old`` and ``inv[old] = new``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from ..errors import SpgnnError
 from ..memory import rss_growth
 from ..progress import stage
+from .order import check_order, part_order
 
 PARTITIONERS = {}
 ENTRY_POINT_GROUP = "spgnn.partitioners"
@@ -218,15 +219,19 @@ def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
     return _make(method, adj, P, seed, params)[0]
 
 
-def make_partition(method, adj, P: int, seed: int = 0, **params) -> Partition:
-    """The checked Partition, with `info`: method, params, seed (or the file's), the seconds the
-    partitioner took and its peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
+def make_partition(method, adj, P: int, seed: int = 0, node_order: str = "natural", **params) -> Partition:
+    """The checked Partition, its nodes inside each part in `node_order` (`spgnn.partition.order`), with `info`:
+    method, params, seed (or the file's), node_order, the seconds the partitioner and the order took and their
+    peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
+    check_order(node_order)
     with rss_growth() as mem, stage("partitioning", f"into {P} parts by {method}" if isinstance(method, (str, Path))
                                      else f"into {P} parts"):
         t0 = time.perf_counter()
         parts, info = _make(method, adj, P, seed, params)
+        order = part_order(node_order, adj, Partition(parts, P))
         seconds = time.perf_counter() - t0
-    return Partition(parts, P, info | {"seconds": seconds, "peak_rss_growth_bytes": mem.get("bytes")})
+    return Partition(parts, P, info | {"node_order": node_order, "seconds": seconds,
+                                       "peak_rss_growth_bytes": mem.get("bytes")}, order)
 
 
 def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dict]:
@@ -252,17 +257,21 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
 
 @dataclass(frozen=True)
 class Partition:
-    """A checked part vector with its renumbering: part p owns new ids offsets[p]:offsets[p+1]; `info`
-    says how it was made (see ``make_partition``)."""
+    """A checked part vector with its renumbering: part p owns new ids offsets[p]:offsets[p+1], in ascending
+    old ids or, given `order` (order[v] = v's place among its part's nodes; `spgnn.partition.order`), in that
+    order; `info` says how it was made (see ``make_partition``)."""
 
     parts: np.ndarray
     P: int
     info: dict = field(default_factory=dict, compare=False, repr=False)
+    order: np.ndarray | None = field(default=None, compare=False, repr=False)
 
     @cached_property
     def perm(self) -> np.ndarray:
-        """perm[new] = old id (stable: old order kept inside each part)."""
-        return np.argsort(self.parts, kind="stable")
+        """perm[new] = old id: by part, then by `order` (or old id)."""
+        if self.order is None:
+            return np.argsort(self.parts, kind="stable")
+        return np.lexsort((self.order, self.parts))
 
     @cached_property
     def inv(self) -> np.ndarray:

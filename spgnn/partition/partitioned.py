@@ -116,7 +116,8 @@ class PartitionedDataset:
                                   int(g["num_classes"]), bool(g["symmetric"]), dict(g["counts"]),
                                   np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
                                   dict(g.get("label_counts", {})))
-            self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {"folder": str(self.path)}
+            self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
+                "node_order": p.get("node_order", "natural"), "folder": str(self.path)}
         except KeyError as e:
             raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: re-create the folder with spgnn partition "
                              "--output") from None
@@ -250,6 +251,7 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
                                             "counts", "graph_hash", "targets", "label_counts")},
                 "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
+                              "node_order": partition.get("node_order", "natural"),
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
