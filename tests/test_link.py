@@ -108,7 +108,7 @@ def _whole(ranks, algo, n=2708, width=8) -> np.ndarray:
 
 def _plain_pytorch(t: LinkTrainer, epoch: int):
     """The loss and its gradient by z at `epoch` in plain PyTorch on the whole graph: A without the held-out pairs
-    normalised as GCN does, the trainer's weights and pairs (one process: new ids are the original ones)."""
+    normalised as GCN does, the trainer's weights and pairs (one process: new id i is node_ids[i])."""
     g = load_dataset("cora")
     a = g.adj.tocoo()
     code = t.split.code(np.minimum(a.row, a.col), np.maximum(a.row, a.col))
@@ -121,7 +121,8 @@ def _plain_pytorch(t: LinkTrainer, epoch: int):
         h = torch.relu(h) if i == 0 else h
     z = h.requires_grad_()
     src, dst, pos = t.edges.training(epoch)
-    s = (z[src] * z[dst]).sum(1)
+    ids = t.g.node_ids.numpy()
+    s = (z[ids[src]] * z[ids[dst]]).sum(1)
     loss = F.binary_cross_entropy_with_logits(s, torch.cat([torch.ones(pos), torch.zeros(src.size - pos)]))
     loss.backward()
     return loss.item(), z.grad.numpy()

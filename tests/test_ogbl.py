@@ -131,10 +131,11 @@ def test_hits_and_mrr_over_ranks_are_ogbs(runs):
 
 def _plain_figures(t: LinkTrainer, folder) -> dict:
     """OGB's figures and ROC-AUC / AP of the folder's validation and test pairs, scored on the trainer's z (one
-    process: new ids are the original ones)."""
+    process: its rows are every node's, in the order of `node_ids`)."""
     given, out = read_held_out(folder), {}
     with torch.no_grad():
-        z = t.embeddings().numpy()
+        z = np.empty_like(rows := t.embeddings().numpy())
+        z[t.g.node_ids.numpy()] = rows
     for split in given.pairs:
         src, dst, nsrc, ndst = given.share(split)
         pos, neg = (z[src] * z[dst]).sum(1), (z[nsrc] * z[ndst]).sum(1)

@@ -64,7 +64,6 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from scipy.optimize import nnls
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ..cost import charged_bytes
 from ..errors import SpgnnError
@@ -195,8 +194,9 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
     at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`).
     The SpMM multiplies an R-MAT matrix (2^scale rows, `degree` draws a row: power-law rows and columns, as real
-    graphs have; its nodes in reverse Cuthill-McKee order, as ``--node-order rcm`` orders a part's) at widths 8
-    and f; t = nnz·spmm_nnz_s + 4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two.
+    graphs have; in R-MAT's own order, not ``--node-order rcm``: past one process much of an SpMM reads halo rows,
+    which the order of a part's own nodes does not bring together) at widths 8 and f; t = nnz·spmm_nnz_s +
+    4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two.
     Dense: the arithmetic rate of a product that fits in cache, and the bytes rate of the three products a layer
     runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic. Each writes into memory already
     resident; the first touch of a fresh mapping (page faults and zeroing: what a result of LARGE_BYTES or more
@@ -213,9 +213,7 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     rng = np.random.default_rng(comm.rank)
     n = 1 << scale
     rows, cols = rmat_edges(scale, degree, rng)
-    m = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
-    rcm = reverse_cuthill_mckee(m, symmetric_mode=False)  # spgnn train's default order of a part's nodes
-    a = CSR.from_scipy(m[rcm][:, rcm])
+    a = CSR.from_scipy(sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n)))
     widths = (8, f)
     hs = [torch.rand(n, w) for w in widths]
 
