@@ -1,11 +1,13 @@
 """The training step at P = 1 against its bound: its dense products alone plus its SpMMs at memory bandwidth.
 
-    python benchmarks/bench_bound.py [--dataset amazon-computers] [--data-dir DATA] [--algos sar,1d-halo] \
+    python benchmarks/bench_bound.py [--dataset amazon-computers] [--data-dir DATA] \
+                                     [--algos sar,1d-halo,sar:natural,1d-halo:natural] \
                                      [--model sage] [--layers 3] [--hidden 256] [--rounds 15] \
                                      [--out results/bench_bound.json]
 
 One process set up as ``spgnn train`` sets up P = 1 (`spgnn.comm.launch.init`: every core's threads, freed memory
-kept), one `Trainer` per algorithm (dropout 0, Adam lr 0.01). One step of each is recorded first: every dense
+kept), one `Trainer` per algorithm (dropout 0, Adam lr 0.01; ``ALGO:ORDER`` sets its --node-order, rcm when not
+given). One step of each is recorded first: every dense
 product it runs (``aten.mm``, ``aten.addmm``: shapes, strides) by a dispatch mode, and every SpMM
 (`spgnn.sparse.kernels.spmm`: nnz, index and value bytes, rows read, rows written, width). Then, in each of
 --rounds interleaved rounds:
@@ -116,8 +118,9 @@ def measure(g, args, comm) -> dict:
     """Per round: each algorithm's step, its dense products alone, the stream bandwidths."""
     trainers, dense, spmm, sparse = {}, {}, {}, {}
     for algo in args.algos:
-        cfg = TrainConfig(dataset=g.name, algo=algo, model=args.model, layers=args.layers, hidden=args.hidden,
-                          dropout=0.0, lr=0.01, weight_decay=0.0)
+        name, _, order = algo.partition(":")
+        cfg = TrainConfig(dataset=g.name, algo=name, node_order=order or "rcm", model=args.model, layers=args.layers,
+                          hidden=args.hidden, dropout=0.0, lr=0.01, weight_decay=0.0)
         trainers[algo] = t = Trainer(cfg, comm, graph=g)
         t.step(0)
         ops, spmm[algo], sparse[algo] = record_step(t)
@@ -185,7 +188,8 @@ def main(argv=None) -> int:
     ap = machine.arguments(__doc__, "results/bench_bound.json")
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
     ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
-    ap.add_argument("--algos", default="sar,1d-halo", help="comma-separated algorithms")
+    ap.add_argument("--algos", default="sar,1d-halo,sar:natural,1d-halo:natural",
+                    help="comma-separated algorithms, each ALGO or ALGO:NODE_ORDER (rcm or natural; default rcm)")
     ap.add_argument("--model", default="sage", help="--model of the step")
     ap.add_argument("--layers", type=int, default=3, help="layers of the model")
     ap.add_argument("--hidden", type=int, default=256, help="hidden width")

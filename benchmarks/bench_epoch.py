@@ -7,11 +7,14 @@ Per dataset, each group of systems is warmed up, then timed interleaved (A, B, C
 noise falls on all of them alike; medians are reported:
 
 1. epoch: one full-batch training step (forward + backward + Adam) of a 2-layer GCN, hidden 128, dropout 0.5,
-   lr 0.01: spgnn's ``Trainer.step`` (``Comm(0, 1)``, algo "1d-halo") versus PyG ``GCNConv`` on an
-   ``edge_index`` (default: Â recomputed every call; the baseline) and with ``cached=True``.
+   lr 0.01: spgnn's ``Trainer.step`` (``Comm(0, 1)``, algo "1d-halo"; nodes in its default rcm order, and in the
+   dataset's own order as PyG takes it) versus PyG ``GCNConv`` on an ``edge_index`` (default: Â recomputed every
+   call; the baseline) and with ``cached=True``.
 2. spmm: Z = Â·H (Â = D^-½(A+I)D^-½, f = 128, float32): ``spgnn.sparse.kernels.spmm`` versus ``torch.sparse.mm`` on a
-   CSR tensor (the baseline) versus ``torch_sparse.matmul`` (if installed) versus the memory-bandwidth bound
-   (nnz·f·4 bytes of H rows read + n·f·4 written) / (copy bandwidth of a 512 MB tensor, timed just before).
+   CSR tensor (the baseline) versus ``torch_sparse.matmul`` (if installed), spgnn's on Â with its nodes in reverse
+   Cuthill-McKee order (as ``--node-order rcm`` orders a part's; the other rows: the dataset's order) versus the
+   memory-bandwidth bound (nnz·f·4 bytes of H rows read + n·f·4 written) / (copy bandwidth of a 512 MB tensor,
+   timed just before).
 3. spmm-transposed: the backward product Âᵀ·G with spgnn's cached ``CSR.transpose()`` versus torch's
    autograd backward through ``torch.sparse.mm`` (the baseline), plus what rebuilding the transpose costs.
 
@@ -29,6 +32,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -36,6 +40,7 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 import torch.nn.functional as F
+from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
@@ -137,12 +142,15 @@ def bench_epoch(g: Graph, args) -> dict:
     cfg = TrainConfig(dataset=g.name, model="gcn", algo="1d-halo", layers=2, hidden=HIDDEN, dropout=0.5,
                       lr=0.01, feature_norm=args.feature_norm, seed=0)
     trainer = Trainer(cfg, Comm(0, 1), graph=g)
-    losses = {"spgnn": [], "pyg": [], "pyg-cached": []}
-    epoch = iter(range(10**9))
-    names = {"spgnn": "spgnn Trainer.step (1d-halo, P=1)",
+    natural = Trainer(replace(cfg, node_order="natural"), Comm(0, 1), graph=g)
+    losses = {"spgnn": [], "spgnn-natural": [], "pyg": [], "pyg-cached": []}
+    epoch, epoch_natural = iter(range(10**9)), iter(range(10**9))
+    names = {"spgnn": f"spgnn Trainer.step (1d-halo, P=1, nodes in {cfg.node_order} order)",
+             "spgnn-natural": "spgnn Trainer.step (1d-halo, P=1, nodes in natural order, as PyG's)",
              "pyg": "PyG GCNConv, edge_index (Â recomputed per call)",
              "pyg-cached": "PyG GCNConv, edge_index, cached=True"}
     systems = {names["spgnn"]: lambda: losses["spgnn"].append(trainer.step(next(epoch))),
+               names["spgnn-natural"]: lambda: losses["spgnn-natural"].append(natural.step(next(epoch_natural))),
                names["pyg"]: pyg_step_fn(g, cfg, False, losses["pyg"]),
                names["pyg-cached"]: pyg_step_fn(g, cfg, True, losses["pyg-cached"])}
     times = time_interleaved(systems, args.warmup, args.repeats, args.budget_s)
@@ -176,8 +184,12 @@ def bench_spmm(a_hat: CSR, args) -> tuple[dict, dict, dict]:
     except ImportError:
         has_torch_sparse = False
 
+    m = a_hat.to_scipy()
+    rcm = reverse_cuthill_mckee(m, symmetric_mode=False)     # --node-order rcm of one part
+    a_rcm = CSR.from_scipy(m[rcm][:, rcm])
     forward = {"spgnn.sparse.kernels.spmm (" + kernels.get_backend() + ")": lambda: kernels.spmm(a_hat, h),
-               "torch.sparse.mm (CSR tensor)": lambda: torch.sparse.mm(a_torch, h)}
+               "torch.sparse.mm (CSR tensor)": lambda: torch.sparse.mm(a_torch, h),
+               "spgnn.sparse.kernels.spmm, nodes in rcm order": lambda: kernels.spmm(a_rcm, h)}
     if has_torch_sparse:
         ts = a_hat._torch_sparse(torch.device("cpu"), torch.float32)
         forward["torch_sparse.matmul"] = lambda: torch_sparse.matmul(ts, h)
