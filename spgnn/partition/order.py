@@ -11,8 +11,8 @@ gathers hit cache:
               small)
 
 rcm is computed per part, on A_pp alone (nnz_p + n_p work and memory), so it needs no more than a rank's share.
-Measured on a 2-core machine: the numba SpMM at width 256 is 1.2-1.8× faster on R-MAT graphs (2^17 and 2^20
-nodes) and 1.3-1.5× on amazon-computers, and a full training step 4-13% faster.
+Measured on a 2-core machine (docs/benchmarks.md, "Node order"): the numba SpMM 1.17-1.25× faster on
+amazon-computers and rmat:17, a training step 2-5%.
 """
 
 from __future__ import annotations
