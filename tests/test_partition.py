@@ -337,3 +337,20 @@ def test_bad_node_order_is_a_clear_error():
     from spgnn.config import TrainConfig
     with pytest.raises(SpgnnError, match="--node-order must be rcm or natural"):
         TrainConfig(node_order="random").validate()
+
+
+def test_cli_node_order_reaches_the_folder_and_the_report(tmp_path):
+    """--node-order of spgnn partition --output DIR is recorded in the folder, and spgnn train's in its report; a
+    bad one is a one-line error of argparse."""
+    from spgnn.partition.partitioned import PartitionedDataset
+
+    for order in ("natural", "rcm"):
+        assert cli.main(["partition", "--nparts", "2", "--method", "block", "--node-order", order, "--quiet",
+                         "--output", str(tmp_path / order)]) == 0
+        assert PartitionedDataset(tmp_path / order).partition_info["node_order"] == order
+    out = tmp_path / "report.json"
+    assert cli.main(["train", "--epochs", "1", "--quiet", "--eval-every", "0", "--node-order", "natural",
+                     "--output", str(out)]) == 0
+    assert json.loads(out.read_text())["partition"]["info"]["node_order"] == "natural"
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--node-order", "metis"])
