@@ -73,7 +73,9 @@ class InMemoryParts:
     def __init__(self, graph, partition, info: dict | None = None):
         self.graph, self.partition, self.nparts = graph, partition, partition.P
         self.info = graph_info(graph, partition)
-        self.partition_info = {"method": "array", "params": {}, "seed": 0} | (info or partition.info)
+        order = "natural" if partition.order is None else "given"          # make_partition's info names it
+        self.partition_info = {"method": "array", "params": {}, "seed": 0, "node_order": order} | (
+            info or partition.info)
         self._tally = None
 
     def share(self, part: int) -> Share:
