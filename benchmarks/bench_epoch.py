@@ -40,13 +40,14 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import Graph, gcn_norm, row_normalize
+from spgnn.partition.order import part_order
+from spgnn.partition.partition import Partition
 from spgnn.sparse import kernels
 from spgnn.sparse.csr import CSR
 from spgnn.train.fullbatch import Trainer
@@ -184,9 +185,8 @@ def bench_spmm(a_hat: CSR, args) -> tuple[dict, dict, dict]:
     except ImportError:
         has_torch_sparse = False
 
-    m = a_hat.to_scipy()
-    rcm = reverse_cuthill_mckee(m, symmetric_mode=False)     # --node-order rcm of one part
-    a_rcm = CSR.from_scipy(m[rcm][:, rcm])
+    m, one = a_hat.to_scipy(), Partition(np.zeros(n, np.int64), 1)
+    a_rcm = CSR.from_scipy(Partition(one.parts, 1, order=part_order("rcm", m, one)).renumber(m))   # as training does
     forward = {"spgnn.sparse.kernels.spmm (" + kernels.get_backend() + ")": lambda: kernels.spmm(a_hat, h),
                "torch.sparse.mm (CSR tensor)": lambda: torch.sparse.mm(a_torch, h),
                "spgnn.sparse.kernels.spmm, nodes in rcm order": lambda: kernels.spmm(a_rcm, h)}
