@@ -166,3 +166,11 @@ def test_dropout_of_features_reuses_its_block_and_keeps_its_values():
     assert torch.equal(third, h * dropout_mask(ids, f, 0.5, 3))
     assert torch.equal(second, h * dropout_mask(ids, f, 0.5, 2))
     release_kept()
+
+
+def test_a_training_process_imports_no_more_of_scipy_than_it_uses():
+    """Every rank holds what it imports: scipy.optimize (calibration's fit) and scipy.sparse.csgraph (the rcm
+    order) are about 25 MB of modules, so the training entry point leaves them to the functions that use them."""
+    code = "import sys, spgnn.cli; print([m for m in ('scipy.optimize', 'scipy.sparse.csgraph') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -63,7 +63,6 @@ from dataclasses import replace
 import numpy as np
 import scipy.sparse as sp
 import torch
-from scipy.optimize import nnls
 
 from ..cost import charged_bytes
 from ..errors import SpgnnError
@@ -143,10 +142,18 @@ def measure(comm: Comm, op: str, size_bytes: int, repeats: int = 5, warmup: int 
             "seconds": statistics.median(seconds), "samples_s": seconds}
 
 
+def _nnls(a, b):
+    """scipy.optimize.nnls, imported here: scipy.optimize brings about 20 MB of modules that every training
+    process would otherwise hold."""
+    from scipy.optimize import nnls
+
+    return nnls(a, b)
+
+
 def fit_alpha_beta(x, t) -> tuple[float, float, float]:
     """(α, β, rms relative error) of t ≈ α + β·x with α, β ≥ 0, minimising the relative error."""
     x, t = np.asarray(x, np.float64), np.asarray(t, np.float64)
-    (alpha, beta), _ = nnls(np.stack([1 / t, x / t], axis=1), np.ones_like(t))
+    (alpha, beta), _ = _nnls(np.stack([1 / t, x / t], axis=1), np.ones_like(t))
     rel = (alpha + beta * x - t) / t
     return float(alpha), float(beta), float(np.sqrt(np.mean(rel ** 2)))
 
@@ -223,7 +230,7 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     # touch of a fresh block is a term of its own.
     outs = [torch.empty(n, w) for w in widths]
     spmm_s = [timed(lambda h=h, z=z: kernels.spmm(a, h, out=z)) for h, z in zip(hs, outs)]
-    (nnz_s, per_byte), _ = nnls(np.array([[a.nnz, 4 * w * (a.nnz + n)] for w in widths], np.float64),
+    (nnz_s, per_byte), _ = _nnls(np.array([[a.nnz, 4 * w * (a.nnz + n)] for w in widths], np.float64),
                                 np.array(spmm_s))
     small, narrow = torch.rand(2**12, 256), f // 4
     flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from ..errors import SpgnnError
 
@@ -51,6 +50,9 @@ def part_order(name: str, adj, natural) -> np.ndarray | None:
     directed graph its out-edges, not A + Aᵀ, which would double the nonzeros held)."""
     if check_order(name) == "natural":
         return None
+    # imported here: csgraph (and the scipy.linalg it brings) is ~10 MB a natural-order process need not hold
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
     adj, off = sp.csr_matrix(adj), natural.offsets
     order = np.empty(adj.shape[0], np.int64)
     place = np.full(adj.shape[0], -1, np.int32 if adj.shape[0] < 2**31 else np.int64)
