@@ -70,11 +70,12 @@ def bad_datasets(tmp):
                         "999997 of the 1000001 classes have no node (first: class 3)"),
         "labels 1..C": (edge_folder(tmp / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
         "label outside 0..C-1": (str(tmp / "outside.npz"), "1 labels lie outside 0..2 (first at node 4: 7)"),
+        "string features": (edge_folder(tmp / "strfeat", x=x.astype(str)), "features must be numbers"),
         "no feature columns": (edge_folder(tmp / "nofeat", x=np.zeros((N, 0), np.float32)), "0 columns"),
         "NaN features": (edge_folder(tmp / "nan", x=nan), "2 NaN or infinite values in 2 rows (first at node 5)"),
         "infinite features": (edge_folder(tmp / "inf", x=inf), "4 NaN or infinite values in 1 rows (first at node 3)"),
         "float64 features beyond float32": (edge_folder(tmp / "big", x=x.astype(np.float64) * 1e300),
-                                           "NaN or infinite"),
+                                           "feature values lie beyond float32's range"),
         "no training node": (edge_folder(tmp / "notrain", masks={"train": np.zeros(N, bool)}), "selects no node"),
     }
 

@@ -33,6 +33,8 @@ class Graph:
         self.adj = sp.csr_matrix(self.adj)
         self.adj.sum_duplicates()
         self.adj.sort_indices()
+        if np.asarray(self.x).dtype != np.float32:      # checked before the cast (which fails or overflows to inf)
+            check_features(self.x, f"dataset {self.name!r}")
         self.x = np.ascontiguousarray(self.x, dtype=np.float32)
         self.y = np.asarray(self.y, dtype=np.float32 if np.ndim(self.y) == 2 else np.int64)
         for m in ("train_mask", "val_mask", "test_mask"):
