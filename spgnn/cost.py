@@ -477,8 +477,9 @@ class Rates:
 # step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
 # within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
 # whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
+# runtime_bytes: re-measured (349 MiB) once importing spgnn left scipy.optimize and scipy.sparse.csgraph to their users.
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
-                      runtime_bytes=370 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
+                      runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
 
 
 @dataclass(frozen=True)
