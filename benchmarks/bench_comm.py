@@ -257,8 +257,8 @@ def split(led, alpha_beta=None) -> dict:
         by[f"{k[2]} {k[3]}"][0] += v
         by[f"{k[2]} {k[3]}"][1] += ab[k[2]][0] * v
     return {"alpha_s": sum(ab[k[2]][0] * v for k, v in steps.items()), "alpha_by": dict(by),
-            "beta_s": sum(ab[op][1] * cost.charged_bytes(op, row[1], row[2])
-                          for (_, _, op, _), row in led.rows.items()),
+            "beta_s": sum(ab[op][1] * cost.charged_bytes(op, row[1], row[2], led.sizes.get(group))
+                          for (_, _, op, group), row in led.rows.items()),
             "latencies": sum(steps.values()),
             "broadcast_calls": sum(row[0] for (_, _, op, _), row in led.rows.items() if op == "broadcast")}
 

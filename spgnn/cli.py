@@ -180,7 +180,7 @@ def _calibrate_parser(sub) -> argparse.ArgumentParser:
     a("--repeats", type=int, default=5, help="timed calls per size")
     a("--budget", type=float, default=10.0, help="seconds per size after which at least 3 calls are enough")
     _launch_options(p, TrainConfig())
-    a("--output", default=None, help="write the JSON fits here (rank 0; schema in spgnn/calibrate.py)")
+    a("--output", default=None, help="write the JSON fits here (rank 0; schema in spgnn/comm/calibrate.py)")
     return p
 
 

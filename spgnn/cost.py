@@ -13,9 +13,10 @@ that declares no cost is refused, never modelled as another.
 
 Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_bytes`: an all-to-all pays α for
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
-broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency), with α and β per
-collective from `spgnn calibrate` (schema "spgnn.calibration/1") or, by default, the gloo figures
-measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a model; bytes are exact.
+broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency); a broadcast of b bytes
+costs every member, the root too, the time of 2·(g−1)/g·b (a large-message broadcast's scatter and all-gather),
+with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/3") or, by default, the gloo
+figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a model; bytes are exact.
 """
 
 from __future__ import annotations
@@ -167,7 +168,7 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
 
     def record(phase, layer, calls):
         for op, group, sent, recv, messages in calls:
-            ledger.record((phase, layer, op, group), sent, recv, messages, 0.0)
+            ledger.record((phase, layer, op, group), sent, recv, messages, 0.0, group_size(cls, shape, group, rank))
 
     def all_reduce(phase, words, itemsize):
         record(phase, None, reduce_calls(words, itemsize))
@@ -213,11 +214,22 @@ def setup_cost(cls, stats, shape, rank, norm) -> list:
     return calls + cls.setup_cost(stats, shape, rank)
 
 
-def charged_bytes(op: str, sent: int, recv: int) -> int:
-    """The bytes whose transfer time a collective costs a rank: what it receives for a broadcast (the
-    ledger charges the root b·(g−1) logically, but a tree or pipelined broadcast costs it about b, like a
-    receiver), the larger of sent and received otherwise."""
-    return recv if op == "broadcast" else max(sent, recv)
+def group_size(cls, shape, group: str, rank: int) -> int | None:
+    """The members of `rank`'s group `group` in the layout of `cls` on grid `shape`; None for a group that is not
+    one of the grid's (the size matters only to a broadcast's charge, and broadcasts run in the grid's groups)."""
+    return cls.member(shape, group, rank)[0] if group == "world" or group in cls.grid_names else None
+
+
+def charged_bytes(op: str, sent: int, recv: int, g: int | None = None) -> float:
+    """The bytes whose transfer time a collective costs a rank in a group of g. A broadcast of b bytes: 2·(g−1)/g·b
+    on every member, the root too (the bandwidth term of a large-message broadcast: a scatter, then an all-gather;
+    a binomial tree's rounds on cores its ranks share cost about as much). Over a ledger row of root calls (sent
+    b·(g−1) each) and receiving calls (b each) that is 2·(sent + (g−1)·recv)/g; at g = 2 one transfer of b, as
+    `spgnn calibrate` measures it. Any other collective: the larger of sent and received."""
+    if op == "broadcast":
+        g = max(g or 2, 2)
+        return 2 * (sent + (g - 1) * recv) / g
+    return max(sent, recv)
 
 
 def latency_steps(op: str, calls: int, messages: int) -> float:
@@ -245,21 +257,26 @@ def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: f
     """Predicted seconds of a ledger's collectives (of one `phase`, if given): Σ α_op·latency_steps +
     β_op·charged_bytes + wait_s·wait_steps."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
-    return sum(ab[op][0] * latency_steps(op, row[0], row[3]) + ab[op][1] * charged_bytes(op, row[1], row[2])
+    return sum(ab[op][0] * latency_steps(op, row[0], row[3])
+               + ab[op][1] * charged_bytes(op, row[1], row[2], ledger.sizes.get(group))
                + wait_s * wait_steps(op, row[0], row[3])
-               for (ph, _, op, _), row in ledger.rows.items() if phase in (None, ph))
+               for (ph, _, op, group), row in ledger.rows.items() if phase in (None, ph))
 
 
 def load_calibration(path) -> dict:
-    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file, schema 1 or 2 (α a call over the
-    steps a call took there)."""
+    """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a call took
+    there). Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured in a group of g, that
+    is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
     data = json.loads(open(path).read())
-    return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1), v["beta_s_per_byte"])
+    g = max(int(data.get("world_size", 2)), 2)
+    old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
+    return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
+                 v["beta_s_per_byte"] * (g / (2 * (g - 1)) if old and op == "broadcast" else 1))
             for op, v in data["collectives"].items()}
 
 
 def load_rates(path=None) -> Rates:
-    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2), the defaults' for a
+    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2 on), the defaults' for a
     schema-1 file (which has α and β only), with the world size its α and β were measured at; no path: the
     defaults."""
     if path is None:
@@ -548,10 +565,11 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
                       passes=1 + (halo and row.sum() > own))           # the halo's block after the local one
 
 
-def _call_seconds(calls, alpha_beta, wait_s: float = 0.0) -> float:
-    """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages)."""
-    return sum(alpha_beta[op][0] * latency_steps(op, 1, m) + alpha_beta[op][1] * charged_bytes(op, s, r)
-               + wait_s * wait_steps(op, 1, m) for op, _, s, r, m in calls)
+def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: None) -> float:
+    """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages); `size(group)`: its
+    members."""
+    return sum(alpha_beta[op][0] * latency_steps(op, 1, m) + alpha_beta[op][1] * charged_bytes(op, s, r, size(group))
+               + wait_s * wait_steps(op, 1, m) for op, group, s, r, m in calls)
 
 
 def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
@@ -636,7 +654,8 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                 during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        hidden[ph] += min(_call_seconds(calls[way], ab, wait), during) * share
+                        exposed = _call_seconds(calls[way], ab, wait, lambda g: group_size(cls, shape, g, rank))
+                        hidden[ph] += min(exposed, during) * share
     out = {}
     for ph in PHASES:
         comm = seconds(ledger, ab, ph, wait)

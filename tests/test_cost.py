@@ -32,7 +32,7 @@ def _measure(comm):
         t = Trainer(cfg, comm, graph=GRAPHS[gname])
         t.step(0)
         t.evaluate()
-        out.append({k: tuple(v[:4]) for k, v in t.comm.ledger.rows.items()})
+        out.append(({k: tuple(v[:4]) for k, v in t.comm.ledger.rows.items()}, dict(t.comm.ledger.sizes)))
     return out
 
 
@@ -43,7 +43,10 @@ def test_predicted_ledger_equals_measured(P):
         predicted = plan.predict(cfg, GRAPHS[gname], P)
         for rank in range(P):
             want = {key: tuple(v[:4]) for key, v in predicted[rank].rows.items()}
-            assert measured[rank][k] == want, f"{cfg.algo} c={cfg.replication} {cfg.model} {gname} rank {rank}"
+            rows, sizes = measured[rank][k]
+            assert rows == want, f"{cfg.algo} c={cfg.replication} {cfg.model} {gname} rank {rank}"
+            # the group sizes a broadcast's charge is computed with are those of the groups the run used
+            assert predicted[rank].sizes and {g: sizes[g] for g in predicted[rank].sizes} == predicted[rank].sizes
 
 
 def test_expected_statistics_match_a_random_graph():

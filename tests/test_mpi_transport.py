@@ -88,7 +88,7 @@ def test_calibrate(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "| all_to_all |" in res.stdout
     cal = json.loads(out.read_text())
-    assert cal["schema"] == "spgnn.calibration/2" and cal["transport"] == "mpi" and cal["world_size"] == 2
+    assert cal["schema"] == "spgnn.calibration/3" and cal["transport"] == "mpi" and cal["world_size"] == 2
     assert set(cal["collectives"]) == {"broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter"}
     for op, c in cal["collectives"].items():
         assert c["alpha_s"] >= 0 and c["beta_s_per_byte"] >= 0 and c["alpha_s"] + c["beta_s_per_byte"] > 0, op
@@ -96,6 +96,7 @@ def test_calibrate(tmp_path):
         assert [p["size_bytes"] for p in c["points"]] == [4096, 65536, 1 << 20], op
         assert all(p["seconds"] > 0 and len(p["samples_s"]) == 3 for p in c["points"]), op
     # the x axis is the bytes the cost model charges (cost.charged_bytes): at P = 2 half or all of the message
+    # (a broadcast's 2·(P−1)/P of it: all)
     pts = {op: [p["bytes"] for p in c["points"]] for op, c in cal["collectives"].items()}
     assert pts["broadcast"] == pts["all_gather"] == [4096, 65536, 1 << 20]
     assert pts["all_to_all"] == pts["reduce_scatter"] == [2048, 32768, 1 << 19]

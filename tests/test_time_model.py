@@ -128,12 +128,33 @@ def test_calibration_file_round_trips(tmp_path):
     old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
     for name, data in (("new", new), ("old", old)):
         (tmp_path / name).write_text(json.dumps(data))
-    assert SCHEMA == "spgnn.calibration/2"
+    assert SCHEMA == "spgnn.calibration/3"
     rates = cost.load_rates(tmp_path / "new")
     assert {k: getattr(rates, k) for k in compute} == compute and rates.comm_ranks == 2
     assert cost.load_rates(tmp_path / "old") == cost.replace(cost.DEFAULT_RATES, comm_ranks=4)
     for name in ("new", "old"):
         assert cost.load_calibration(tmp_path / name) == {"all_reduce": (2e-4, 1e-9)}
+    # a broadcast's β fitted to the bytes a member receives (schemas 1 and 2) becomes β·g/(2(g−1)) a charged byte
+    bcast = {"broadcast": {"alpha_s": 1e-4, "beta_s_per_byte": 3e-9, "messages": 1}}
+    for schema, g, beta in (("spgnn.calibration/2", 4, 2e-9), ("spgnn.calibration/2", 2, 3e-9), (SCHEMA, 4, 3e-9)):
+        (tmp_path / "b").write_text(json.dumps({"schema": schema, "world_size": g, "collectives": bcast}))
+        assert cost.load_calibration(tmp_path / "b")["broadcast"] == pytest.approx((1e-4, beta)), (schema, g)
+
+
+def test_a_broadcast_costs_every_member_its_scatter_and_all_gather():
+    """A broadcast of b bytes in a group of g costs each member, the root too, the transfer time of 2·(g−1)/g·b:
+    one b at g = 2 (as calibrated), so a 1d stage rotation (each of the g members the root once) 2·(g−1)·b."""
+    b, ab = 1000, {"broadcast": (0.0, 1e-9)}
+    for g in (2, 4, 8):
+        root, receiver, rotation = cost.Ledger(), cost.Ledger(), cost.Ledger()
+        root.record(("forward", 0, "broadcast", "block"), b * (g - 1), 0, g - 1, 0.0, g)
+        receiver.record(("forward", 0, "broadcast", "block"), 0, b, 0, 0.0, g)
+        for k in range(g):
+            rotation.record(("forward", 0, "broadcast", "block"), b * (g - 1) * (k == 0), b * (k > 0), 0, 0.0, g)
+        assert cost.seconds(root, ab) == cost.seconds(receiver, ab) == pytest.approx(2 * (g - 1) / g * b * 1e-9)
+        assert cost.seconds(rotation, ab) == pytest.approx(2 * (g - 1) * b * 1e-9)
+    assert cost.charged_bytes("broadcast", 0, b, 2) == cost.charged_bytes("broadcast", b, 0, 2) == b
+    assert cost.charged_bytes("all_to_all", 3, 5, 4) == 5
 
 
 def test_ranks_sharing_cores_slow_compute_and_transfers():

@@ -12,8 +12,8 @@ call is, in a group of all P ranks (float32):
 
 Each call is preceded by a small all-reduce (so the ranks start together) and timed by the ledger itself
 (``Comm`` measures every collective). Per repetition, x and t are the largest over ranks of the bytes
-the cost model charges (`spgnn.cost.charged_bytes`: received bytes for a broadcast, max(sent, received)
-otherwise) and of seconds; per size, t is the median over repetitions. α ≥ 0 and β ≥ 0
+the cost model charges (`spgnn.cost.charged_bytes`: 2·(P−1)/P·s for a broadcast, on the root too, max(sent,
+received) otherwise) and of seconds; per size, t is the median over repetitions. α ≥ 0 and β ≥ 0
 are fitted by least squares on the relative error, Σ_s ((α + β·x_s − t_s)/t_s)², so the small sizes fix α
 and the large ones β.
 
@@ -26,10 +26,10 @@ a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), 
 fixed seconds of a tiny autograd operation, and the resident bytes of this process (torch and spgnn imported, its
 kernels loaded, joined to its peers).
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/2"; /1 files, without "compute" and
-"cores", are still read):
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/3"; /2 files, whose broadcast β is
+a byte received, and /1 files, also without "compute" and "cores", are still read: `spgnn.cost.load_calibration`):
 
-    {"schema": "spgnn.calibration/2",
+    {"schema": "spgnn.calibration/3",
      "transport": "mpi" | "torch",          # the transport measured
      "world_size": P,                       # group size the fits hold for
      "device": "cpu" | "cuda[:N]",
@@ -69,7 +69,7 @@ from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, rss_bytes
 from .comm import Comm
 
-SCHEMA = "spgnn.calibration/2"
+SCHEMA = "spgnn.calibration/3"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -137,7 +137,7 @@ def measure(comm: Comm, op: str, size_bytes: int, repeats: int = 5, warmup: int 
     per_rank = np.array(comm.all_gather_object(samples))          # ranks × repetitions × fields
     worst = per_rank.max(axis=0)
     seconds = worst[:, 0].tolist()
-    charged = max(charged_bytes(op, sent, recv) for rank in per_rank for _, sent, recv, _ in rank)
+    charged = max(charged_bytes(op, sent, recv, comm.world_size) for rank in per_rank for _, sent, recv, _ in rank)
     return {"size_bytes": int(size_bytes), "bytes": int(charged), "messages": int(worst[:, 3].max()),
             "seconds": statistics.median(seconds), "samples_s": seconds}
 

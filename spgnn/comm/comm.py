@@ -48,11 +48,15 @@ class Group:
 
 @dataclass
 class Ledger:
-    """Totals per (phase, layer, op, group): calls, sent_bytes, recv_bytes, messages, seconds."""
+    """Totals per (phase, layer, op, group): calls, sent_bytes, recv_bytes, messages, seconds; and `sizes`, the
+    members of each group named (what a broadcast's transfer time depends on: `spgnn.cost.charged_bytes`)."""
 
     rows: dict = field(default_factory=lambda: defaultdict(lambda: [0, 0, 0, 0, 0.0]))
+    sizes: dict = field(default_factory=dict, compare=False)
 
-    def record(self, key, sent, recv, messages, seconds):
+    def record(self, key, sent, recv, messages, seconds, size: int | None = None):
+        if size is not None:
+            self.sizes[key[3]] = int(size)
         row = self.rows[key]
         row[0] += 1
         row[1] += int(sent)
@@ -157,7 +161,7 @@ class Comm:
 
     def _record(self, op, group, sent, recv, messages, t0, where=None):
         key = (*(where or (self._phase, self._layer)), op, group.name)
-        self.ledger.record(key, sent, recv, messages, time.perf_counter() - t0)
+        self.ledger.record(key, sent, recv, messages, time.perf_counter() - t0, group.size)
 
     # -- collectives ----------------------------------------------------------------------------------
     def broadcast(self, t: torch.Tensor, src: int, group: Group | None = None) -> torch.Tensor:
