@@ -92,12 +92,12 @@ def check_features(x, where: str, ids=None) -> None:
             rows = bad.any(axis=1)
             raise SpgnnError(f"{where}: features hold {int(bad.sum())} NaN or infinite values in "
                              f"{int(rows.sum())} rows (first at node {_first(rows, ids)}); clean or impute them first")
-        if x.dtype.itemsize > 4:                    # wider than the float32 training computes in
-            over = np.abs(x) > np.finfo(np.float32).max
-            if over.any():
-                rows = over.any(axis=1)
-                raise SpgnnError(f"{where}: {int(over.sum())} feature values lie beyond float32's range (|x| > "
-                                 f"3.4e38, first at node {_first(rows, ids)}); spgnn computes in float32: scale them")
+        limit = np.finfo(np.float32).max            # of the float32 training computes in
+        if x.dtype.itemsize > 4 and x.size and (x.max() > limit or x.min() < -limit):
+            over = np.abs(x) > limit
+            rows = over.any(axis=1)
+            raise SpgnnError(f"{where}: {int(over.sum())} feature values lie beyond float32's range (|x| > "
+                             f"3.4e38, first at node {_first(rows, ids)}); spgnn computes in float32: scale them")
 
 
 def check_labels(y, num_classes: int, where: str, every_class: bool = True, ids=None) -> None:
