@@ -429,9 +429,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              product after the first adds into the output) at `spmm_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
-#     a layer's input dropout  past layer 0, by its mask: 4·rows·f_in,r bytes forward and backward at
-#                              `elementwise_bytes_per_s`; layer 0's features in one pass: 8·rows·f_in,r bytes forward at
-#                              `dropout_bytes_per_s` (evaluation: no dropout)
+#     a layer's input dropout  one pass, 8·rows·f_in,r bytes at `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask
+#                              in the backward, the mask made again (evaluation: no dropout)
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
@@ -439,8 +438,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              the kernel page-faults and zeroes it: glibc's mmap threshold is at most 32 MiB) is
 #                              also touched at `fresh_bytes_per_s`: an SpMM's output (backward: its dH), a dense
 #                              product's and the elementwise result after it (backward: their gradients, and dX past
-#                              layer 0), a hidden input's dropout mask and product (backward: its gradient), the
-#                              loss's; not the features' dropout, whose block is kept (`spgnn.memory.empty`)
+#                              layer 0), a hidden input's dropout (backward: its gradient), the loss's; not the
+#                              features' dropout, whose block is kept (`spgnn.memory.empty`)
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
 # (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
@@ -589,13 +588,11 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
         return sum(b for b in sizes if b >= LARGE_BYTES)
 
     for layer, ops in enumerate(model.layers):
-        if any(isinstance(op, Dense) for op in ops):        # the dropout of the layer's input, once
+        if any(isinstance(op, Dense) for op in ops):        # the dropout of the layer's input, once, in one pass
             dropped = first.rows * first.width(_widths(ops)[0])
-            if layer:                                       # by its mask, kept for the backward
-                add(("forward",), elementwise_bytes=4 * dropped, fresh_bytes=fresh(4 * dropped, 4 * dropped))
-                add(("backward",), elementwise_bytes=4 * dropped, fresh_bytes=fresh(4 * dropped))
-            else:                                           # the features, in one pass (needing no gradient)
-                add(("forward",), dropout_bytes=8 * dropped)
+            add(("forward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped) if layer else 0)
+            if layer:                                       # and dH = dY ⊙ mask, the mask made again
+                add(("backward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped))
         for op in ops:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
@@ -680,8 +677,11 @@ def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, ra
 # kernels loaded), the graph it holds (its blocks of Â as the layout stores them, exactly as
 # `spgnn.DistGraph.graph_bytes` counts them, and its node data), what autograd keeps for the backward at the end of
 # the forward, the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM,
-# and one gradient of the widest activation (a layer's output) beside them. The set-up's peak (a rank holds the part
-# it read while it builds its layout) is not modelled; the run's report measures it apart (`setup_peak_rss_bytes`).
+# and beside them one gradient of the widest activation (a layer's output), or, where more, a column-split layout's
+# (2d, 3d on C > 1 columns) dense product in the forward: its full-width partial sum H_j·W_j, the contiguous copy the
+# reduce-scatter takes and the column block it returns (rmat:20, 2d on 2x2: 320 MiB against 64). The set-up's peak
+# (a rank holds the part it read while it builds its layout) is not modelled; the run's report measures it apart
+# (`setup_peak_rss_bytes`).
 
 
 def _csr_bytes(blocks) -> int:
@@ -725,16 +725,15 @@ def _widths(ops) -> tuple[int, int]:
     return (dense[0].f_in, dense[-1].f_out) if dense else (spmms[0].width, spmms[-1].width) if spmms else (0, 0)
 
 
-def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, dropout: bool = True) -> int:
+def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
-    peak): per layer the dropout mask of its input (past layer 0, whose input needs no gradient), each dense
-    product's input (once for products of the same input) and weight, the activation's output (all but the last
-    layer), and the log-softmax output."""
+    peak): per layer each dense product's input (once for products of the same input) and weight, the activation's
+    output (all but the last layer), and the log-softmax output. A dropout keeps no mask (`spgnn.hashing.dropout`
+    makes it again in the backward)."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     total = 4 * s.rows * s.width(model.classes)
     for layer, ops in enumerate(model.layers):
         f_in, f_out = _widths(ops)
-        total += 4 * s.rows * s.width(f_in) if dropout and layer else 0
         dense = [op for op in ops if isinstance(op, Dense)]
         total += sum(4 * s.rows * s.width(f) for f in {op.f_in for op in dense})        # products of one H keep it once
         total += sum(4 * op.f_in * op.f_out for op in dense)
@@ -753,14 +752,22 @@ def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: 
     return int(out)
 
 
-def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Rates = None, overlap: bool = True,
-                 dropout: bool = True) -> dict:
+def working_bytes(s: LocalShare, model: ModelCost, widest: int) -> int:
+    """The largest transient beside what autograd keeps (module section above) for a rank of `LocalShare` s: one
+    gradient of the `widest` activation, or a column-split dense product's partial sum, copy and block."""
+    split = max((4 * s.rows * (2 * op.f_out + s.width(op.f_out)) for ops in model.layers for op in ops
+                 if isinstance(op, Dense)), default=0) if s.C > 1 else 0
+    return max(4 * s.rows * s.width(widest), split)
+
+
+def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Rates = None,
+                 overlap: bool = True) -> dict:
     """The predicted peak resident bytes of `rank` while training, by part (module section above) and "total"."""
     rates = rates or DEFAULT_RATES
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     widest = max([model.classes, *(_widths(ops)[1] for ops in model.layers)])
     out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
-           "saved": saved_bytes(cls, stats, shape, rank, model, dropout), "params": 16 * model.n_params,
+           "saved": saved_bytes(cls, stats, shape, rank, model), "params": 16 * model.n_params,
            "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
-           "working": 4 * s.rows * s.width(widest)}
+           "working": working_bytes(s, model, widest)}
     return out | {"total": int(sum(out.values()))}

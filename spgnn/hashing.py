@@ -140,17 +140,45 @@ def dropout_mask(node_ids, num_cols: int, p: float, key: int, first_col: int = 0
 
 
 def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -> torch.Tensor:
-    """H ⊙ `dropout_mask` (node_ids, H's columns first_col …, p, key): the same values. An H that needs no
-    gradient (a layer's input features) on the CPU is dropped in one pass, without the m×f mask ever made; else
-    by the mask, which autograd keeps for the backward."""
+    """H ⊙ `dropout_mask` (node_ids, H's columns first_col …, p, key): the same values. The mask is never kept: an
+    H that needs a gradient gets dH = dY ⊙ mask with the mask made again in the backward (`_Dropout`), so autograd
+    holds no m×f mask; an H that needs none (a layer's input features) is written into `empty`'s kept block. On the
+    CPU (float32, the numba backend) either is one pass of `_dropped_kernel`, the mask never stored at all."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
     nodes = node_ids if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
     if len(nodes) != h.shape[0]:
         raise ValueError(f"dropout: {len(nodes)} node ids for {h.shape[0]} rows")
-    if (p == 0.0 or h.requires_grad or h.device.type != "cpu" or h.dtype != torch.float32
-            or get_backend() != "numba" or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
-        return h * dropout_mask(node_ids, h.shape[1], p, key, first_col).to(h.device, h.dtype)
-    out = empty(h.shape)
-    _dropped_kernel(*_kernel_args(nodes, p, key, first_col), h.detach().contiguous().numpy(), out.numpy())
+    if p == 0.0:
+        return h * 1.0
+    if h.requires_grad:
+        return _Dropout.apply(h, nodes, p, key, first_col)
+    return _dropped(h.detach(), nodes, p, key, first_col, empty)
+
+
+def _dropped(x: torch.Tensor, nodes, p: float, key: int, first_col: int, alloc) -> torch.Tensor:
+    """x ⊙ `dropout_mask` (nodes, x's columns, p, key), into a new tensor (`alloc(shape)` on the CPU kernel's path)."""
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or get_backend() != "numba"
+            or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
+        return x * dropout_mask(nodes, x.shape[1], p, key, first_col).to(x.device, x.dtype)
+    out = alloc(x.shape)
+    _dropped_kernel(*_kernel_args(nodes, p, key, first_col), x.contiguous().numpy(), out.numpy())
     return out
+
+
+def _fresh(shape) -> torch.Tensor:
+    return torch.from_numpy(np.empty(shape, np.float32))     # numpy's blocks are madvised to huge pages
+
+
+class _Dropout(torch.autograd.Function):
+    """Y = H ⊙ M with M = `dropout_mask` (nodes, columns, p, key) made again in the backward (dH = dY ⊙ M): what
+    autograd keeps is the node ids and the key, not M."""
+
+    @staticmethod
+    def forward(ctx, h, nodes, p, key, first_col):
+        ctx.mask = (nodes, p, key, first_col)
+        return _dropped(h.detach(), nodes, p, key, first_col, _fresh)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _dropped(grad, *ctx.mask, _fresh), None, None, None, None

@@ -181,8 +181,9 @@ def test_dropout_mask_rejects_bad_p(p):
 
 @pytest.mark.parametrize("impl", ["numba", "torch"])
 def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
-    """An input that needs no gradient is dropped in one pass (numba: no mask made), one that does through the
-    mask: both H ⊙ mask bit for bit (the sign of a dropped negative entry too), and the gradient is the mask."""
+    """An input that needs no gradient is dropped in one pass (numba: no mask made), one that does too, its mask
+    made again in the backward: both H ⊙ mask bit for bit (the sign of a dropped negative entry too), dH = dY ⊙ mask,
+    and autograd keeps no tensor for it."""
     monkeypatch.setattr(kernels, "_backend", impl)
     rng = np.random.default_rng(1)
     ids = rng.choice(10**9, size=200, replace=False).astype(np.int64)
@@ -192,10 +193,13 @@ def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
         want = h * mask
         got = dropout(h, ids, p, key, first)
         assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (p, key)
-        x = h.clone().requires_grad_()
-        y = dropout(x, ids, p, key, first)
-        y.backward(torch.ones_like(y))
-        assert torch.equal(y.detach(), want) and torch.equal(x.grad, mask), (p, key)
+        x, saved = h.clone().requires_grad_(), []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t, kept=saved: kept.append(t) or t, lambda t: t):
+            y = dropout(x, ids, p, key, first)
+        dy = torch.from_numpy(rng.standard_normal((200, 29)).astype(np.float32))
+        y.backward(dy)
+        assert torch.equal(y.detach(), want) and torch.equal(x.grad, dy * mask), (p, key)
+        assert saved == [], (p, key)
     assert dropout(h[:0], ids[:0], 0.5, 1).shape == (0, 29)
     with pytest.raises(ValueError, match="node ids for"):
         dropout(h, ids[:3], 0.5, 1)

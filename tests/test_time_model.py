@@ -35,7 +35,7 @@ def _layout(algo, c, grid, model="gcn", gname="sym", P=4):
 def test_compute_work_from_the_declared_ops(algo, c, grid):
     """Over all ranks, each SpMM multiplies every nonzero of Â by every column once (4·f·nnz bytes, plus the rows
     of each rank's product, read and written again by each block product after the first), the dense products cost
-    2·n·f_in·f_out flops and the features' one-pass dropout 8·n·f bytes (c times over in 1.5d, whose replicas repeat
+    2·n·f_in·f_out flops and each input's one-pass dropout 8·n·f bytes (c times over in 1.5d, whose replicas repeat
     them); 1d-halo's rank p multiplies exactly its block row, counted here from Â itself."""
     p, cls, mc, stats = _layout(algo, c, grid)
     g, P = p.graph, 4
@@ -61,9 +61,10 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
     assert sum(w["forward"]["flops"] for w in work) == replicas * sum(2 * g.n * d.f_in * d.f_out for d in dense)
     # backward: dW everywhere, dX past layer 0; the first SpMM (Â·X, X needs no gradient) has no backward
     assert sum(w["backward"]["flops"] for w in work) == replicas * 2 * g.n * (7 * 16 + 2 * 16 * 16 + 2 * 16 * classes)
-    # the features' dropout in one pass (forward only), the hidden inputs' by their masks (forward and backward)
-    assert sum(w["forward"]["dropout_bytes"] for w in work) == replicas * 8 * g.n * 7
-    assert sum(w["backward"]["dropout_bytes"] + w["eval"]["dropout_bytes"] for w in work) == 0
+    # every layer's input dropout in one pass; the hidden inputs' again in the backward (dH = dY ⊙ mask), none in eval
+    assert sum(w["forward"]["dropout_bytes"] for w in work) == replicas * 8 * g.n * (7 + 16 + 16)
+    assert sum(w["backward"]["dropout_bytes"] for w in work) == replicas * 8 * g.n * (16 + 16)
+    assert sum(w["eval"]["dropout_bytes"] for w in work) == 0
     if algo == "1d-halo":
         for r in range(P):
             rows = slice(*p.partition.offsets[r:r + 2])
@@ -247,8 +248,9 @@ def test_overlap_hides_at_most_the_exchange():
 def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
     """The first touch of fresh memory is charged for each result of LARGE_BYTES or more, and only for those: at
     P = 1 with 2^17 rows of width 64 (exactly 32 MiB), forward: layer 0's product and the elementwise result after
-    it, its SpMM, layer 1's dropout mask and dropped input (the features' dropout is kept); backward: the gradients of
-    layer 0's result and SpMM, of layer 1's dropped input, and layer 1's dX. Half the rows a rank (P = 2): none."""
+    it, its SpMM, layer 1's dropped input (no mask is made apart; the features' dropout is kept); backward: the
+    gradients of layer 0's result and SpMM, of layer 1's dropped input, and layer 1's dX. Half the rows a rank
+    (P = 2): none."""
     from spgnn.memory import LARGE_BYTES
 
     n, block = LARGE_BYTES // 4 // 64, LARGE_BYTES
@@ -256,10 +258,24 @@ def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
                          (cost.Dense(64, 8), cost.Spmm(8, "gcn", True))), classes=8, n_params=128 * 64 + 64 * 8)
     cls = spmm.get("1d-halo")
     work = cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}, (1,), 0, mc)
-    assert work["forward"]["fresh_bytes"] == 5 * block and work["backward"]["fresh_bytes"] == 4 * block
+    assert work["forward"]["fresh_bytes"] == 4 * block and work["backward"]["fresh_bytes"] == 4 * block
     assert work["eval"]["fresh_bytes"] == 3 * block and work["optimizer"]["fresh_bytes"] == 0
     rates = dataclasses.replace(cost.DEFAULT_RATES, fresh_bytes_per_s=1e9)
     assert cost.compute_seconds(work["forward"], rates, 1) - cost.compute_seconds(
-        work["forward"], dataclasses.replace(rates, fresh_bytes_per_s=math.inf), 1) == pytest.approx(5 * block / 1e9)
+        work["forward"], dataclasses.replace(rates, fresh_bytes_per_s=math.inf), 1) == pytest.approx(4 * block / 1e9)
     halves = [cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 2)}, (2,), r, mc) for r in (0, 1)]
     assert all(w[ph]["fresh_bytes"] == 0 for w in halves for ph in cost.PHASES)
+
+
+def test_a_column_split_products_partial_sum_is_the_working_memory():
+    """In 2d on 2x2 the forward's H·W holds a full-width partial sum, its contiguous copy for the reduce-scatter
+    and the column block it returns; in a row layout the working memory stays one gradient of the widest
+    activation (column-split widths halve it)."""
+    for algo, grid in (("2d", "2x2"), ("1d-halo", None)):
+        p, cls, mc, stats = _layout(algo, 0, grid)
+        for r in range(4):
+            s = cost.local_share(cls, stats["gcn"], p.shape, r)
+            working = cost.memory_bytes(cls, stats, p.shape, r, mc)["working"]
+            widest = 4 * s.rows * s.width(16)
+            assert working == (4 * s.rows * (2 * 16 + s.width(16)) if grid else widest) and working >= widest
+            assert (s.C, s.width(16)) == ((2, 8) if grid else (1, 16))
