@@ -5,8 +5,10 @@ import os
 import uuid
 
 import numpy as np
+import pytest
 import torch
 
+from spgnn.comm import launch
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.memory import SavedTensorMeter
@@ -47,6 +49,58 @@ def test_local_ranks_share_the_cores_and_see_the_environment_now(monkeypatch):
     monkeypatch.setenv("SPGNN_TEST_MARK", mark)
     threads = max(1, (os.cpu_count() or 1) // 2)
     assert run_local(_threads_and_mark, 2) == [(threads, threads, mark)] * 2
+
+
+def _rank(comm):
+    return comm.rank
+
+
+def _fails_on_1(comm, how):
+    if comm.rank == 1 and how == "raises":
+        raise ValueError("rank 1's own fault")
+    if comm.rank == 1:
+        os._exit(3)                                     # dies without a word
+    comm.all_reduce(torch.zeros(1))                     # rank 0 waits on rank 1, which never comes
+    return comm.rank
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """The launches `run_local` makes: a list of their failures, the first launch made to fail as a world that did
+    not form (each rank's join refused, as gloo's connectFullMesh rarely does over loopback)."""
+    real, seen = launch._launch_local, []
+
+    def counted(*args):
+        results, failures = ({}, {r: ("join", 0.0, "JoinError: closed by peer") for r in range(args[1])}) \
+            if not seen else real(*args)
+        seen.append(failures)
+        return results, failures
+
+    monkeypatch.setattr(launch, "_launch_local", counted)
+    return seen
+
+
+def test_a_world_that_did_not_form_is_formed_again(launches):
+    assert run_local(_rank, 3) == [0, 1, 2]
+    assert len(launches) == 2 and launches[1] == {}
+
+
+@pytest.mark.parametrize("how, said", [("raises", "ValueError: rank 1's own fault"),
+                                       ("exits", "exited with code 3 and no report")])
+def test_a_failure_in_fn_is_not_run_again_and_names_its_rank(launches, how, said):
+    """fn failed on rank 1 (after every rank joined): no new launch; the error names rank 1's fault first, before
+    rank 0's, which came of it (its peer gone)."""
+    with pytest.raises(RuntimeError, match=f"^rank 1 failed: {said}"):
+        run_local(_fails_on_1, 2, how, timeout_s=60)
+    assert len(launches) == 2 and launches[1][1][0] == {"raises": "run", "exits": "exit"}[how]
+
+
+def test_a_world_that_never_forms_says_why(monkeypatch):
+    """Every launch fails to join (an interface that does not exist): after `JOIN_ATTEMPTS` launches, the error is
+    the join's own, naming the interface."""
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "spgnn-none0")
+    with pytest.raises(RuntimeError, match="could not join the job .* over interface spgnn-none0"):
+        run_local(_rank, 2, timeout_s=30)
 
 
 def test_collectives_data_and_bytes():

@@ -361,29 +361,53 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    stage = "join"
     try:
         comm = init(timeout_s=timeout_s)
+        if nprocs > 1:
+            dist.barrier()             # fn starts on no rank before every rank has joined (`run_local` may retry)
+        stage = "run"
         result = fn(comm, *args)
     except BaseException as e:  # report the failure at once (a shutdown could wait for peers), exit non-zero
         import traceback
 
-        queue.put((rank, False, f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
+        queue.put((rank, stage, (time.time(), f"{type(e).__name__}: {e}\n{traceback.format_exc()}")))
         sys.exit(1)
-    queue.put((rank, True, pickle.dumps(result)))   # tensors by value: a rank that exits cannot share an fd late
+    queue.put((rank, "done", pickle.dumps(result)))   # tensors by value: a rank that exits cannot share an fd late
     shutdown()
 
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
 
 
+JOIN_ATTEMPTS = 2      # gloo's connections over loopback fail rarely (a peer closes one while the mesh forms)
+
+
 def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None) -> list:
     """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined by gloo; return the results by
-    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here; a collective
-    fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`) rather than hang.
+    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, naming every rank
+    that failed; a collective fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`)
+    rather than hang. A world that fails to form is formed again, with fresh processes and port, up to
+    `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run nowhere.
 
     The processes are forked from multiprocessing's fork server, which has imported torch and spgnn once (`PRELOAD`):
     each starts in a tenth of a second, not the two seconds of importing them (a spawned process's cost), and
     shares no threads or state with this one; each gets this process's environment as it is now."""
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        results, failures = _launch_local(fn, nprocs, args, timeout_s, timeout_s if deadline_s is None else deadline_s)
+        if not failures:
+            return [results[r] for r in range(nprocs)]
+        if attempt == JOIN_ATTEMPTS or any(stage != "join" for stage, *_ in failures.values()):
+            break
+    order = sorted(failures, key=lambda r: (failures[r][0] != "exit", failures[r][1]))  # a cause before its echoes
+    echoes = "; ".join(f"rank {r}: {failures[r][2].splitlines()[0]}" for r in order[1:])
+    raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))
+
+
+def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float) -> tuple[dict, dict]:
+    """One launch of `run_local`: ({rank: result}, {rank: (stage, time, error text)}), where stage is "join" or
+    "run", and a rank that exited without a word fails at "exit". Once a rank fails, the others have 5 s to report
+    (a peer's failure makes theirs: each is timed, so the first names the cause)."""
     import multiprocessing as mp
     import queue as queues
 
@@ -396,25 +420,29 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
              for r in range(nprocs)]
     for p in procs:
         p.start()
-    limit = timeout_s if deadline_s is None else deadline_s
-    results, deadline = {}, time.monotonic() + limit
+    results, failures, deadline = {}, {}, time.monotonic() + limit_s
     try:
-        while len(results) < nprocs:
+        while len(results) + len(failures) < nprocs:
             try:
-                rank, ok, value = q.get(timeout=min(10.0, max(0.1, deadline - time.monotonic())))
+                rank, stage, value = q.get(timeout=min(10.0, max(0.1, deadline - time.monotonic())))
             except queues.Empty:
-                dead = [r for r, p in enumerate(procs) if r not in results and p.exitcode not in (None, 0)]
-                if dead or time.monotonic() >= deadline:
-                    missing = sorted(set(range(nprocs)) - set(results))
-                    raise RuntimeError(f"run_local: no result from ranks {missing} "
-                                       + (f"(ranks {dead} exited)" if dead else f"within {limit} s")) from None
+                waiting = [r for r in range(nprocs) if r not in results and r not in failures]
+                failures |= {r: ("exit", time.time(), f"exited with code {procs[r].exitcode} and no report")
+                             for r in waiting if procs[r].exitcode not in (None, 0)}
+                if not failures and time.monotonic() >= deadline:
+                    failures = {r: ("run", time.time(), f"no result within {limit_s} s") for r in waiting}
+                if failures:
+                    break
                 continue
-            if not ok:
-                raise RuntimeError(f"rank {rank} failed: {value}")
-            results[rank] = pickle.loads(value)
-    finally:
+            if stage == "done":
+                results[rank] = pickle.loads(value)
+            else:
+                failures[rank] = (stage, *value)
+                deadline = min(deadline, time.monotonic() + 5.0)
+    finally:            # ranks that finished leave the world together; ranks left waiting on a failed one are killed
+        end = time.monotonic() + (0.5 if failures else 5.0)
         for p in procs:
-            p.join(timeout=5)
+            p.join(timeout=max(0.0, end - time.monotonic()))
             if p.is_alive():
                 p.kill()
-    return [results[r] for r in range(nprocs)]
+    return results, failures
