@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..dense import matmul
 from . import init as inits
 from .registry import Dense, Layer, Spmm, register_layer
 
@@ -40,11 +41,11 @@ class SAGEConv(Layer):
     def forward(self, g, h):
         wn, ws, b, adj = self.weight_neigh, self.weight_self, self.bias, self.adjacency
         if self.transform_first and _full_rows(g, h):
-            y_n, y_s = (h @ torch.cat([wn, ws], 1)).split(self.f_out, 1)
+            y_n, y_s = matmul(h, torch.cat([wn, ws], 1)).split(self.f_out, 1)
             return g.spmm(y_n, adj).add_(y_s).add_(b)
         z = g.spmm(g.linear(h, wn), adj) + g.cols(b) if self.transform_first else g.linear(g.spmm(h, adj), wn, b)
         h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
-        return torch.addmm(z, h_self, ws) if g.whole_rows else z + g.linear(h_self, ws)
+        return matmul(h_self, ws, z) if g.whole_rows else z + g.linear(h_self, ws)
 
     def costs(self, grad_in):
         w = self.f_out if self.transform_first else self.f_in

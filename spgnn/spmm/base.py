@@ -18,6 +18,7 @@ from ..comm import autograd as autograd_comm
 from ..comm.comm import Comm, Group
 from ..comm.grid import ProcessGrid
 from ..comm.halo import Halo
+from ..dense import matmul
 from ..errors import SpgnnError
 from ..graph.adjacency import get_adjacency
 from ..partition.partition import Partition
@@ -255,7 +256,7 @@ class DistSpMM(RowLayout):
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """H·W (+ b) with W (f_in×f_out) replicated."""
-        return h @ w if b is None else torch.addmm(b, h, w)
+        return matmul(h, w, b)
 
     def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
         """Row-wise log-softmax over the class columns."""

@@ -9,6 +9,7 @@ import torch
 
 from ..comm.autograd import linear_map
 from ..comm.comm import Comm, Group
+from ..dense import matmul
 from ..sparse import kernels
 from ..sparse.csr import CSR
 from .base import RowLayout
@@ -29,7 +30,7 @@ class LocalSpMM(RowLayout):
         return linear_map(h, self.comm, lambda t: kernels.spmm(self.b, t), lambda g: kernels.spmm(self.b.T, g))
 
     def linear(self, h, w, b=None):
-        return h @ w if b is None else h @ w + b
+        return matmul(h, w, b)
 
     def rows_group(self) -> Group:
         return Group("self", (self.comm.rank,))

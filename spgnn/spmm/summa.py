@@ -45,6 +45,7 @@ from ..comm.comm import Pending, prefetched
 from ..comm.exchange import exchange_blocks, exchange_cost
 from ..comm.grid import divisors, format_grid, parse_grid
 from ..comm.halo import owner
+from ..dense import matmul
 from ..errors import SpgnnError
 from ..sparse.csr import CSR, row_ids
 from .base import DistSpMM
@@ -274,7 +275,7 @@ class SUMMA(DistSpMM):
 
     def linear(self, h, w, b=None):
         """H·W (+ b): Σ_j H[:, block j]·W[block j, :] reduce-scattered by output column blocks."""
-        y = h @ w[self.columns(w.shape[0])]
+        y = matmul(h, w[self.columns(w.shape[0])])
         C = self.grid.shape[1]
         if C > 1 and h.shape[0]:
             y = autograd_comm.reduce_scatter(y.t(), self.comm, self.grid_row, column_sizes(w.shape[1], C)).t()
