@@ -151,8 +151,8 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
         raise ValueError(f"dropout: {len(nodes)} node ids for {h.shape[0]} rows")
     if p == 0.0:
         return h * 1.0
-    if h.requires_grad:
-        return _Dropout.apply(h, nodes, p, key, first_col)
+    if h.requires_grad:     # the key as the int64 of its bits: torch's profiler casts apply's arguments to C++ types
+        return _Dropout.apply(h, nodes, p, _signed(key), first_col)
     return _dropped(h.detach(), nodes, p, key, first_col, empty)
 
 

@@ -205,6 +205,18 @@ def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
         dropout(h, ids[:3], 0.5, 1)
 
 
+def test_dropout_under_the_profiler():
+    """A key of 2⁶³ or more (half of all keys) passes torch's profiler recording the arguments' shapes and values,
+    with the same values and gradient as without it."""
+    ids, key = np.arange(50, dtype=np.int64), 2**64 - 3
+    h = torch.randn(50, 8, requires_grad=True)
+    want = dropout(h, ids, 0.5, key)
+    with torch.profiler.profile(record_shapes=True):
+        got = dropout(h, ids, 0.5, key)
+        (grad,) = torch.autograd.grad(got.sum(), h)
+    assert torch.equal(got, want) and torch.equal(grad, dropout_mask(ids, 8, 0.5, key))
+
+
 def test_mix_key():
     keys = {mix_key(s, e, layer) for s in range(3) for e in range(3) for layer in range(3)}
     assert len(keys) == 27 and all(0 <= k < 2**64 for k in keys)
