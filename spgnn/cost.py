@@ -15,7 +15,7 @@ Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_byt
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
 broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency); a broadcast of b bytes
 costs every member, the root too, the time of 2·(g−1)/g·b (a large-message broadcast's scatter and all-gather),
-with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/3") or, by default, the gloo
+with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/4") or, by default, the gloo
 figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a model; bytes are exact.
 """
 
@@ -51,12 +51,14 @@ DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (5e-5, 1 / 
 class BlockStats:
     """Block statistics of the (normalised, renumbered) n×n A under a partition into B parts: `sizes[p]` rows
     in part p, `halo[i, j]` = |R_ij|, the distinct rows of part j that block row i touches (zero diagonal),
-    `block_nnz[i, j]` the nonzeros of block (i, j), and whether A is symmetric (no blocks of Aᵀ to ship)."""
+    `block_nnz[i, j]` the nonzeros of block (i, j), whether A is symmetric (no blocks of Aᵀ to ship), and whether
+    each part's nodes are in a locality order (``--node-order rcm``: its own block (p, p) is banded)."""
 
     sizes: np.ndarray
     halo: np.ndarray
     block_nnz: np.ndarray
     symmetric: bool = True
+    ordered: bool = False
 
     @classmethod
     def of(cls, adj, partition) -> BlockStats:
@@ -64,15 +66,16 @@ class BlockStats:
         from .partition.metrics import block_nnz, halo_rows
 
         k, parts = partition.P, np.repeat(np.arange(partition.P), partition.sizes())
-        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj))
+        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj),
+                   partition.info.get("node_order") == "rcm")
 
     @classmethod
-    def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm) -> BlockStats:
+    def of_raw(cls, sizes, halo, block_nnz, diagonal, symmetric: bool, norm, ordered: bool = False) -> BlockStats:
         """The statistics of A normalised by the adjacency `norm` (`spgnn.graph.adjacency.Adjacency.block_nnz`)
         from those of the raw A (`diagonal[p]`: its self-loops in part p)."""
         adjacency = get_adjacency(norm)
         return cls(np.asarray(sizes), np.asarray(halo), adjacency.block_nnz(block_nnz, sizes, diagonal),
-                   bool(symmetric) and adjacency.symmetric)
+                   bool(symmetric) and adjacency.symmetric, ordered)
 
     @classmethod
     def expected(cls, n: int, nnz: int, P: int) -> BlockStats:
@@ -276,13 +279,15 @@ def load_calibration(path) -> dict:
 
 
 def load_rates(path=None) -> Rates:
-    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2 on), the defaults' for a
-    schema-1 file (which has α and β only), with the world size its α and β were measured at; no path: the
-    defaults."""
+    """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2 on; before schema 4 without
+    rcm-order SpMM rates, so every nonzero at its own SpMM rates), the defaults' for a schema-1 file (which has α and
+    β only), with the world size its α and β were measured at; no path: the defaults."""
     if path is None:
         return DEFAULT_RATES
     data = json.loads(open(path).read())
-    return replace(DEFAULT_RATES, **data.get("compute", {}), cores=data.get("cores", DEFAULT_RATES.cores),
+    compute = {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None} | data["compute"] \
+        if "compute" in data else {}
+    return replace(DEFAULT_RATES, **compute, cores=data.get("cores", DEFAULT_RATES.cores),
                    comm_ranks=data["world_size"])
 
 
@@ -426,7 +431,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #
 #     SpMM of width f          nnz_r nonzeros at `spmm_nnz_s` each (index, value, loop) and
 #                              4·f_r·(nnz_r + rows_out·(2·passes − 1)) bytes of rows gathered and written (each block
-#                              product after the first adds into the output) at `spmm_bytes_per_s`
+#                              product after the first adds into the output) at `spmm_bytes_per_s`; the nonzeros of
+#                              the rank's own block in a locality order (`LocalShare.ordered_nnz`) and their rows at
+#                              `spmm_ordered_nnz_s`, `spmm_ordered_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
 #     a layer's input dropout  one pass, 8·rows·f_in,r bytes at `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask
@@ -449,8 +456,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
-WORK = ("spmm_nnz", "spmm_bytes", "flops", "dense_bytes", "elementwise_bytes", "dropout_bytes", "fresh_bytes",
-        "ops")                                                                                              # amounts
+WORK = ("spmm_nnz", "spmm_bytes", "spmm_ordered_nnz", "spmm_ordered_bytes", "flops", "dense_bytes",
+        "elementwise_bytes", "dropout_bytes", "fresh_bytes", "ops")                                         # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
 
 
@@ -470,6 +477,15 @@ class Rates:
     step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
     dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
     fresh_bytes_per_s: float = 1.6e9    # a fresh mapping's first touch (page faults, zeroing), one core
+    spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
+    spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
+
+    def spmm_s(self, nnz: float, nbytes: float, ordered: bool = False) -> float:
+        """One core's seconds for an SpMM's `nnz` nonzeros and `nbytes` of rows gathered and written, in a locality
+        order (`ordered`: a part's own block under ``--node-order rcm``) or not."""
+        if ordered and self.spmm_ordered_nnz_s is not None:
+            return nnz * self.spmm_ordered_nnz_s + nbytes / self.spmm_ordered_bytes_per_s
+        return nnz * self.spmm_nnz_s + nbytes / self.spmm_bytes_per_s
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
@@ -494,16 +510,20 @@ class Rates:
 # within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
 # whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
 # runtime_bytes: re-measured (349 MiB) once importing spgnn left scipy.optimize and scipy.sparse.csgraph to their users.
+# The rcm-order SpMM rates: the others times what `spgnn calibrate` measured between the orders here (1.19× the bytes
+# rate, 0.79× the time a nonzero).
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
-                      runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9)
+                      runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9,
+                      spmm_ordered_nnz_s=7.4e-9, spmm_ordered_bytes_per_s=11.1e9)
 
 
 @dataclass(frozen=True)
 class LocalShare:
     """What one rank multiplies in an SpMM of its layout: `rows` of H held (whole rows, or column block `j` of
     `C`), `out_rows` rows of its product, `nnz` nonzeros multiplied, `overlap_nnz` of them while its next exchange
-    is in flight (``--overlap on``), its blocks of A as stored (`blocks`: (rows, nnz) per CSR, `wire`: bytes of
-    packed copies), and `passes`: the block products that write its output, each after the first adding into it."""
+    is in flight (``--overlap on``), `ordered_nnz` of them in its own block in a locality order, its blocks of A as
+    stored (`blocks`: (rows, nnz) per CSR, `wire`: bytes of packed copies), and `passes`: the block products that
+    write its output, each after the first adding into it."""
 
     rows: int
     out_rows: int
@@ -514,6 +534,7 @@ class LocalShare:
     j: int = 0
     C: int = 1
     passes: int = 1
+    ordered_nnz: int = 0
 
     def width(self, f: int) -> int:
         """The columns of an f-wide matrix this rank holds (the first f mod C column blocks one wider)."""
@@ -545,6 +566,7 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
                           wire, j, C, max(sum(z > 0 for z in nnz), 1))
     p = cls.part_of(shape, coord)
     row = N[p]
+    mine = int(row[p]) if stats.ordered else 0          # the own block's nonzeros, in a locality order
     if issubclass(cls, OneD):
         share = list(range(coord[1], shape[0], shape[1]))
         nnz = row[share].sum()
@@ -552,16 +574,17 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
         if shape[1] > 1:            # the last stage by row pieces, each but the first while the previous is summed
             last //= max(len(pieces(int(n[p]))), 1)
         return LocalShare(int(n[p]), int(n[p]), nnz, nnz - last, tuple((n[p], row[j]) for j in share),
-                          passes=max(sum(row[j] > 0 for j in share), 1))
+                          passes=max(sum(row[j] > 0 for j in share), 1), ordered_nnz=mine * (p in share))
     if issubclass(cls, SAR):
         P = len(n)
         last = row[(p + 1) % P] if P > 1 else 0              # round P−1 receives from (p − (P−1)) mod P
         return LocalShare(int(n[p]), int(n[p]), row.sum(), row.sum() - last,
-                          tuple((n[p], row[j]) for j in range(P)), passes=max(int((row > 0).sum()), 1))
+                          tuple((n[p], row[j]) for j in range(P)), passes=max(int((row > 0).sum()), 1),
+                          ordered_nnz=mine)
     halo = issubclass(cls, OneDHalo)
     own = row[p] if halo else 0
     return LocalShare(int(n[p]), int(n[p]), row.sum(), own, ((n[p], own), (n[p], row.sum() - own)),
-                      passes=1 + (halo and row.sum() > own))           # the halo's block after the local one
+                      passes=1 + (halo and row.sum() > own), ordered_nnz=mine)   # the halo's block after the local one
 
 
 def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: None) -> float:
@@ -597,9 +620,11 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
                 b = 4 * s.width(op.width) * (s.nnz + s.out_rows * (2 * s.passes - 1))     # adds read and write
-                add(("forward", "eval"), spmm_bytes=b, spmm_nnz=s.nnz, ops=1,
-                    fresh_bytes=fresh(4 * s.out_rows * s.width(op.width)))
-                add(("backward",) if op.backward else (), spmm_bytes=b, spmm_nnz=s.nnz, ops=1,
+                o, b_o = s.ordered_nnz, 4 * s.width(op.width) * s.ordered_nnz
+                sparse = {"spmm_nnz": s.nnz - o, "spmm_bytes": b - b_o, "spmm_ordered_nnz": o,
+                          "spmm_ordered_bytes": b_o}
+                add(("forward", "eval"), **sparse, ops=1, fresh_bytes=fresh(4 * s.out_rows * s.width(op.width)))
+                add(("backward",) if op.backward else (), **sparse, ops=1,
                     fresh_bytes=fresh(4 * s.rows * s.width(op.width)))
             elif isinstance(op, Dense):
                 flops = 2 * first.rows * first.width(op.f_in) * op.f_out
@@ -622,7 +647,8 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
 
 def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
     """Seconds of one phase's `compute_work` on `cores` cores."""
-    return (work["spmm_nnz"] * rates.spmm_nnz_s + work["spmm_bytes"] / rates.spmm_bytes_per_s
+    return (rates.spmm_s(work["spmm_nnz"], work["spmm_bytes"])
+            + rates.spmm_s(work["spmm_ordered_nnz"], work["spmm_ordered_bytes"], ordered=True)
             + work["flops"] / rates.flops_per_s + work["dense_bytes"] / rates.dense_bytes_per_s
             + work["elementwise_bytes"] / rates.elementwise_bytes_per_s
             + work["dropout_bytes"] / rates.dropout_bytes_per_s
@@ -648,7 +674,9 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
         for ops in model.layers:
             for op in (o for o in ops if isinstance(o, Spmm)):
                 s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
-                during = s.overlap_nnz * (rates.spmm_nnz_s + 4 * s.width(op.width) / rates.spmm_bytes_per_s) / cores
+                o, w = min(s.overlap_nnz, s.ordered_nnz), 4 * s.width(op.width)     # the own block among them
+                during = (rates.spmm_s(s.overlap_nnz - o, w * (s.overlap_nnz - o))
+                          + rates.spmm_s(o, w * o, ordered=True)) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
                         exposed = _call_seconds(calls[way], ab, wait, lambda g: group_size(cls, shape, g, rank))

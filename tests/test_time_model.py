@@ -49,7 +49,10 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
     assert [(d.f_in, d.f_out) for d in dense] == [(7, 16), (16, 16), (16, classes)]
     # each block product after a rank's first reads and writes its output rows (kernels.spmm(accumulate=True))
     out_rows = sum(4 * s.width(op.width) * s.out_rows * (2 * s.passes - 1) for s in shares for op in spmms)
-    assert sum(w["forward"]["spmm_bytes"] for w in work) == 4 * a.nnz * sum(op.width for op in spmms) + out_rows
+    both = [{k: w["forward"][k] + w["forward"][f"spmm_ordered_{k[5:]}"] for k in ("spmm_nnz", "spmm_bytes")}
+            for w in work]                          # the own block in rcm order (``--node-order rcm``) and the rest
+    assert sum(w["spmm_bytes"] for w in both) == 4 * a.nnz * sum(op.width for op in spmms) + out_rows
+    assert stats["gcn"].ordered and p.partition.info["node_order"] == "rcm"
     if algo in ("1d", "sar", "1d-halo"):                # the non-empty blocks of block row r (own and remote: halo)
         cuts = p.partition.offsets
         for r in range(P):
@@ -69,15 +72,39 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
         for r in range(P):
             rows = slice(*p.partition.offsets[r:r + 2])
             block = a[rows]
-            assert shares[r].nnz == block.nnz and shares[r].overlap_nnz == block[:, rows].nnz
-            assert work[r]["forward"]["spmm_bytes"] == sum(4 * op.width * (block.nnz + 3 * block.shape[0])
-                                                           for op in spmms)       # own block, then the halo's
+            assert shares[r].nnz == block.nnz and shares[r].overlap_nnz == shares[r].ordered_nnz == block[:, rows].nnz
+            assert both[r]["spmm_bytes"] == sum(4 * op.width * (block.nnz + 3 * block.shape[0])
+                                                for op in spmms)       # own block, then the halo's
+            assert work[r]["forward"]["spmm_ordered_bytes"] == sum(4 * op.width * block[:, rows].nnz for op in spmms)
             assert work[r]["forward"]["flops"] == sum(2 * block.shape[0] * d.f_in * d.f_out for d in dense)
-            assert work[r]["forward"]["spmm_nnz"] == len(spmms) * block.nnz
+            assert both[r]["spmm_nnz"] == len(spmms) * block.nnz
+            assert work[r]["forward"]["spmm_ordered_nnz"] == len(spmms) * block[:, rows].nnz
             assert work[r]["forward"]["dense_bytes"] == sum(4 * block.shape[0] * (d.f_in + d.f_out) for d in dense)
             # backward: dW = Hᵀ·G and dX = G·Wᵀ past layer 0, each reading and writing what the forward did
             assert work[r]["backward"]["dense_bytes"] == work[r]["forward"]["dense_bytes"] * 2 - 4 * block.shape[0] * (
                 dense[0].f_in + dense[0].f_out)
+
+
+def test_the_own_block_in_rcm_order_at_its_own_rates():
+    """Under ``--node-order rcm`` a rank's own block is multiplied at the calibration's rcm-order rates, the rest at
+    the others; in natural order, or with a calibration that has no rcm-order rates (made before them), all of it at
+    the others. The statistics say which order the parts are in."""
+    p, cls, mc, stats = _layout("1d-halo", 0, None)
+    natural_cfg = TrainConfig(model="gcn", algo="1d-halo", hidden=16, layers=3, partition="random",
+                              feature_norm="none", node_order="natural")
+    q = plan.plan(natural_cfg, 4, GRAPHS["sym"])
+    natural = {a: plan.block_stats(q.graph, q.partition, a) for a in mc.adjacencies}
+    assert stats["gcn"].ordered and not natural["gcn"].ordered
+    assert all(cost.compute_work(cls, natural, q.shape, r, mc)["forward"]["spmm_ordered_nnz"] == 0 for r in range(4))
+    flat = dataclasses.replace(cost.DEFAULT_RATES, spmm_ordered_nnz_s=None, spmm_ordered_bytes_per_s=None)
+    fast = dataclasses.replace(flat, spmm_ordered_nnz_s=flat.spmm_nnz_s / 2,
+                               spmm_ordered_bytes_per_s=flat.spmm_bytes_per_s * 2)
+    for r in range(4):
+        w = cost.compute_work(cls, stats, p.shape, r, mc)["forward"]
+        o = w["spmm_ordered_nnz"] * flat.spmm_nnz_s + w["spmm_ordered_bytes"] / flat.spmm_bytes_per_s
+        assert o > 0
+        assert cost.compute_seconds(w, fast, 1) == pytest.approx(cost.compute_seconds(w, flat, 1) - o / 2)
+    assert flat.spmm_s(10, 400, ordered=True) == flat.spmm_s(10, 400)
 
 
 def _held(comm):
@@ -119,8 +146,9 @@ def test_memory_model_against_what_a_rank_holds():
 
 
 def test_calibration_file_round_trips(tmp_path):
-    """A schema-2 file gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with the
-    default rates and its own world size."""
+    """A file of this schema gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with
+    the default rates and its own world size; a schema-3 file, made before the rcm-order SpMM rates, charges every
+    nonzero at its own SpMM rates (not the defaults' rcm-order ones)."""
     compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
     assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
     assert all(v >= 0 for v in compute.values()) and compute["spmm_bytes_per_s"] > 0
@@ -129,7 +157,11 @@ def test_calibration_file_round_trips(tmp_path):
     old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
     for name, data in (("new", new), ("old", old)):
         (tmp_path / name).write_text(json.dumps(data))
-    assert SCHEMA == "spgnn.calibration/3"
+    assert SCHEMA == "spgnn.calibration/4"
+    before = {k: v for k, v in compute.items() if not k.startswith("spmm_ordered")}
+    (tmp_path / "3").write_text(json.dumps(new | {"schema": "spgnn.calibration/3", "compute": before}))
+    three = cost.load_rates(tmp_path / "3")
+    assert three.spmm_ordered_nnz_s is None and three.spmm_s(10, 400, ordered=True) == three.spmm_s(10, 400)
     rates = cost.load_rates(tmp_path / "new")
     assert {k: getattr(rates, k) for k in compute} == compute and rates.comm_ranks == 2
     assert cost.load_rates(tmp_path / "old") == cost.replace(cost.DEFAULT_RATES, comm_ranks=4)

@@ -26,10 +26,11 @@ a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), 
 fixed seconds of a tiny autograd operation, and the resident bytes of this process (torch and spgnn imported, its
 kernels loaded, joined to its peers).
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/3"; /2 files, whose broadcast β is
-a byte received, and /1 files, also without "compute" and "cores", are still read: `spgnn.cost.load_calibration`):
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/4"; /3 files, without rcm-order
+SpMM rates, /2 files, whose broadcast β is a byte received, and /1 files, also without "compute" and "cores", are
+still read: `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
 
-    {"schema": "spgnn.calibration/3",
+    {"schema": "spgnn.calibration/4",
      "transport": "mpi" | "torch",          # the transport measured
      "world_size": P,                       # group size the fits hold for
      "device": "cpu" | "cuda[:N]",
@@ -45,7 +46,8 @@ a byte received, and /1 files, also without "compute" and "cores", are still rea
          "rms_relative_error": e,           # of the fit over the sizes
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
      "cores": C,                            # cores of the machine (os.cpu_count)
-     "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
+     "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
+                 "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
                  "runtime_bytes": ...}}                                                          # one core
 """
@@ -69,7 +71,7 @@ from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, rss_bytes
 from .comm import Comm
 
-SCHEMA = "spgnn.calibration/3"
+SCHEMA = "spgnn.calibration/4"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
@@ -203,11 +205,14 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     The SpMM multiplies an R-MAT matrix (2^scale rows, `degree` draws a row: power-law rows and columns, as real
     graphs have; in R-MAT's own order, not ``--node-order rcm``: past one process much of an SpMM reads halo rows,
     which the order of a part's own nodes does not bring together) at widths 8 and f; t = nnz·spmm_nnz_s +
-    4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two.
+    4·w·(nnz + rows)/spmm_bytes_per_s fitted to the two. The same matrix in reverse Cuthill-McKee order gives the
+    `spmm_ordered_*` rates: a part's own block under ``--node-order rcm``, whose gathered rows lie close together.
     Dense: the arithmetic rate of a product that fits in cache, and the bytes rate of the three products a layer
     runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic. Each writes into memory already
     resident; the first touch of a fresh mapping (page faults and zeroing: what a result of LARGE_BYTES or more
     costs at every step) is timed apart, as the writing of a fresh 64 MiB mapping less that of a resident one."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
     from ..cost import DEFAULT_RATES
     from ..graph.datasets import rmat_edges
     from ..hashing import dropout, dropout_mask
@@ -220,7 +225,8 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     rng = np.random.default_rng(comm.rank)
     n = 1 << scale
     rows, cols = rmat_edges(scale, degree, rng)
-    a = CSR.from_scipy(sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n)))
+    raw = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
+    a = CSR.from_scipy(raw)
     widths = (8, f)
     hs = [torch.rand(n, w) for w in widths]
 
@@ -229,9 +235,14 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     # Results are written into blocks already resident (or under LARGE_BYTES, which the heap keeps): the first
     # touch of a fresh block is a term of its own.
     outs = [torch.empty(n, w) for w in widths]
-    spmm_s = [timed(lambda h=h, z=z: kernels.spmm(a, h, out=z)) for h, z in zip(hs, outs)]
-    (nnz_s, per_byte), _ = _nnls(np.array([[a.nnz, 4 * w * (a.nnz + n)] for w in widths], np.float64),
-                                np.array(spmm_s))
+
+    def fit(m):                                          # (seconds a nonzero, seconds a byte) of SpMMs by m
+        spmm_s = [timed(lambda h=h, z=z: kernels.spmm(m, h, out=z)) for h, z in zip(hs, outs)]
+        return _nnls(np.array([[m.nnz, 4 * w * (m.nnz + n)] for w in widths], np.float64), np.array(spmm_s))[0]
+
+    nnz_s, per_byte = fit(a)
+    rcm = reverse_cuthill_mckee(raw, symmetric_mode=True)        # as `spgnn.partition.order` orders a part
+    ordered_nnz_s, ordered_per_byte = fit(CSR.from_scipy(raw[rcm][:, rcm]))
     small, narrow = torch.rand(2**12, 256), f // 4
     flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
     h, w, g, z = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow), torch.empty(n, f)
@@ -246,10 +257,12 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     resident = torch.zeros(fresh // 4)
     fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
-    mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
+    mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, 1 / max(ordered_per_byte, 1e-15) / cores,
+            ordered_nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
             4 * n * f / elementwise_s / cores, 8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s, runtime]
     med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
-    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
+    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "spmm_ordered_bytes_per_s", "spmm_ordered_nnz_s",
+            "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
             "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
     return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1])}
 
@@ -262,7 +275,10 @@ def format_table(result: dict) -> str:
     c = result.get("compute")
     if c:
         lines[:0] = [f"compute, one core: SpMM {c['spmm_bytes_per_s'] / 1e9:.2f} GB/s and "
-                     f"{c.get('spmm_nnz_s', 0) * 1e9:.1f} ns a nonzero, dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
+                     f"{c.get('spmm_nnz_s', 0) * 1e9:.1f} ns a nonzero (in rcm order "
+                     f"{c.get('spmm_ordered_bytes_per_s', math.nan) / 1e9:.2f} GB/s and "
+                     f"{c.get('spmm_ordered_nnz_s', math.nan) * 1e9:.1f} ns), "
+                     f"dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
                      f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s, elementwise "
                      f"{c['elementwise_bytes_per_s'] / 1e9:.2f} GB/s, an input's dropout "
                      f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, a fresh mapping's first touch "

@@ -58,8 +58,8 @@ class Tally:
         rows = row_ids(share.indptr) + off[p]
         self.diagonal[p], self.train[p] = np.count_nonzero(share.indices == rows), share.masks["train"].sum()
 
-    def stats(self, sizes, symmetric: bool, norm: str) -> BlockStats:
-        return BlockStats.of_raw(sizes, self.halo, self.block_nnz, self.diagonal, symmetric, norm)
+    def stats(self, sizes, symmetric: bool, norm: str, ordered: bool = False) -> BlockStats:
+        return BlockStats.of_raw(sizes, self.halo, self.block_nnz, self.diagonal, symmetric, norm, ordered)
 
     def metrics(self, sizes) -> dict:
         from .metrics import block_metrics
@@ -90,7 +90,8 @@ class InMemoryParts:
 
     def stats(self, norm: str) -> BlockStats:
         """Block statistics of A normalised by `norm` ("gcn", "mean", "self-loops")."""
-        return self.tally().stats(np.diff(self.info.offsets), self.info.symmetric, norm)
+        return self.tally().stats(np.diff(self.info.offsets), self.info.symmetric, norm,
+                                  self.partition_info["node_order"] == "rcm")
 
     def metrics(self) -> dict:
         return self.tally().metrics(np.diff(self.info.offsets))
@@ -181,7 +182,8 @@ class PartitionedDataset:
                 halo, nnz, diag = s["halo"], s["block_nnz"], s["diagonal"]
         except (OSError, ValueError, KeyError, EOFError) as e:
             raise SpgnnError(f"cannot read {f}: {e}; re-create the folder") from None
-        return BlockStats.of_raw(np.diff(self.info.offsets), halo, nnz, diag, self.info.symmetric, norm)
+        return BlockStats.of_raw(np.diff(self.info.offsets), halo, nnz, diag, self.info.symmetric, norm,
+                                 self.partition_info["node_order"] == "rcm")
 
     def metrics(self) -> dict | None:
         return self.meta["partition"].get("metrics")
