@@ -476,7 +476,7 @@ class Rates:
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
     step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
     dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
-    fresh_bytes_per_s: float = 1.6e9    # a fresh mapping's first touch (page faults, zeroing), one core
+    fresh_bytes_per_s: float = 2.6e9    # a fresh private mapping's first touch (page faults, zeroing), one core
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
     spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
 
@@ -511,7 +511,7 @@ class Rates:
 # whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
 # runtime_bytes: re-measured (349 MiB) once importing spgnn left scipy.optimize and scipy.sparse.csgraph to their users.
 # The rcm-order SpMM rates: the others times what `spgnn calibrate` measured between the orders here (1.19× the bytes
-# rate, 0.79× the time a nonzero).
+# rate, 0.79× the time a nonzero); fresh_bytes_per_s: a private mapping's, as torch's blocks are (1.6× a shared one's).
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
                       runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9,
                       spmm_ordered_nnz_s=7.4e-9, spmm_ordered_bytes_per_s=11.1e9)
