@@ -37,10 +37,13 @@ def test_narrow_weight_gradient_takes_the_other_orientation():
         torch.testing.assert_close(dw, h.t() @ g)
 
 
-def test_no_graph_without_gradients():
-    """Under no_grad, or with no operand needing a gradient, the product is torch's own (no autograd node)."""
+def test_only_a_narrow_product_needing_gradients_is_its_own():
+    """Under no_grad, or with no operand needing a gradient, the product is torch's own (no autograd node); a product
+    of NARROW outputs or more is torch's own too (its node is torch's MmBackward); a narrow one is `_Product`'s."""
     h, w = torch.randn(8, 4), torch.randn(4, 2, requires_grad=True)
     with torch.no_grad():
         assert matmul(h, w).grad_fn is None
     assert matmul(h, w.detach()).grad_fn is None
-    assert matmul(h, w).grad_fn is not None
+    assert type(matmul(h, w).grad_fn).__name__ == "_ProductBackward"
+    wide = torch.randn(NARROW + 4, NARROW, requires_grad=True)
+    assert type(matmul(torch.randn(8, NARROW + 4), wide).grad_fn).__name__ == "MmBackward0"
