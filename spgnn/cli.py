@@ -431,6 +431,7 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--dataset", help="a dataset spgnn train accepts: exact statistics of its partition (modest P)")
     a("--data-dir", default=None, help="where named datasets are looked up")
     a("--partition", default="random", help="partition for --dataset")
+    _node_order_option(p, TrainConfig.node_order)
     a("--nprocs", default="4,16,64,256,1024,4096", help="comma-separated process counts")
     a("--features", type=int, default=128, help="input feature width (--nodes mode)")
     a("--hidden", type=int, default=128, help="hidden width")
@@ -469,14 +470,15 @@ def cost_command(args, argv) -> int:
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
-                          layers=args.layers, partition=args.partition)
+                          layers=args.layers, partition=args.partition, node_order=args.node_order)
         graph = plan(cfg, 1).graph
         model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit)
     elif args.nodes and args.nnz:
         cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers)
         model = cost.ModelCost.of_config(cfg, args.features, args.classes)
-        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit)
+        rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
+                               ordered=args.node_order == "rcm")
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
     best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r),

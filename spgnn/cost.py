@@ -78,13 +78,14 @@ class BlockStats:
                    bool(symmetric) and adjacency.symmetric, ordered)
 
     @classmethod
-    def expected(cls, n: int, nnz: int, P: int) -> BlockStats:
+    def expected(cls, n: int, nnz: int, P: int, ordered: bool = False) -> BlockStats:
         """Statistics of a graph known only by n and nnz, parts of equal size and columns uniformly random:
-        block row i (nnz/P nonzeros) touches a row of part j with probability 1 − exp(−nnz/(P·n))."""
+        block row i (nnz/P nonzeros) touches a row of part j with probability 1 − exp(−nnz/(P·n)); `ordered`:
+        each part's nodes in a locality order, as ``--node-order rcm`` puts them."""
         sizes = np.full(P, n / P)
         halo = np.outer(np.ones(P), sizes) * -math.expm1(-nnz / (P * n))
         np.fill_diagonal(halo, 0)
-        return cls(sizes, halo, np.full((P, P), nnz / P**2))
+        return cls(sizes, halo, np.full((P, P), nnz / P**2), ordered=ordered)
 
 
 @dataclass(frozen=True)
@@ -413,14 +414,15 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
 
 
 def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,
-               memory_per_rank: int | None = None) -> list[dict]:
-    """`compare` for a graph known by n and nnz (`BlockStats.expected`), on machines like the calibrated one, a
-    rank a core: the largest over the first `ranks` ranks. Parts are equal, so those ranks stand for all (in
-    2D/3D up to the one column more that the first f mod C column blocks hold)."""
+               memory_per_rank: int | None = None, ordered: bool = False) -> list[dict]:
+    """`compare` for a graph known by n and nnz (`BlockStats.expected`, each part's nodes in a locality order if
+    `ordered`), on machines like the calibrated one, a rank a core: the largest over the first `ranks` ranks.
+    Parts are equal, so those ranks stand for all (in 2D/3D up to the one column more that the first f mod C
+    column blocks hold)."""
     rates = rates or DEFAULT_RATES
 
     def stats_of(cls, shape):
-        return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape)))
+        return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape), ordered))
     return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores)
 
 

@@ -65,14 +65,15 @@ def model_cost(cfg: TrainConfig, info, costs_of=None) -> cost.ModelCost:
 
 
 def graph_stats(cfg: TrainConfig, g: Graph):
-    """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks (each
-    count of blocks partitioned and each normalisation measured once, however many layouts share it)."""
+    """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks, in cfg's
+    node order (each count of blocks partitioned and each normalisation measured once, however many layouts share
+    it)."""
     stats, partitions = {}, {}
 
     def stats_of(cls, shape, adjacencies):
         B = cls.num_parts(_fits(cls, shape, g.n))
         if B not in partitions:
-            partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed)
+            partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed, cfg.node_order)
         for a in adjacencies:
             if (B, a) not in stats:
                 stats[B, a] = block_stats(g, partitions[B], a)
