@@ -15,7 +15,7 @@ Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_byt
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
 broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency); a broadcast of b bytes
 costs every member, the root too, the time of 2·(g−1)/g·b (a large-message broadcast's scatter and all-gather),
-with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/4") or, by default, the gloo
+with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/5") or, by default, the gloo
 figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a model; bytes are exact.
 """
 
@@ -257,13 +257,14 @@ def wait_steps(op: str, calls: int, messages: int) -> float:
     return calls if op == "all_to_all" else latency_steps(op, calls, messages)
 
 
-def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: float = 0.0) -> float:
+def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: float = 0.0,
+            sync_s: float = 0.0) -> float:
     """Predicted seconds of a ledger's collectives (of one `phase`, if given): Σ α_op·latency_steps +
-    β_op·charged_bytes + wait_s·wait_steps."""
+    β_op·charged_bytes + wait_s·wait_steps + sync_s·calls."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
     return sum(ab[op][0] * latency_steps(op, row[0], row[3])
                + ab[op][1] * charged_bytes(op, row[1], row[2], ledger.sizes.get(group))
-               + wait_s * wait_steps(op, row[0], row[3])
+               + wait_s * wait_steps(op, row[0], row[3]) + sync_s * row[0]
                for (ph, _, op, group), row in ledger.rows.items() if phase in (None, ph))
 
 
@@ -281,8 +282,9 @@ def load_calibration(path) -> dict:
 
 def load_rates(path=None) -> Rates:
     """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2 on; before schema 4 without
-    rcm-order SpMM rates, so every nonzero at its own SpMM rates), the defaults' for a schema-1 file (which has α and
-    β only), with the world size its α and β were measured at; no path: the defaults."""
+    rcm-order SpMM rates, so every nonzero at its own SpMM rates; before schema 5 with the default `sync_wait_s`),
+    the defaults' for a schema-1 file (which has α and β only), with the world size its α and β were measured at;
+    no path: the defaults."""
     if path is None:
         return DEFAULT_RATES
     data = json.loads(open(path).read())
@@ -339,9 +341,9 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
     local = ranks_per_node or int(np.prod(shape))
     rates = rates or DEFAULT_RATES
-    ab, wait = rates.alpha_beta(alpha_beta, local), rates.wait_s(local)
+    ab, wait, sync = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.sync_s(local, np.prod(shape))
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
-    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab, wait_s=wait) for led in ledgers),
+    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab, wait_s=wait, sync_s=sync) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
             "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
 
@@ -452,7 +454,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
 # (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
-# `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores). With
+# `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores; with a core each,
+# every collective call waits `sync_wait_s` for its peers to come from their computation). With
 # ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight), C/P of that
 # where P ranks share C < P cores (their waits are filled by each other's work already). Ranks wait
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
@@ -477,6 +480,7 @@ class Rates:
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
     step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
+    sync_wait_s: float = 0.6e-3     # seconds a call waits for its peers to come from their computation, a core each
     dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
     fresh_bytes_per_s: float = 2.6e9    # a fresh private mapping's first touch (page faults, zeroing), one core
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
@@ -505,6 +509,12 @@ class Rates:
         when `ranks` outnumber the cores and the calibration's ranks did not (else the wait is in its α)."""
         return self.step_wait_s if ranks > self.cores >= self.comm_ranks else 0.0
 
+    def sync_s(self, ranks: int, P: int) -> float:
+        """Seconds each collective call of a run on P processes waits for its peers to come from their computation
+        (they arrive apart, and an idle core wakes late): `sync_wait_s` where each of the `ranks` processes on this
+        machine has a core of its own (beyond the cores, `wait_s` covers it), none at P = 1."""
+        return self.sync_wait_s if 1 < P and ranks <= self.cores else 0.0
+
 
 # One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2` under a
 # load average of 12 (other jobs).
@@ -514,6 +524,9 @@ class Rates:
 # runtime_bytes: re-measured (349 MiB) once importing spgnn left scipy.optimize and scipy.sparse.csgraph to their users.
 # The rcm-order SpMM rates: the others times what `spgnn calibrate` measured between the orders here (1.19× the bytes
 # rate, 0.79× the time a nonzero); fresh_bytes_per_s: a private mapping's, as torch's blocks are (1.6× a shared one's).
+# sync_wait_s: the mean of twelve `spgnn calibrate --nprocs 2` (`measure_sync_wait`: 0.14-1.23 ms); charged once a
+# call, it put 6 more of 180 measured epochs within 25% in six `bench_model.py` runs (the same steps re-predicted
+# without it), and 0.75-1.5 ms put 6-13 more of 300 in ten earlier runs.
 DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
                       runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9,
                       spmm_ordered_nnz_s=7.4e-9, spmm_ordered_bytes_per_s=11.1e9)
@@ -589,11 +602,11 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
                       passes=1 + (halo and row.sum() > own), ordered_nnz=mine)   # the halo's block after the local one
 
 
-def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: None) -> float:
+def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: None, sync_s: float = 0.0) -> float:
     """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages); `size(group)`: its
     members."""
     return sum(alpha_beta[op][0] * latency_steps(op, 1, m) + alpha_beta[op][1] * charged_bytes(op, s, r, size(group))
-               + wait_s * wait_steps(op, 1, m) for op, group, s, r, m in calls)
+               + wait_s * wait_steps(op, 1, m) + sync_s for op, group, s, r, m in calls)
 
 
 def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
@@ -667,6 +680,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     rates = rates or DEFAULT_RATES
     local = ranks_per_node or int(np.prod(shape))
     ab, wait, cores = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.cores_each(local)
+    sync = rates.sync_s(local, np.prod(shape))
     ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)
@@ -681,11 +695,11 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                           + rates.spmm_s(o, w * o, ordered=True)) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        exposed = _call_seconds(calls[way], ab, wait, lambda g: group_size(cls, shape, g, rank))
+                        exposed = _call_seconds(calls[way], ab, wait, lambda g: group_size(cls, shape, g, rank), sync)
                         hidden[ph] += min(exposed, during) * share
     out = {}
     for ph in PHASES:
-        comm = seconds(ledger, ab, ph, wait)
+        comm = seconds(ledger, ab, ph, wait, sync)
         compute = compute_seconds(work[ph], rates, cores)
         out[ph] = {"comm_s": comm, "compute_s": compute, "hidden_s": hidden[ph], "seconds": comm + compute - hidden[ph]}
     return out

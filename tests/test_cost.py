@@ -74,11 +74,12 @@ def test_auto_picks_the_lowest_predicted_time(tmp_path):
     assert plan.choose(cfg, g, 4, slow_a2a)[0].algo != "1d-halo"
 
 
-def test_auto_breaks_a_tie_by_the_bytes_received():
-    """With free communication, layouts that compute alike are predicted equally fast; --algo auto then takes the
-    one whose ranks receive the fewest bytes, not the first by name."""
+def test_auto_breaks_a_tie_by_the_bytes_received(monkeypatch):
+    """With free communication (no α, β, nor waits), layouts that compute alike are predicted equally fast; --algo
+    auto then takes the one whose ranks receive the fewest bytes, not the first by name."""
     g = small_graph(n=256, f=8, avg_degree=6, seed=3)
     free = {op: (0.0, 0.0) for op in cost.DEFAULT_ALPHA_BETA}
+    monkeypatch.setattr(cost, "DEFAULT_RATES", cost.replace(cost.DEFAULT_RATES, sync_wait_s=0.0))
     cfg, table = plan.choose(TrainConfig(algo="auto", hidden=16, partition="random"), g, 2, free)
     fastest = min(r["seconds"] for r in table)
     tied = [r for r in table if cost.preference(r["seconds"], 0)[0] == cost.preference(fastest, 0)[0]]

@@ -176,7 +176,8 @@ def test_memory_model_against_what_a_rank_holds():
 def test_calibration_file_round_trips(tmp_path):
     """A file of this schema gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with
     the default rates and its own world size; a schema-3 file, made before the rcm-order SpMM rates, charges every
-    nonzero at its own SpMM rates (not the defaults' rcm-order ones)."""
+    nonzero at its own SpMM rates (not the defaults' rcm-order ones); a schema-4 file, made before the sync wait was
+    measured, has the default one."""
     compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
     assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
     assert all(v >= 0 for v in compute.values()) and compute["spmm_bytes_per_s"] > 0
@@ -185,8 +186,11 @@ def test_calibration_file_round_trips(tmp_path):
     old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
     for name, data in (("new", new), ("old", old)):
         (tmp_path / name).write_text(json.dumps(data))
-    assert SCHEMA == "spgnn.calibration/4"
-    before = {k: v for k, v in compute.items() if not k.startswith("spmm_ordered")}
+    assert SCHEMA == "spgnn.calibration/5"
+    four = {k: v for k, v in compute.items() if k != "sync_wait_s"}
+    (tmp_path / "4").write_text(json.dumps(new | {"schema": "spgnn.calibration/4", "compute": four}))
+    assert cost.load_rates(tmp_path / "4").sync_wait_s == cost.DEFAULT_RATES.sync_wait_s
+    before = {k: v for k, v in four.items() if not k.startswith("spmm_ordered")}
     (tmp_path / "3").write_text(json.dumps(new | {"schema": "spgnn.calibration/3", "compute": before}))
     three = cost.load_rates(tmp_path / "3")
     assert three.spmm_ordered_nnz_s is None and three.spmm_s(10, 400, ordered=True) == three.spmm_s(10, 400)
@@ -233,6 +237,25 @@ def test_ranks_sharing_cores_slow_compute_and_transfers():
     led.record(("forward", 0, "all_reduce", "world"), 1e3, 1e3, 14, 0.0)
     ab = {"all_to_all": (1e-4, 0.0), "all_reduce": (1e-4, 0.0)}
     assert cost.seconds(led, ab, wait_s=wait) == pytest.approx(7e-4 + wait + 6e-4 + 6 * wait)
+    # with a core each, every call waits for its peers to come from their computation: once a call, whatever its rounds
+    assert cost.seconds(led, ab, sync_s=1e-3) == pytest.approx(7e-4 + 6e-4 + 2e-3)
+    assert rates.sync_s(2, 2) == rates.sync_s(2, 64) == rates.sync_wait_s > 0          # 2 a machine, any P > 1
+    assert rates.sync_s(1, 1) == rates.sync_s(4, 4) == 0                                # alone; beyond the cores
+
+
+def test_each_collective_call_waits_for_its_peers_where_each_has_a_core():
+    """A rank's predicted phase grows by `sync_wait_s` for each collective call of its ledger in that phase where
+    each process on the machine has a core (here 2 of the 4 ranks on each 2-core machine), and not at all where 4
+    share the 2 cores (there `step_wait_s` covers it)."""
+    p, cls, mc, stats = _layout("1d-halo", 0, None)
+    led = cost.epoch_ledger(cls, stats, p.shape, 0, mc, setup=False)
+    for local, charged in ((2, True), (4, False)):
+        t = {w: cost.phase_seconds(cls, stats, p.shape, 0, mc, None, cost.replace(cost.DEFAULT_RATES, sync_wait_s=w),
+                                   False, local) for w in (0.0, 1e-3)}
+        for ph in cost.PHASES:
+            calls = sum(row[0] for (phase, *_), row in led.rows.items() if phase == ph)
+            assert calls > 0 or ph == "optimizer" and mc.n_params == 0
+            assert t[1e-3][ph]["seconds"] - t[0.0][ph]["seconds"] == pytest.approx(1e-3 * calls * charged)
 
 
 def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):

@@ -23,14 +23,14 @@ R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a sec
 2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
 (`spgnn.hashing.dropout`, 8 bytes an element), the first touch of a fresh mapping (page faults and zeroing), the
-fixed seconds of a tiny autograd operation, and the resident bytes of this process (torch and spgnn imported, its
-kernels loaded, joined to its peers).
+fixed seconds of a tiny autograd operation, the resident bytes of this process (torch and spgnn imported, its
+kernels loaded, joined to its peers), and the wait of a collective entered from computation (`measure_sync_wait`).
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/4"; /3 files, without rcm-order
-SpMM rates, /2 files, whose broadcast β is a byte received, and /1 files, also without "compute" and "cores", are
-still read: `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/5"; /4 files, without the sync wait,
+/3 files, also without rcm-order SpMM rates, /2 files, whose broadcast β is a byte received, and /1 files, also
+without "compute" and "cores", are still read: `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
 
-    {"schema": "spgnn.calibration/4",
+    {"schema": "spgnn.calibration/5",
      "transport": "mpi" | "torch",          # the transport measured
      "world_size": P,                       # group size the fits hold for
      "device": "cpu" | "cuda[:N]",
@@ -49,7 +49,7 @@ still read: `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
                  "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
-                 "runtime_bytes": ...}}                                                          # one core
+                 "runtime_bytes": ..., "sync_wait_s": ...}}                                      # one core
 """
 
 from __future__ import annotations
@@ -71,8 +71,11 @@ from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, rss_bytes
 from .comm import Comm
 
-SCHEMA = "spgnn.calibration/4"
+SCHEMA = "spgnn.calibration/5"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
+# Timed calls of each compute kernel at least, whatever --repeats: they take milliseconds, and with 3 the median still
+# holds the first calls' page faults and heap growth (elementwise and dense rates 1.2-1.6× slower, op_s 1.5× longer).
+COMPUTE_REPEATS = 11
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -167,7 +170,8 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
         raise SpgnnError("calibrate needs at least 2 processes (mpirun -np N, torchrun or --nprocs N)")
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
-              "cores": os.cpu_count() or 1, "compute": measure_compute(comm, repeats), "collectives": {}}
+              "cores": os.cpu_count() or 1, "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
+              "collectives": {}}
     for op in ops:
         points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]
         alpha, beta, err = fit_alpha_beta([p["bytes"] for p in points], [p["seconds"] for p in points])
@@ -265,7 +269,29 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     keys = ("spmm_bytes_per_s", "spmm_nnz_s", "spmm_ordered_bytes_per_s", "spmm_ordered_nnz_s",
             "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
             "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
-    return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1])}
+    return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1]),
+                                                        "sync_wait_s": measure_sync_wait(comm, 60, small)}
+
+
+def measure_sync_wait(comm: Comm, repeats: int, h: torch.Tensor) -> float:
+    """Seconds a collective entered from computation waits beyond one its peers enter with it: every rank
+    multiplies h·h[:256] (a layer's dense product, some milliseconds) and then sums one word over all ranks; the
+    mean over ranks and `repeats` of that sum's seconds, less the median of the same sum called back to back.
+    The ranks arrive apart and a core left idle by a waiting rank wakes late: a cost per call that α, timed back to
+    back, does not hold (0.14-1.23 ms here at P = 2, against 0.2 ms back to back)."""
+    def call_s():
+        t0 = time.perf_counter()
+        comm.all_sum([0.0])
+        return time.perf_counter() - t0
+
+    comm.all_sum([0.0])
+    back_to_back = statistics.median(call_s() for _ in range(max(repeats, 3)))
+    after = []
+    for _ in range(max(repeats, 3)):
+        comm.all_sum([0.0])
+        h @ h[:256]
+        after.append(call_s())
+    return max(float(np.mean(comm.all_gather_object(after))) - back_to_back, 0.0)
 
 
 def format_table(result: dict) -> str:
@@ -285,7 +311,8 @@ def format_table(result: dict) -> str:
                      f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, a fresh mapping's first touch "
                      f"{c.get('fresh_bytes_per_s', math.inf) / 1e9:.2f} GB/s, {c['op_s'] * 1e6:.0f} µs an operation; "
                      "a process holds "
-                     f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data", ""]
+                     f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data; a collective entered from computation "
+                     f"waits {c.get('sync_wait_s', math.nan) * 1e3:.2f} ms more than back to back", ""]
     for op, c in result["collectives"].items():
         per_msg = f"{c['alpha_per_message_s'] * 1e6:.1f}" if c["alpha_per_message_s"] is not None else "-"
         bw = f"{c['bandwidth_bytes_per_s'] / 1e9:.3f}" if c["bandwidth_bytes_per_s"] else "inf"
