@@ -339,9 +339,8 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     (default all)."""
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
     ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
-    local = ranks_per_node or int(np.prod(shape))
     rates = rates or DEFAULT_RATES
-    ab, wait, sync = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.sync_s(local, np.prod(shape))
+    _, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
     return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab, wait_s=wait, sync_s=sync) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
@@ -602,6 +601,14 @@ def local_share(cls, stats: BlockStats, shape, rank: int) -> LocalShare:
                       passes=1 + (halo and row.sum() > own), ordered_nnz=mine)   # the halo's block after the local one
 
 
+def _transport(rates: Rates, alpha_beta, shape, ranks_per_node: int | None) -> tuple:
+    """(processes on a machine, their α-β, the wait of a round, the wait of a call) for a run on grid `shape` with
+    `ranks_per_node` processes a machine (default all of the grid's)."""
+    P = int(np.prod(shape))
+    local = ranks_per_node or P
+    return local, rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.sync_s(local, P)
+
+
 def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: None, sync_s: float = 0.0) -> float:
     """Seconds of collective calls in `spmm_cost`'s form (op, group, sent, received, messages); `size(group)`: its
     members."""
@@ -678,9 +685,8 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     its product's computed meanwhile, times C/P where P ranks share C < P cores: the machine is busy with the
     other ranks' work during a wait anyway); seconds = comm + compute − hidden."""
     rates = rates or DEFAULT_RATES
-    local = ranks_per_node or int(np.prod(shape))
-    ab, wait, cores = rates.alpha_beta(alpha_beta, local), rates.wait_s(local), rates.cores_each(local)
-    sync = rates.sync_s(local, np.prod(shape))
+    local, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
+    cores = rates.cores_each(local)
     ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)

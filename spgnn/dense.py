@@ -16,9 +16,14 @@ import torch
 NARROW = 16     # dY with fewer columns than this (and fewer than H's) takes dW as (dYᵀ·H)ᵀ
 
 
+def narrow(f_in: int, f_out: int) -> bool:
+    """Whether a product of f_in×f_out W takes its weight gradient as (dYᵀ·H)ᵀ (module docstring)."""
+    return f_out < min(NARROW, f_in)
+
+
 def weight_grad(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """Hᵀ·G (f_in×f_out) for H n×f_in and G n×f_out, in the faster orientation (module docstring)."""
-    if g.shape[1] < min(NARROW, h.shape[1]):
+    if narrow(h.shape[1], g.shape[1]):
         return (g.t() @ h).t()
     return h.t() @ g
 
@@ -46,8 +51,7 @@ def matmul(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> t
     weight gradient in the faster orientation (`weight_grad`). Only a narrow product that needs a gradient goes
     through `_Product`: any other is torch's own, whose autograd node held 40-80 MiB less at the peak of a GraphSAGE
     step on amazon-computers than the Python Function did."""
-    narrow = w.shape[1] < min(NARROW, w.shape[0])
-    if not narrow or not torch.is_grad_enabled() or not (h.requires_grad or w.requires_grad
+    if not narrow(*w.shape) or not torch.is_grad_enabled() or not (h.requires_grad or w.requires_grad
                                                          or (c is not None and c.requires_grad)):
         return h @ w if c is None else torch.addmm(c, h, w)
     return _Product.apply(h, w, c)

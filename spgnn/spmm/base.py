@@ -87,6 +87,10 @@ class RowLayout:
         """Context in which the collectives are layer i's in the ledger (the phase unchanged)."""
         return self.comm.at_layer(i)
 
+    def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        """H·W (+ b) with W (f_in×f_out) replicated: this rank's rows of the product."""
+        return matmul(h, w, b)
+
     def columns(self, f: int) -> slice:
         """The columns of an n×f dense matrix that this rank holds."""
         return slice(0, f)
@@ -253,10 +257,6 @@ class DistSpMM(RowLayout):
         means (checked against the layout's)."""
         self.check_adjacency(adjacency)
         return autograd_comm.linear_map(h, self.comm, self._forward, self._backward)
-
-    def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """H·W (+ b) with W (f_in×f_out) replicated."""
-        return matmul(h, w, b)
 
     def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
         """Row-wise log-softmax over the class columns."""

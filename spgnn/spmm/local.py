@@ -9,7 +9,6 @@ import torch
 
 from ..comm.autograd import linear_map
 from ..comm.comm import Comm, Group
-from ..dense import matmul
 from ..sparse import kernels
 from ..sparse.csr import CSR
 from .base import RowLayout
@@ -28,9 +27,6 @@ class LocalSpMM(RowLayout):
     def spmm(self, h: torch.Tensor, adjacency=None) -> torch.Tensor:
         self.check_adjacency(adjacency)
         return linear_map(h, self.comm, lambda t: kernels.spmm(self.b, t), lambda g: kernels.spmm(self.b.T, g))
-
-    def linear(self, h, w, b=None):
-        return matmul(h, w, b)
 
     def rows_group(self) -> Group:
         return Group("self", (self.comm.rank,))
