@@ -268,6 +268,15 @@ def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: f
                for (ph, _, op, group), row in ledger.rows.items() if phase in (None, ph))
 
 
+def comm_seconds(ledger: Ledger, shape, alpha_beta=None, rates: Rates = None, ranks_per_node: int | None = None,
+                 phase: str | None = None) -> float:
+    """`seconds` of a rank's ledger on grid `shape` as the time model charges them: α-β for `ranks_per_node`
+    processes sharing a machine (default all of the grid's), with their waits for peers (`Rates.wait_s`,
+    `Rates.sync_s`)."""
+    _, ab, wait, sync = _transport(rates or DEFAULT_RATES, alpha_beta, shape, ranks_per_node)
+    return seconds(ledger, ab, phase, wait, sync)
+
+
 def load_calibration(path) -> dict:
     """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a call took
     there). Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured in a group of g, that
@@ -340,9 +349,9 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
     ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
     rates = rates or DEFAULT_RATES
-    _, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
-    return {"epoch_s": t["epoch_s"], "comm_seconds": max(seconds(led, ab, wait_s=wait, sync_s=sync) for led in ledgers),
+    return {"epoch_s": t["epoch_s"],
+            "comm_seconds": max(comm_seconds(led, shape, alpha_beta, rates, ranks_per_node) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
             "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
 

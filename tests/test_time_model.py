@@ -241,6 +241,12 @@ def test_ranks_sharing_cores_slow_compute_and_transfers():
     assert cost.seconds(led, ab, sync_s=1e-3) == pytest.approx(7e-4 + 6e-4 + 2e-3)
     assert rates.sync_s(2, 2) == rates.sync_s(2, 64) == rates.sync_wait_s > 0          # 2 a machine, any P > 1
     assert rates.sync_s(1, 1) == rates.sync_s(4, 4) == 0                                # alone; beyond the cores
+    # a ledger's seconds as the model charges them on a grid: 8 ranks on the 2 cores scale α-β and wait each round;
+    # with a core each (2 on the machine, or 8 on machines of their own) a rank waits once a call, at its α-β
+    assert cost.comm_seconds(led, (8,), ab, rates) == pytest.approx(cost.seconds(led, rates.alpha_beta(ab, 8),
+                                                                                 wait_s=wait))
+    each = cost.seconds(led, ab, sync_s=rates.sync_wait_s)
+    assert cost.comm_seconds(led, (2,), ab, rates) == cost.comm_seconds(led, (8,), ab, rates, 1) == pytest.approx(each)
 
 
 def test_each_collective_call_waits_for_its_peers_where_each_has_a_core():

@@ -145,5 +145,6 @@ class Trainer(Run):
                 "measured_comm_s_rank0": measured,
                 "memory_per_rank": [cost.memory_bytes(cls, stats, shape, r, model, rates, overlap)
                                     for r in range(self.comm.world_size)],
-                "per_rank": [{"rank": r} | led.summary(table=False, seconds=cost.seconds(led, ab))
+                "per_rank": [{"rank": r} | led.summary(table=False,
+                                                       seconds=cost.comm_seconds(led, shape, ab, rates, local))
                              for r, led in enumerate(ledgers)]}
