@@ -6,7 +6,7 @@
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, messages up to 16 MiB, as a layer's exchanges
 are), unless --calibration is given (several files: the first makes the tables, and the same steps are scored
-against each of the others too). Then per
+against each of the others too; "default" names the model's built-in rates and α-β). Then per
 dataset and P one launch of P processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid
 (each layout once: at P = 1 every algorithm runs the same local product, so 1d-halo only), one warm-up step each,
 then --epochs steps each interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls
@@ -40,6 +40,11 @@ TIME_TARGET, AUTO_TARGET, MEMORY_TARGET = 0.25, 0.10, 0.15
 MEMORY_ALGOS = ("1d-halo", "sar", "2d")
 
 
+def calibration_file(name: str) -> str | None:
+    """The file a --calibration entry names; None for "default" (the model's built-in rates and α-β)."""
+    return None if name == "default" else name
+
+
 def layouts(P: int, algos) -> list[dict]:
     """The options of each algorithm in `algos` on its default grid at P, each layout once (1d-halo alone at P = 1)."""
     if P == 1:
@@ -62,7 +67,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     from spgnn.config import TrainConfig
     from spgnn.train.fullbatch import Trainer
 
-    files = args.calibration.split(",")
+    files = [calibration_file(f) for f in args.calibration.split(",")]
     live = measure_compute(comm, repeats=3, scale=16) if args.rates == "live" else {}
     rates = [cost.replace(cost.load_rates(f), **live) for f in files]
     trainers = []
@@ -80,7 +85,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
             mine.append(time.perf_counter() - t0)
     if comm.rank:
         return []
-    ab = [cost.load_calibration(f) for f in files]
+    ab = [cost.load_calibration(f) if f else None for f in files]
     return [{"grid": list(t.grid.shape), "epochs_s": s, "rates": vars(rates[0]),
              "predicted": [cost.epoch_seconds(type(t.algo), t.costs[1], t.grid.shape, t.costs[0], a, r,
                                               t.cfg.overlap == "on", ranks_per_node=comm.world_size)
@@ -114,8 +119,9 @@ def memory(dataset, P, algo, args, folder) -> dict:
     out = Path(folder) / "run.json"
     subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo,
                     "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--partition",
-                    "metis" if args.metis else "random", "--calibration", args.calibration, "--quiet", "--output",
-                    str(out), *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
+                    "metis" if args.metis else "random", "--quiet", "--output", str(out),
+                    *(["--calibration", f] if (f := calibration_file(args.calibration.split(",")[0])) else []),
+                    *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
                    stdout=subprocess.DEVNULL)
     r = json.loads(out.read_text())
     measured, predicted = r["memory"]["per_rank"], r["predicted"]["memory_per_rank"]
@@ -180,7 +186,8 @@ def main() -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
     p.add_argument("--data-dir", default=None)
-    p.add_argument("--calibration", default=None, help="a spgnn calibrate --output file (default: made first)")
+    p.add_argument("--calibration", default=None, help="spgnn calibrate --output files, comma-separated, or "
+                   "'default' for the built-in rates (default: one made first)")
     p.add_argument("--rates", default="file", choices=["file", "live"],
                    help="compute rates: the calibration's (file), or measured in each launch's processes first (live)")
     p.add_argument("--memory", default="", help="check peak memory on these graphs (e.g. rmat:20) at P = 1, 2, 4")
@@ -225,7 +232,8 @@ def main() -> int:
     files = args.calibration.split(",")
     for k, f in enumerate(files[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
-    out.write_text(json.dumps({"argv": sys.argv, "calibration": json.loads(Path(files[0]).read_text()),
+    first = calibration_file(files[0])
+    out.write_text(json.dumps({"argv": sys.argv, "calibration": json.loads(Path(first).read_text()) if first else None,
                                "runs": rows, "memory": mems, "auto": autos,
                                "scores": {f: score(rows, k) for k, f in enumerate(files) if rows}}, indent=1))
     if rows:

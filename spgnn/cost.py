@@ -39,12 +39,13 @@ from .graph.adjacency import get_adjacency
 from .layers.registry import Dense, Spmm
 from .memory import LARGE_BYTES
 
-# Seconds per latency step and per byte for torch.distributed/gloo over loopback, measured on 2 cores with 64 MB
-# a rank at P = 2 (broadcast 0.96, all-reduce 0.38, all-to-all 0.57, all-gather 0.15 GB/s; 100 µs a call, where
-# an all-reduce takes 2 steps and the others 1).
-DEFAULT_ALPHA_BETA = {"broadcast": (1e-4, 1 / 0.96e9), "all_reduce": (5e-5, 1 / 0.38e9),
-                      "all_to_all": (1e-4, 1 / 0.57e9), "all_gather": (1e-4, 1 / 0.15e9),
-                      "reduce_scatter": (1e-4, 1 / 0.38e9)}
+# Seconds per latency step and per byte for torch.distributed/gloo over loopback at P = 2 on the 2-core development
+# machine (an AMD EPYC, torch 2.13): the median of seven `spgnn calibrate --nprocs 2 --sizes 4K,64K,1M,4M,16M
+# --repeats 3 --budget 3` on the idle machine (broadcast 4.1, all-reduce 1.8, all-to-all 2.0, all-gather 1.3,
+# reduce-scatter 0.83 GB/s; 0.15-0.40 ms a step, an all-reduce 2 steps at P = 2).
+DEFAULT_ALPHA_BETA = {"broadcast": (1.47e-4, 1 / 4.12e9), "all_reduce": (1.60e-4, 1 / 1.80e9),
+                      "all_to_all": (2.51e-4, 1 / 1.98e9), "all_gather": (2.54e-4, 1 / 1.30e9),
+                      "reduce_scatter": (4.03e-4, 1 / 0.83e9)}
 
 
 @dataclass
@@ -524,20 +525,17 @@ class Rates:
         return self.sync_wait_s if 1 < P and ranks <= self.cores else 0.0
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), `spgnn calibrate --nprocs 2` under a
-# load average of 12 (other jobs).
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels): the median of the same seven
+# calibrations as `DEFAULT_ALPHA_BETA` (each rate within 0.6-1.6× of its median across them). The defaults before
+# these were measured under a load average of 12 and predicted 2.96× the measured step (median over 660 steps of
+# `benchmarks/bench_model.py`, none within 25%); these put 617 of the 660 within 25%, the runs' own calibrations 575.
 # step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
 # within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
 # whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
-# runtime_bytes: re-measured (349 MiB) once importing spgnn left scipy.optimize and scipy.sparse.csgraph to their users.
-# The rcm-order SpMM rates: the others times what `spgnn calibrate` measured between the orders here (1.19× the bytes
-# rate, 0.79× the time a nonzero); fresh_bytes_per_s: a private mapping's, as torch's blocks are (1.6× a shared one's).
-# sync_wait_s: the mean of twelve `spgnn calibrate --nprocs 2` (`measure_sync_wait`: 0.14-1.23 ms); charged once a
-# call, it put 6 more of 180 measured epochs within 25% in six `bench_model.py` runs (the same steps re-predicted
-# without it), and 0.75-1.5 ms put 6-13 more of 300 in ten earlier runs.
-DEFAULT_RATES = Rates(spmm_bytes_per_s=9.3e9, flops_per_s=5.3e10, elementwise_bytes_per_s=0.32e9, op_s=4.0e-5,
-                      runtime_bytes=350 * 2**20, cores=2, comm_ranks=2, spmm_nnz_s=9.4e-9, dense_bytes_per_s=1.9e9,
-                      spmm_ordered_nnz_s=7.4e-9, spmm_ordered_bytes_per_s=11.1e9)
+DEFAULT_RATES = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
+                      spmm_ordered_nnz_s=1.95e-9, flops_per_s=102e9, dense_bytes_per_s=15.7e9,
+                      elementwise_bytes_per_s=5.9e9, dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9,
+                      op_s=1.64e-5, runtime_bytes=355 * 2**20, sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,7 @@ def test_planning_sees_the_node_order_it_plans_for(capsys):
     for a, b in zip(rows[True], rows[False]):
         assert (a["algo"], a["shape"], a["recv_bytes_per_rank"], a["comm_seconds"]) == \
                (b["algo"], b["shape"], b["recv_bytes_per_rank"], b["comm_seconds"])
-        assert a["epoch_s"] < b["epoch_s"] if a["P"] == 1 else a["epoch_s"] <= b["epoch_s"]
+        assert a["epoch_s"] < b["epoch_s"] if a["P"] == 1 else a["epoch_s"] <= b["epoch_s"] * (1 + 1e-12)   # rounding
     best = {}
     for order in ("rcm", "natural"):
         argv = ["cost", "--nodes", "2449029", "--nnz", "123718280", "--nprocs", "1", "--node-order", order]
