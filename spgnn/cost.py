@@ -100,6 +100,7 @@ class ModelCost:
     n_params: int
     needs: frozenset = frozenset()
     features: int = 0           # the width of its input (the memory model's feature rows)
+    dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
 
     @classmethod
     def of(cls, model) -> ModelCost:
@@ -129,7 +130,10 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
-        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in)
+        p = getattr(model, "dropout", 0.0)             # a `spgnn.layers.GNN`'s; a module of its own drops out none
+        dropped = tuple(isinstance(p, float | int) and p > 0 and layer.dropout_before for layer in layers)
+        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
+                   dropped)
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -449,8 +453,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              `spmm_ordered_nnz_s`, `spmm_ordered_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
-#     a layer's input dropout  one pass, 8·rows·f_in,r bytes at `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask
-#                              in the backward, the mask made again (evaluation: no dropout)
+#     a layer's input dropout  where the model drops it out (`ModelCost.dropped`): one pass, 8·rows·f_in,r bytes at
+#                              `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask in the backward, the mask
+#                              made again (evaluation: no dropout)
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
@@ -640,7 +645,7 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
         return sum(b for b in sizes if b >= LARGE_BYTES)
 
     for layer, ops in enumerate(model.layers):
-        if any(isinstance(op, Dense) for op in ops):        # the dropout of the layer's input, once, in one pass
+        if layer < len(model.dropped) and model.dropped[layer]:     # the dropout of the layer's input, in one pass
             dropped = first.rows * first.width(_widths(ops)[0])
             add(("forward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped) if layer else 0)
             if layer:                                       # and dH = dY ⊙ mask, the mask made again

@@ -85,6 +85,23 @@ def test_compute_work_from_the_declared_ops(algo, c, grid):
                 dense[0].f_in + dense[0].f_out)
 
 
+def test_dropout_is_charged_only_where_the_model_drops_out():
+    """A layer's input dropout is charged where the model drops it out (`GNN.dropout` > 0 and the layer's
+    `dropout_before`): every layer of GCN at 0.5, none at 0, and APPNP's propagation (no `dropout_before`) never."""
+    for model, p_drop, want in (("gcn", 0.5, (True, True, True)), ("gcn", 0.0, (False, False, False)),
+                                ("appnp", 0.5, None)):
+        cfg = TrainConfig(model=model, algo="1d", hidden=16, layers=3, dropout=p_drop, feature_norm="none")
+        mc = cost.ModelCost.of_config(cfg, 7, 3)
+        if want is None:                                 # APPNP: its MLP's inputs dropped, its propagation's not
+            want = tuple(any(isinstance(op, cost.Dense) for op in ops) for ops in mc.layers)
+            assert True in want and False in want
+        assert mc.dropped == want
+        p = plan.plan(cfg, 2, GRAPHS["sym"])
+        stats = {a: plan.block_stats(p.graph, p.partition, a) for a in mc.adjacencies}
+        charged = cost.compute_work(spmm.get("1d"), stats, p.shape, 0, mc)["forward"]["dropout_bytes"]
+        assert (charged > 0) == any(want)
+
+
 def test_the_own_block_in_rcm_order_at_its_own_rates():
     """Under ``--node-order rcm`` a rank's own block is multiplied at the calibration's rcm-order rates, the rest at
     the others; in natural order, or with a calibration that has no rcm-order rates (made before them), all of it at
@@ -344,7 +361,8 @@ def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
 
     n, block = LARGE_BYTES // 4 // 64, LARGE_BYTES
     mc = cost.ModelCost(((cost.Dense(128, 64), cost.Spmm(64, "gcn", True)),
-                         (cost.Dense(64, 8), cost.Spmm(8, "gcn", True))), classes=8, n_params=128 * 64 + 64 * 8)
+                         (cost.Dense(64, 8), cost.Spmm(8, "gcn", True))), classes=8, n_params=128 * 64 + 64 * 8,
+                        dropped=(True, True))
     cls = spmm.get("1d-halo")
     work = cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}, (1,), 0, mc)
     assert work["forward"]["fresh_bytes"] == 4 * block and work["backward"]["fresh_bytes"] == 4 * block
