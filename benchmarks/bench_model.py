@@ -69,7 +69,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
 
     files = [calibration_file(f) for f in args.calibration.split(",")]
     live = measure_compute(comm, repeats=3, scale=16) if args.rates == "live" else {}
-    rates = [cost.replace(cost.load_rates(f), **live) for f in files]
+    rates = [cost.with_measured(cost.load_rates(f), live) for f in files]
     trainers = []
     for o in options:
         cfg = TrainConfig(dataset=dataset, data_dir=args.data_dir, hidden=args.hidden, epochs=args.epochs,

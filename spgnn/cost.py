@@ -15,7 +15,7 @@ Seconds: t = Σ over ledger rows of α_op·`latency_steps` + β_op·`charged_byt
 each peer it sends to, an all-reduce 2·⌈log₂ g⌉ steps, an all-gather or reduce-scatter ⌈log₂ g⌉, a
 broadcast one a call (recursive doubling and trees, as MPI and NCCL do for latency); a broadcast of b bytes
 costs every member, the root too, the time of 2·(g−1)/g·b (a large-message broadcast's scatter and all-gather),
-with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/5") or, by default, the gloo
+with α and β per collective from `spgnn calibrate` (schema "spgnn.calibration/6") or, by default, the gloo
 figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a model; bytes are exact.
 """
 
@@ -296,16 +296,27 @@ def load_calibration(path) -> dict:
 
 def load_rates(path=None) -> Rates:
     """The `Rates` of a ``spgnn calibrate --output`` file: its compute figures (schema 2 on; before schema 4 without
-    rcm-order SpMM rates, so every nonzero at its own SpMM rates; before schema 5 with the default `sync_wait_s`),
+    rcm-order SpMM rates, so every nonzero at its own SpMM rates; before schema 5 with the default `sync_wait_s`;
+    before schema 6 without the rates of a process alone, so such a process at the file's),
     the defaults' for a schema-1 file (which has α and β only), with the world size its α and β were measured at;
     no path: the defaults."""
     if path is None:
         return DEFAULT_RATES
     data = json.loads(open(path).read())
-    compute = {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None} | data["compute"] \
-        if "compute" in data else {}
-    return replace(DEFAULT_RATES, **compute, cores=data.get("cores", DEFAULT_RATES.cores),
-                   comm_ranks=data["world_size"])
+    rates = replace(DEFAULT_RATES, cores=data.get("cores", DEFAULT_RATES.cores), comm_ranks=data["world_size"])
+    if "compute" not in data:
+        return rates
+    return with_measured(rates, {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None, "alone": None}
+                         | data["compute"])
+
+
+def with_measured(rates: Rates, compute: dict) -> Rates:
+    """`rates` with the figures of `compute` (a calibration's "compute", `spgnn.comm.calibrate.measure_compute`),
+    its "alone" ones those of a process alone (where `compute` has no "alone", `rates`' stay)."""
+    out = replace(rates, **{k: v for k, v in compute.items() if k != "alone"})
+    if "alone" in compute:
+        out = replace(out, alone=replace(out, **compute["alone"], alone=None) if compute["alone"] else None)
+    return out
 
 
 def candidates(P: int) -> list[dict]:
@@ -499,6 +510,7 @@ class Rates:
     fresh_bytes_per_s: float = 2.6e9    # a fresh private mapping's first touch (page faults, zeroing), one core
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
     spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
+    alone: Rates | None = None      # those of one process alone on a machine (None: these)
 
     def spmm_s(self, nnz: float, nbytes: float, ordered: bool = False) -> float:
         """One core's seconds for an SpMM's `nnz` nonzeros and `nbytes` of rows gathered and written, in a locality
@@ -506,6 +518,11 @@ class Rates:
         if ordered and self.spmm_ordered_nnz_s is not None:
             return nnz * self.spmm_ordered_nnz_s + nbytes / self.spmm_ordered_bytes_per_s
         return nnz * self.spmm_nnz_s + nbytes / self.spmm_bytes_per_s
+
+    def on(self, ranks: int) -> Rates:
+        """The rates of `ranks` processes on a machine: one alone computes at its `alone` rates where measured (it
+        has the caches to itself: an SpMM's gathers 1.4-1.5× faster a core on the development machine)."""
+        return self.alone if ranks == 1 and self.alone else self
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
@@ -530,17 +547,24 @@ class Rates:
         return self.sync_wait_s if 1 < P and ranks <= self.cores else 0.0
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels): the median of the same seven
-# calibrations as `DEFAULT_ALPHA_BETA` (each rate within 0.6-1.6× of its median across them). The defaults before
-# these were measured under a load average of 12 and predicted 2.96× the measured step (median over 660 steps of
-# `benchmarks/bench_model.py`, none within 25%); these put 617 of the 660 within 25%, the runs' own calibrations 575.
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), two processes sharing it: the median of
+# the seven calibrations of `DEFAULT_ALPHA_BETA` (each rate within 0.6-1.6× of its median across them). The defaults
+# before these were measured under a load average of 12 and predicted 2.96× the measured step (median over 660 steps
+# of `benchmarks/bench_model.py`, none within 25%); these put 617 of the 660 within 25%, the runs' own calibrations 575.
 # step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
 # within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
 # whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
-DEFAULT_RATES = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
-                      spmm_ordered_nnz_s=1.95e-9, flops_per_s=102e9, dense_bytes_per_s=15.7e9,
-                      elementwise_bytes_per_s=5.9e9, dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9,
-                      op_s=1.64e-5, runtime_bytes=355 * 2**20, sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
+_SHARING = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
+                 spmm_ordered_nnz_s=1.95e-9, flops_per_s=102e9, dense_bytes_per_s=15.7e9, elementwise_bytes_per_s=5.9e9,
+                 dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=355 * 2**20,
+                 sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
+# and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
+# SpMM's gathers 1.4-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
+# within 25%, against 41)
+DEFAULT_RATES = replace(_SHARING, alone=replace(
+    _SHARING, spmm_bytes_per_s=31.7e9, spmm_nnz_s=2.02e-9, spmm_ordered_bytes_per_s=39.1e9, spmm_ordered_nnz_s=2.03e-9,
+    flops_per_s=103e9, dense_bytes_per_s=18.9e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
+    op_s=5.8e-6))
 
 
 @dataclass(frozen=True)
@@ -698,7 +722,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     other ranks' work during a wait anyway); seconds = comm + compute − hidden."""
     rates = rates or DEFAULT_RATES
     local, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
-    cores = rates.cores_each(local)
+    rates, cores = rates.on(local), rates.cores_each(local)
     ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)

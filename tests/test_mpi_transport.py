@@ -88,7 +88,8 @@ def test_calibrate(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert "| all_to_all |" in res.stdout
     cal = json.loads(out.read_text())
-    assert cal["schema"] == "spgnn.calibration/5" and cal["transport"] == "mpi" and cal["world_size"] == 2
+    assert cal["schema"] == "spgnn.calibration/6" and cal["transport"] == "mpi" and cal["world_size"] == 2
+    assert "alone" not in cal["compute"]          # Open MPI's waiting ranks poll a core: no process would be alone
     assert set(cal["collectives"]) == {"broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter"}
     for op, c in cal["collectives"].items():
         assert c["alpha_s"] >= 0 and c["beta_s_per_byte"] >= 0 and c["alpha_s"] + c["beta_s_per_byte"] > 0, op

@@ -194,16 +194,24 @@ def test_calibration_file_round_trips(tmp_path):
     """A file of this schema gives back its α-β and its compute rates; a schema-1 file (α-β only) is still read, with
     the default rates and its own world size; a schema-3 file, made before the rcm-order SpMM rates, charges every
     nonzero at its own SpMM rates (not the defaults' rcm-order ones); a schema-4 file, made before the sync wait was
-    measured, has the default one."""
+    measured, has the default one; a schema-5 file, made before the rates of a process alone, has none (its own
+    rates hold for a process alone too)."""
     compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
     assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
+    alone = compute["alone"]
+    assert set(alone) == set(compute) - {"alone", "runtime_bytes", "sync_wait_s", "fresh_bytes_per_s"}
+    assert all(v >= 0 for v in alone.values()) and alone["spmm_bytes_per_s"] > 0
+    compute = {k: v for k, v in compute.items() if k != "alone"}
     assert all(v >= 0 for v in compute.values()) and compute["spmm_bytes_per_s"] > 0
     coll = {"all_reduce": {"alpha_s": 4e-4, "beta_s_per_byte": 1e-9, "messages": 2}}
-    new = {"schema": SCHEMA, "world_size": 2, "cores": 2, "compute": compute, "collectives": coll}
+    new = {"schema": SCHEMA, "world_size": 2, "cores": 2, "compute": compute | {"alone": alone}, "collectives": coll}
     old = {"schema": "spgnn.calibration/1", "world_size": 4, "collectives": coll}
     for name, data in (("new", new), ("old", old)):
         (tmp_path / name).write_text(json.dumps(data))
-    assert SCHEMA == "spgnn.calibration/5"
+    assert SCHEMA == "spgnn.calibration/6"
+    (tmp_path / "5").write_text(json.dumps(new | {"schema": "spgnn.calibration/5", "compute": compute}))
+    five = cost.load_rates(tmp_path / "5")
+    assert five.alone is None and five.on(1) == five          # not the defaults' rates of a process alone
     four = {k: v for k, v in compute.items() if k != "sync_wait_s"}
     (tmp_path / "4").write_text(json.dumps(new | {"schema": "spgnn.calibration/4", "compute": four}))
     assert cost.load_rates(tmp_path / "4").sync_wait_s == cost.DEFAULT_RATES.sync_wait_s
@@ -213,6 +221,10 @@ def test_calibration_file_round_trips(tmp_path):
     assert three.spmm_ordered_nnz_s is None and three.spmm_s(10, 400, ordered=True) == three.spmm_s(10, 400)
     rates = cost.load_rates(tmp_path / "new")
     assert {k: getattr(rates, k) for k in compute} == compute and rates.comm_ranks == 2
+    assert rates.on(2) == rates and rates.on(1) == rates.alone and rates.alone.alone is None
+    assert {k: getattr(rates.on(1), k) for k in alone} == alone and rates.alone.comm_ranks == 2
+    live = cost.with_measured(rates, {"op_s": 1.0})         # figures without "alone" keep the rates of a process alone
+    assert live.op_s == 1.0 and live.alone == rates.alone
     assert cost.load_rates(tmp_path / "old") == cost.replace(cost.DEFAULT_RATES, comm_ranks=4)
     for name in ("new", "old"):
         assert cost.load_calibration(tmp_path / name) == {"all_reduce": (2e-4, 1e-9)}
@@ -279,6 +291,19 @@ def test_each_collective_call_waits_for_its_peers_where_each_has_a_core():
             calls = sum(row[0] for (phase, *_), row in led.rows.items() if phase == ph)
             assert calls > 0 or ph == "optimizer" and mc.n_params == 0
             assert t[1e-3][ph]["seconds"] - t[0.0][ph]["seconds"] == pytest.approx(1e-3 * calls * charged)
+
+
+def test_a_process_alone_on_its_machine_computes_at_its_own_rates():
+    """A rank that is the only process on its machine computes at the calibration's `alone` rates (`Rates.on`);
+    ranks sharing a machine at the shared ones, and a calibration without them at the shared ones everywhere."""
+    p, cls, mc, stats = _layout("1d-halo", 0, None)
+    shared = cost.replace(cost.DEFAULT_RATES, alone=None)
+    fast = cost.replace(shared, alone=cost.replace(shared, flops_per_s=2 * shared.flops_per_s, op_s=shared.op_s / 2))
+    assert fast.on(1).flops_per_s == 2 * shared.flops_per_s and fast.on(2) == fast and shared.on(1) == shared
+    for local in (1, 2, 4):
+        t = {r: cost.phase_seconds(cls, stats, p.shape, 0, mc, None, r, False, local)["forward"]["compute_s"]
+             for r in (shared, fast)}
+        assert t[fast] < t[shared] if local == 1 else t[fast] == t[shared]
 
 
 def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):

@@ -24,13 +24,15 @@ R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a sec
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
 (`spgnn.hashing.dropout`, 8 bytes an element), the first touch of a fresh mapping (page faults and zeroing), the
 fixed seconds of a tiny autograd operation, the resident bytes of this process (torch and spgnn imported, its
-kernels loaded, joined to its peers), and the wait of a collective entered from computation (`measure_sync_wait`).
+kernels loaded, joined to its peers), and the wait of a collective entered from computation (`measure_sync_wait`);
+then the same rates of one process alone on the machine with every core ("alone").
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/5"; /4 files, without the sync wait,
-/3 files, also without rcm-order SpMM rates, /2 files, whose broadcast β is a byte received, and /1 files, also
-without "compute" and "cores", are still read: `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/6"; /5 files, without the rates of a
+process alone, /4 files, also without the sync wait, /3 files, also without rcm-order SpMM rates, /2 files, whose
+broadcast β is a byte received, and /1 files, also without "compute" and "cores", are still read:
+`spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
 
-    {"schema": "spgnn.calibration/5",
+    {"schema": "spgnn.calibration/6",
      "transport": "mpi" | "torch",          # the transport measured
      "world_size": P,                       # group size the fits hold for
      "device": "cpu" | "cuda[:N]",
@@ -49,16 +51,21 @@ without "compute" and "cores", are still read: `spgnn.cost.load_calibration`, `s
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
                  "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
-                 "runtime_bytes": ..., "sync_wait_s": ...}}                                      # one core
+                 "runtime_bytes": ..., "sync_wait_s": ...,                                      # one core
+                 "alone": {"spmm_bytes_per_s": ..., ..., "op_s": ...}}}   # one process with every core, a core's;
+                                                                               # not fresh_bytes_per_s
 """
 
 from __future__ import annotations
 
+import json
 import math
 import mmap
 import os
 import re
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import replace
 
@@ -71,7 +78,7 @@ from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, rss_bytes
 from .comm import Comm
 
-SCHEMA = "spgnn.calibration/5"
+SCHEMA = "spgnn.calibration/6"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 # Timed calls of each compute kernel at least, whatever --repeats: they take milliseconds, and with 3 the median still
 # holds the first calls' page faults and heap growth (elementwise and dense rates 1.2-1.6× slower, op_s 1.5× longer).
@@ -204,6 +211,83 @@ def _touch_fresh(nbytes: int) -> None:
         torch.frombuffer(m, dtype=torch.float32).fill_(1.0)
 
 
+RATE_KEYS = ("spmm_bytes_per_s", "spmm_nnz_s", "spmm_ordered_bytes_per_s", "spmm_ordered_nnz_s", "flops_per_s",
+             "dense_bytes_per_s", "elementwise_bytes_per_s", "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
+
+
+def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
+    """One core's rates (`RATE_KEYS`) of this process's kernels on `cores` cores, from `timed(fn)`: the seconds of a
+    call of fn (`measure_compute`'s docstring says what each times)."""
+    from scipy.sparse.csgraph import reverse_cuthill_mckee
+
+    from ..graph.datasets import rmat_edges
+    from ..hashing import dropout, dropout_mask
+    from ..sparse import kernels
+    from ..sparse.csr import CSR
+
+    n = 1 << scale
+    rows, cols = rmat_edges(scale, degree, np.random.default_rng(seed))
+    raw = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
+    rcm = reverse_cuthill_mckee(raw, symmetric_mode=True)        # as `spgnn.partition.order` orders a part
+    widths = (8, f)
+    hs = [torch.rand(n, w) for w in widths]
+    # Results are written into blocks already resident (or under LARGE_BYTES, which the heap keeps): the first
+    # touch of a fresh block is a term of its own.
+    outs = [torch.empty(n, w) for w in widths]
+
+    def fit(m):                                          # (seconds a nonzero, seconds a byte) of SpMMs by m
+        spmm_s = [timed(lambda h=h, z=z: kernels.spmm(m, h, out=z)) for h, z in zip(hs, outs)]
+        return _nnls(np.array([[m.nnz, 4 * w * (m.nnz + n)] for w in widths], np.float64), np.array(spmm_s))[0]
+
+    (nnz_s, per_byte), (ordered_nnz_s, ordered_per_byte) = (fit(CSR.from_scipy(m)) for m in (raw, raw[rcm][:, rcm]))
+    small, narrow = torch.rand(2**12, 256), f // 4
+    flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
+    h, w, g, z = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow), torch.empty(n, f)
+    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: torch.mm(g, w.t(), out=z)))
+    dense_s = max(dense_s - 3 * 2 * n * f * narrow / flops, 1e-3 * dense_s)
+    half, b, ids = h[: n // 2], torch.rand(f), np.arange(n)
+    elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
+    dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
+    x = torch.rand(4, 4, requires_grad=True)
+    op_s = timed(lambda: (x @ x).sum().backward()) / 4
+    fresh = 2 * LARGE_BYTES                              # a block glibc maps anew, against one kept
+    resident = torch.zeros(fresh // 4)
+    fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
+    return dict(zip(RATE_KEYS, (1 / max(per_byte, 1e-15) / cores, nnz_s * cores,
+                                1 / max(ordered_per_byte, 1e-15) / cores, ordered_nnz_s * cores, flops / cores,
+                                3 * 4 * n * (f + narrow) / dense_s / cores, 4 * n * f / elementwise_s / cores,
+                                8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s)))
+
+
+def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
+    """`kernel_rates` of one process alone on this machine with every core, but the first touch of fresh memory: a
+    Python process started for it, set up as a run's (`spgnn.comm.launch.share_cores`,
+    `spgnn.memory.keep_freed_memory`). The first touch is left out: it depends on what else the machine holds, not
+    on the process (here 2.2-2.4 GB/s a core with nothing else running, 0.36 beside two idle processes holding
+    512 MiB each, as the group's ranks are while this one runs)."""
+    code = "import sys; from spgnn.comm.calibrate import _alone; _alone(*map(int, sys.argv[1:]))"
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                            "NUMBA_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", code, str(repeats), str(scale), str(degree), str(f)], env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise SpgnnError(f"calibrate: timing a process alone failed:\n{done.stderr[-2000:]}")
+    rates = json.loads(done.stdout.strip().splitlines()[-1])
+    return {k: v for k, v in rates.items() if k != "fresh_bytes_per_s"}
+
+
+def _alone(repeats: int, scale: int, degree: int, f: int) -> None:
+    """`alone_rates`' process: prints its `kernel_rates` as JSON."""
+    from ..jit import warm_up
+    from ..memory import keep_freed_memory
+    from .launch import share_cores
+
+    keep_freed_memory()
+    cores = share_cores(1)
+    warm_up()
+    print(json.dumps(kernel_rates(lambda fn: _median_seconds(fn, repeats), cores, 0, scale, degree, f)))
+
+
 def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
     at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`).
@@ -215,62 +299,28 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     Dense: the arithmetic rate of a product that fits in cache, and the bytes rate of the three products a layer
     runs over many rows (H·W, Hᵀ·G, G·Wᵀ, W f×f/4), less their arithmetic. Each writes into memory already
     resident; the first touch of a fresh mapping (page faults and zeroing: what a result of LARGE_BYTES or more
-    costs at every step) is timed apart, as the writing of a fresh 64 MiB mapping less that of a resident one."""
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
+    costs at every step) is timed apart, as the writing of a fresh 64 MiB mapping less that of a resident one.
 
+    "alone": the same rates of one process alone on the machine (`alone_rates`, started by rank 0 while the others
+    wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
+    (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
     from ..cost import DEFAULT_RATES
-    from ..graph.datasets import rmat_edges
-    from ..hashing import dropout, dropout_mask
     from ..jit import warm_up
-    from ..sparse import kernels
-    from ..sparse.csr import CSR
 
     warm_up()                                            # a run's kernels loaded: ~50 MiB of the runtime
     runtime = rss_bytes()
-    rng = np.random.default_rng(comm.rank)
-    n = 1 << scale
-    rows, cols = rmat_edges(scale, degree, rng)
-    raw = sp.csr_matrix((np.ones(rows.size, np.float32), (rows, cols)), shape=(n, n))
-    a = CSR.from_scipy(raw)
-    widths = (8, f)
-    hs = [torch.rand(n, w) for w in widths]
-
-    def timed(fn):                                       # every rank at once: the cores shared as in a run
-        return _median_seconds(fn, repeats, lambda: comm.all_sum([0.0]))
-    # Results are written into blocks already resident (or under LARGE_BYTES, which the heap keeps): the first
-    # touch of a fresh block is a term of its own.
-    outs = [torch.empty(n, w) for w in widths]
-
-    def fit(m):                                          # (seconds a nonzero, seconds a byte) of SpMMs by m
-        spmm_s = [timed(lambda h=h, z=z: kernels.spmm(m, h, out=z)) for h, z in zip(hs, outs)]
-        return _nnls(np.array([[m.nnz, 4 * w * (m.nnz + n)] for w in widths], np.float64), np.array(spmm_s))[0]
-
-    nnz_s, per_byte = fit(a)
-    rcm = reverse_cuthill_mckee(raw, symmetric_mode=True)        # as `spgnn.partition.order` orders a part
-    ordered_nnz_s, ordered_per_byte = fit(CSR.from_scipy(raw[rcm][:, rcm]))
-    small, narrow = torch.rand(2**12, 256), f // 4
-    flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
-    h, w, g, z = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow), torch.empty(n, f)
-    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: torch.mm(g, w.t(), out=z)))
-    dense_s = max(dense_s - 3 * 2 * n * f * narrow / flops, 1e-3 * dense_s)
-    half, b, ids = h[: n // 2], torch.rand(f), np.arange(n)
-    x = torch.rand(4, 4, requires_grad=True)
-    elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
-    dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
-    op_s = timed(lambda: (x @ x).sum().backward()) / 4
-    fresh = 2 * LARGE_BYTES                              # a block glibc maps anew, against one kept
-    resident = torch.zeros(fresh // 4)
-    fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
-    mine = [1 / max(per_byte, 1e-15) / cores, nnz_s * cores, 1 / max(ordered_per_byte, 1e-15) / cores,
-            ordered_nnz_s * cores, flops / cores, 3 * 4 * n * (f + narrow) / dense_s / cores,
-            4 * n * f / elementwise_s / cores, 8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s, runtime]
-    med = np.median(np.array(comm.all_gather_object(mine)), axis=0)
-    keys = ("spmm_bytes_per_s", "spmm_nnz_s", "spmm_ordered_bytes_per_s", "spmm_ordered_nnz_s",
-            "flops_per_s", "dense_bytes_per_s", "elementwise_bytes_per_s",
-            "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
-    return {k: float(v) for k, v in zip(keys, med)} | {"runtime_bytes": int(med[-1]),
-                                                        "sync_wait_s": measure_sync_wait(comm, 60, small)}
+    # every rank at once: the cores shared as in a run
+    mine = kernel_rates(lambda fn: _median_seconds(fn, repeats, lambda: comm.all_sum([0.0])), cores, comm.rank,
+                        scale, degree, f)
+    med = np.median(np.array(comm.all_gather_object([mine[k] for k in RATE_KEYS] + [runtime])), axis=0)
+    out = {k: float(v) for k, v in zip(RATE_KEYS, med)} | {
+        "runtime_bytes": int(med[-1]), "sync_wait_s": measure_sync_wait(comm, 60, torch.rand(2**12, 256))}
+    if comm.transport.name == "mpi":
+        return out
+    alone = alone_rates(repeats, scale, degree, f) if comm.rank == 0 else None
+    comm.all_sum([0.0])                                  # the others wait here meanwhile
+    return out | {"alone": comm.all_gather_object(alone)[0]}
 
 
 def measure_sync_wait(comm: Comm, repeats: int, h: torch.Tensor) -> float:
@@ -313,6 +363,12 @@ def format_table(result: dict) -> str:
                      "a process holds "
                      f"{c['runtime_bytes'] / 2**20:.0f} MiB before any data; a collective entered from computation "
                      f"waits {c.get('sync_wait_s', math.nan) * 1e3:.2f} ms more than back to back", ""]
+        if c.get("alone"):
+            a = c["alone"]
+            lines[1:1] = [f"one process alone with every core, a core's: SpMM {a['spmm_bytes_per_s'] / 1e9:.2f} GB/s "
+                            f"and {a['spmm_nnz_s'] * 1e9:.1f} ns a nonzero, dense {a['flops_per_s'] / 1e9:.1f} "
+                            f"GFlop/s, elementwise {a['elementwise_bytes_per_s'] / 1e9:.2f} GB/s, "
+                            f"{a['op_s'] * 1e6:.0f} µs an operation"]
     for op, c in result["collectives"].items():
         per_msg = f"{c['alpha_per_message_s'] * 1e6:.1f}" if c["alpha_per_message_s"] is not None else "-"
         bw = f"{c['bandwidth_bytes_per_s'] / 1e9:.3f}" if c["bandwidth_bytes_per_s"] else "inf"
