@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import machine  # benchmarks/machine.py
@@ -86,7 +87,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     if comm.rank:
         return []
     ab = [cost.load_calibration(f) if f else None for f in files]
-    return [{"grid": list(t.grid.shape), "epochs_s": s, "rates": vars(rates[0]),
+    return [{"grid": list(t.grid.shape), "epochs_s": s, "rates": asdict(rates[0]),
              "predicted": [cost.epoch_seconds(type(t.algo), t.costs[1], t.grid.shape, t.costs[0], a, r,
                                               t.cfg.overlap == "on", ranks_per_node=comm.world_size)
                            for a, r in zip(ab, rates)],
