@@ -24,3 +24,13 @@ def test_parse_sizes_and_ops():
             parse_sizes(bad)
     with pytest.raises(SpgnnError, match="allreduce"):
         parse_ops("allreduce")
+
+
+def test_a_process_alone_that_overruns_is_a_clear_error(monkeypatch):
+    """Timing the kernels in a process alone is bounded: past ALONE_TIMEOUT_S it is one SpgnnError, not a rank
+    that keeps the others waiting."""
+    from spgnn.comm import calibrate
+
+    monkeypatch.setattr(calibrate, "ALONE_TIMEOUT_S", 0.01)
+    with pytest.raises(SpgnnError, match="took over 0.01 s"):
+        calibrate.alone_rates(1, scale=8, degree=2, f=8)

@@ -83,6 +83,7 @@ OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
 # Timed calls of each compute kernel at least, whatever --repeats: they take milliseconds, and with 3 the median still
 # holds the first calls' page faults and heap growth (elementwise and dense rates 1.2-1.6× slower, op_s 1.5× longer).
 COMPUTE_REPEATS = 11
+ALONE_TIMEOUT_S = 600       # a process timing the kernels alone takes 5-10 s here; the others wait for it
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M,16M"
 _UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
 
@@ -268,8 +269,12 @@ def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) ->
     code = "import sys; from spgnn.comm.calibrate import _alone; _alone(*map(int, sys.argv[1:]))"
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                             "NUMBA_NUM_THREADS")}
-    done = subprocess.run([sys.executable, "-c", code, str(repeats), str(scale), str(degree), str(f)], env=env,
-                          capture_output=True, text=True)
+    try:
+        done = subprocess.run([sys.executable, "-c", code, str(repeats), str(scale), str(degree), str(f)], env=env,
+                              capture_output=True, text=True, timeout=ALONE_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise SpgnnError(f"calibrate: timing a process alone took over {ALONE_TIMEOUT_S} s; is the machine "
+                         "overloaded?") from e
     if done.returncode:
         raise SpgnnError(f"calibrate: timing a process alone failed:\n{done.stderr[-2000:]}")
     rates = json.loads(done.stdout.strip().splitlines()[-1])
