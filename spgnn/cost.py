@@ -505,9 +505,9 @@ class Rates:
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
     step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
-    sync_wait_s: float = 0.6e-3     # seconds a call waits for its peers to come from their computation, a core each
-    dropout_bytes_per_s: float = 6.0e9  # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
-    fresh_bytes_per_s: float = 2.6e9    # a fresh private mapping's first touch (page faults, zeroing), one core
+    sync_wait_s: float = 0.0        # seconds a call waits for its peers to come from their computation, a core each
+    dropout_bytes_per_s: float = math.inf   # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
+    fresh_bytes_per_s: float = math.inf     # a fresh private mapping's first touch (page faults, zeroing), one core
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
     spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
     alone: Rates | None = None      # those of one process alone on a machine (None: these)
