@@ -68,7 +68,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     from spgnn.config import TrainConfig
     from spgnn.train.fullbatch import Trainer
 
-    files = [calibration_file(f) for f in args.calibration.split(",")]
+    files = args.files
     live = measure_compute(comm, repeats=3, scale=16) if args.rates == "live" else {}
     rates = [cost.with_measured(cost.load_rates(f), live) for f in files]
     trainers = []
@@ -121,7 +121,7 @@ def memory(dataset, P, algo, args, folder) -> dict:
     subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo,
                     "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--partition",
                     "metis" if args.metis else "random", "--quiet", "--output", str(out),
-                    *(["--calibration", f] if (f := calibration_file(args.calibration.split(",")[0])) else []),
+                    *(["--calibration", args.files[0]] if args.files[0] else []),
                     *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
                    stdout=subprocess.DEVNULL)
     r = json.loads(out.read_text())
@@ -202,6 +202,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "spgnn", "calibrate", "--nprocs", "2", "--sizes", "4K,64K,1M,4M,16M",
                         "--repeats", "3", "--budget", "3", "--output", args.calibration], check=True,
                        stdout=subprocess.DEVNULL)
+    names = args.calibration.split(",")
+    args.files = [calibration_file(f) for f in names]        # the paths (None: the built-in rates)
     rows = []
     for dataset in args.datasets.split(",") if not args.memory_only else []:
         for P in map(int, args.procs.split(",")):
@@ -230,13 +232,12 @@ def main() -> int:
         print(f"| {a['dataset']} | {a['P']} | {a['pick']} | {a['fastest']} | {a['ratio']:.2f} |")
     mem_ok = [abs(r["memory_ratio"] - 1) <= MEMORY_TARGET for r in mems]
     print(f"\n{score(rows, 0)}; memory within {MEMORY_TARGET:.0%}: {sum(mem_ok)}/{len(mem_ok)}")
-    files = args.calibration.split(",")
-    for k, f in enumerate(files[1:] if rows else [], 1):
+    for k, f in enumerate(names[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
-    first = calibration_file(files[0])
+    first = args.files[0]
     out.write_text(json.dumps({"argv": sys.argv, "calibration": json.loads(Path(first).read_text()) if first else None,
                                "runs": rows, "memory": mems, "auto": autos,
-                               "scores": {f: score(rows, k) for k, f in enumerate(files) if rows}}, indent=1))
+                               "scores": {f: score(rows, k) for k, f in enumerate(names) if rows}}, indent=1))
     if rows:
         plot(rows, out.with_suffix(".png"))
     print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if rows else ""))
