@@ -125,6 +125,32 @@ def test_collectives_data_and_bytes():
         assert o["phases"] == {("forward", 1, op, "world") for op in L}
 
 
+def _sparse_exchange(comm):
+    """An all-to-all in each column of a 2×2 grid and in the world, member j getting j·(r + 1) rows from
+    member r (member 0 none, and none to itself in the world)."""
+    from spgnn.comm.grid import ProcessGrid
+
+    grid, out = ProcessGrid(comm, (2, 2), ("row", "col")), {}
+    for group in (grid.group("col"), comm.world):
+        me, g = group.ranks.index(comm.rank), group.size
+        send_rows = [0 if j == me and g > 2 else j * (me + 1) for j in range(g)]
+        recv_rows = [0 if j == me and g > 2 else me * (j + 1) for j in range(g)]
+        send = torch.cat([torch.full((k, 2), 100.0 * comm.rank + group.ranks[j]) for j, k in enumerate(send_rows)])
+        out[group.name] = (group.ranks, comm.all_to_all_v(send, send_rows, recv_rows, group).numpy())
+    return out
+
+
+def test_sparse_all_to_all_in_a_subgroup():
+    """Exchanges where some members send nothing to some others (sent point to point on gloo, to those with
+    rows only) deliver each member's rows from each source in group order, in a column of a grid as in the world."""
+    for r, o in enumerate(run_local(_sparse_exchange, 4)):
+        for ranks, got in o.values():
+            me, g = ranks.index(r), len(ranks)
+            expect = [np.full(0 if j == me and g > 2 else me * (j + 1), 100.0 * ranks[j] + r) for j in range(g)]
+            np.testing.assert_array_equal(got[:, 0], np.concatenate(expect))
+            assert got.shape == (sum(map(len, expect)), 2)
+
+
 def test_single_process_comm_needs_no_process_group():
     c = Comm()
     x = torch.arange(6.0).reshape(3, 2)

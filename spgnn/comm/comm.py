@@ -103,11 +103,28 @@ class TorchTransport:
         return dist.broadcast(t, src=src, group=group.pg, async_op=True)
 
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
-        dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg)
+        self.all_to_all_v_async(out, inp, out_splits, in_splits, group).wait()
 
     def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
-        """Start the exchange; returns a handle whose wait() blocks until `out` is filled."""
-        return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg, async_op=True)
+        """Start the exchange; returns a handle whose wait() blocks until `out` is filled. On gloo it is a send to
+        each member with rows for it and a receive from each with rows for this rank, no more: gloo's
+        all_to_all_single meets every member, even those with nothing to exchange, so that a ring round (one
+        peer each way, as `--algo sar` makes P − 1 of) took 2.2 ms at P = 4 and 3.5 ms at P = 8 for 4 KiB, against
+        0.37 and 1.4 ms sent point to point (8 processes on 2 cores). Elsewhere (nccl) all_to_all_single."""
+        if dist.get_backend(group.pg) != "gloo":
+            return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg, async_op=True)
+        me, ops = group.ranks.index(dist.get_rank()), []
+        recv_at, send_at = np.cumsum([0, *out_splits]), np.cumsum([0, *in_splits])
+        for j, peer in enumerate(group.ranks):
+            got, sent = out[recv_at[j]:recv_at[j + 1]], inp[send_at[j]:send_at[j + 1]]
+            if j == me:
+                got.copy_(sent)
+                continue
+            if len(sent):
+                ops.append(dist.P2POp(dist.isend, sent, peer, group.pg))
+            if len(got):
+                ops.append(dist.P2POp(dist.irecv, got, peer, group.pg))
+        return _Works(dist.batch_isend_irecv(ops) if ops else [])
 
     def all_reduce(self, t, group):
         dist.all_reduce(t, group=group.pg)
@@ -123,6 +140,17 @@ class TorchTransport:
         out = [None] * group.size
         dist.all_gather_object(out, obj, group=group.pg)
         return out
+
+
+class _Works:
+    """Point-to-point works in flight, finished together by ``wait()``."""
+
+    def __init__(self, works):
+        self.works = works
+
+    def wait(self):
+        for w in self.works:
+            w.wait()
 
 
 class Comm:
