@@ -481,8 +481,10 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # (P ranks on C cores: C // P each, or C/P when P > C; then every round of a collective, `wait_steps`, also waits
 # `step_wait_s` for its peers to be scheduled, unless α was calibrated with ranks beyond the cores; with a core each,
 # every collective call waits `sync_wait_s` for its peers to come from their computation). With
-# ``--overlap on`` an SpMM hides min(its communication, the product computed while that is in flight), C/P of that
-# where P ranks share C < P cores (their waits are filled by each other's work already). Ranks wait
+# ``--overlap on`` an SpMM hides min(its communication's latencies and waits, the product computed while that is in
+# flight), C/P of that where P ranks share C < P cores (their waits are filled by each other's work already); not
+# its bytes' β: the transport's copies (gloo over TCP: the kernel copies every byte, on both sides) are work for the
+# cores that compute the product. Ranks wait
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
@@ -717,9 +719,10 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                   overlap: bool = True, ranks_per_node: int | None = None) -> dict:
     """{phase: {"comm_s", "compute_s", "hidden_s", "seconds"}} of `rank` in one training step and one
     evaluation: its ledger's seconds per phase (α-β for `ranks_per_node` processes sharing a machine, default all
-    of the grid's), its compute, and what ``overlap`` hides (each SpMM: the lesser of its exchange's seconds and
-    its product's computed meanwhile, times C/P where P ranks share C < P cores: the machine is busy with the
-    other ranks' work during a wait anyway); seconds = comm + compute − hidden."""
+    of the grid's), its compute, and what ``overlap`` hides (each SpMM: the lesser of its exchange's latencies and
+    waits, the α terms, and its product's seconds computed meanwhile, times C/P where P ranks share C < P cores: the
+    machine is busy with the other ranks' work during a wait anyway; the β terms stay, the transport's copies being
+    the cores' work); seconds = comm + compute − hidden."""
     rates = rates or DEFAULT_RATES
     local, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
     rates, cores = rates.on(local), rates.cores_each(local)
@@ -728,6 +731,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
     hidden = dict.fromkeys(PHASES, 0.0)
     if overlap:
         share = min(cores, 1.0)                         # C/P where P ranks share C < P cores
+        latency = {op: (a, 0.0) for op, (a, _) in ab.items()}
         shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
         for ops in model.layers:
             for op in (o for o in ops if isinstance(o, Spmm)):
@@ -737,7 +741,8 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
                           + rates.spmm_s(o, w * o, ordered=True)) / cores
                 for ph, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
                     if way == "forward" or op.backward:
-                        exposed = _call_seconds(calls[way], ab, wait, lambda g: group_size(cls, shape, g, rank), sync)
+                        exposed = _call_seconds(calls[way], latency, wait, lambda g: group_size(cls, shape, g, rank),
+                                                sync)
                         hidden[ph] += min(exposed, during) * share
     out = {}
     for ph in PHASES:

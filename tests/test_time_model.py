@@ -365,15 +365,20 @@ def test_cost_prints_seconds_and_memory(tmp_path, capsys):
 
 def test_overlap_hides_at_most_the_exchange():
     """With --overlap on, a phase takes comm + compute − hidden, hidden no more than either part, and no more than
-    C/P of it where P = 4 ranks share C = 2 cores."""
+    C/P of it where P = 4 ranks share C = 2 cores; of the exchange only its latencies and waits, not its bytes' β
+    (the transport's copies are the cores' work): with α and the waits zero, nothing is hidden."""
     p, cls, mc, stats = _layout("1d-halo", 0, None, P=4)
     on = cost.phase_seconds(cls, stats, p.shape, 0, mc, overlap=True)
     off = cost.phase_seconds(cls, stats, p.shape, 0, mc, overlap=False)
     assert cost.DEFAULT_RATES.cores == 2
+    bytes_only = cost.phase_seconds(cls, stats, p.shape, 0, mc, {op: (0.0, b) for op, (_, b) in
+                                                                 cost.DEFAULT_ALPHA_BETA.items()},
+                                    dataclasses.replace(cost.DEFAULT_RATES, step_wait_s=0.0), overlap=True)
     for ph in ("forward", "backward", "eval"):
         assert 0 < on[ph]["hidden_s"] <= min(on[ph]["comm_s"], on[ph]["compute_s"]) / 2
         assert off[ph]["hidden_s"] == 0
         assert on[ph]["seconds"] == pytest.approx(off[ph]["seconds"] - on[ph]["hidden_s"])
+        assert bytes_only[ph]["comm_s"] > 0 and bytes_only[ph]["hidden_s"] == 0
 
 
 def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
