@@ -106,12 +106,13 @@ class TorchTransport:
         self.all_to_all_v_async(out, inp, out_splits, in_splits, group).wait()
 
     def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
-        """Start the exchange; returns a handle whose wait() blocks until `out` is filled. On gloo it is a send to
-        each member with rows for it and a receive from each with rows for this rank, no more: gloo's
-        all_to_all_single meets every member, even those with nothing to exchange, so that a ring round (one
-        peer each way, as `--algo sar` makes P − 1 of) took 2.2 ms at P = 4 and 3.5 ms at P = 8 for 4 KiB, against
-        0.37 and 1.4 ms sent point to point (8 processes on 2 cores). Elsewhere (nccl) all_to_all_single."""
-        if dist.get_backend(group.pg) != "gloo":
+        """Start the exchange; returns a handle whose wait() blocks until `out` is filled. On gloo in a group of
+        more than two it is a send to each member with rows for it and a receive from each with rows for this rank,
+        no more: gloo's all_to_all_single meets every member, even those with nothing to exchange, so that a ring
+        round (one peer each way, as `--algo sar` makes P − 1 of) took 1.6 ms at P = 4 and 3.1 at P = 8 for 16 rows,
+        against 1.0 and 1.6 sent point to point (`benchmarks/bench_ring.py`, 2 cores). Between two members (the
+        two ways alike) and on nccl, all_to_all_single."""
+        if group.size <= 2 or dist.get_backend(group.pg) != "gloo":
             return dist.all_to_all_single(out, inp, out_splits, in_splits, group=group.pg, async_op=True)
         me, ops = group.ranks.index(dist.get_rank()), []
         recv_at, send_at = np.cumsum([0, *out_splits]), np.cumsum([0, *in_splits])
