@@ -27,3 +27,19 @@ def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
         assert r["rates"]["flops_per_s"] == cost.DEFAULT_RATES.flops_per_s
         assert r["rates"]["alone"]["spmm_bytes_per_s"] == cost.DEFAULT_RATES.alone.spmm_bytes_per_s
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
+    """bench_ring at P = 3: a row per message size, each way timed --repeats times on rank 0 (the ring's rounds
+    delivered the right shape, else the rank fails), the ratio that of the medians, the PNG beside the JSON."""
+    out = tmp_path / "ring.json"
+    done = subprocess.run([sys.executable, "benchmarks/bench_ring.py", "--procs", "3", "--rows", "1,8", "--width", "4",
+                           "--repeats", "3", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["P"], r["rows"], r["bytes"]) for r in rows] == [(3, 1, 16), (3, 8, 128)]
+    for r in rows:
+        assert {len(v) for v in r["raw_s"].values()} == {3} and set(r["raw_s"]) == {"point_to_point",
+                                                                                 "all_to_all_single", "spgnn"}
+        assert r["ratio"] == r["all_to_all_single_ms"] / r["point_to_point_ms"] > 0
+    assert out.with_suffix(".png").stat().st_size > 0
