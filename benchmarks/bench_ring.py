@@ -34,7 +34,7 @@ WAYS = ("point_to_point", "all_to_all_single", "spgnn")
 def _rounds(comm, rows: int, width: int, repeats: int) -> dict:
     """{way: [seconds a round of each repetition]} on this rank."""
     P, me = comm.world_size, comm.rank
-    x, out = {}, {way: [] for way in WAYS}
+    x, out = None, {way: [] for way in WAYS}
     send = torch.randn(rows, width)
     for rep in range(repeats):
         for way in WAYS[rep % 3:] + WAYS[:rep % 3]:
@@ -79,10 +79,13 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=64, help="float32 columns a row")
     ap.add_argument("--repeats", type=int, default=60, help="timed rings each way")
     args = ap.parse_args()
+    procs = [int(p) for p in args.procs.split(",")]
+    if min(procs) < 2:
+        ap.error(f"--procs: a ring needs at least 2 processes, got {args.procs}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     host, rows = machine.facts(), []
-    for P in map(int, args.procs.split(",")):
+    for P in procs:
         for size in map(int, args.rows.split(",")):
             got = run_local(_rounds, P, size, args.width, args.repeats, timeout_s=600)[0]
             med = {way: float(np.median(got[way])) * 1e3 for way in WAYS}

@@ -126,12 +126,12 @@ def test_collectives_data_and_bytes():
 
 
 def _sparse_exchange(comm):
-    """An all-to-all in each column of a 2×2 grid and in the world, member j getting j·(r + 1) rows from
-    member r (member 0 none, and none to itself in the world)."""
+    """An all-to-all in each group of a 3×2 grid and in the world, member j getting j·(m + 1) rows from member m
+    (member 0 none; none to itself beyond two members)."""
     from spgnn.comm.grid import ProcessGrid
 
-    grid, out = ProcessGrid(comm, (2, 2), ("row", "col")), {}
-    for group in (grid.group("col"), comm.world):
+    grid, out = ProcessGrid(comm, (3, 2), ("row", "col")), {}
+    for group in (grid.group("row"), grid.group("col"), comm.world):
         me, g = group.ranks.index(comm.rank), group.size
         send_rows = [0 if j == me and g > 2 else j * (me + 1) for j in range(g)]
         recv_rows = [0 if j == me and g > 2 else me * (j + 1) for j in range(g)]
@@ -140,10 +140,12 @@ def _sparse_exchange(comm):
     return out
 
 
-def test_sparse_all_to_all_in_a_subgroup():
-    """Exchanges where some members send nothing to some others (sent point to point on gloo, to those with
-    rows only) deliver each member's rows from each source in group order, in a column of a grid as in the world."""
-    for r, o in enumerate(run_local(_sparse_exchange, 4)):
+def test_sparse_all_to_all_in_subgroups():
+    """Exchanges where some members send nothing to some others (sent point to point on gloo beyond two members,
+    to and from those with rows only) deliver each member's rows from each source in group order: in a grid's
+    groups of 3 and of 2 members (ranks apart in the world) as in the world of 6."""
+    for r, o in enumerate(run_local(_sparse_exchange, 6)):
+        assert sorted(len(ranks) for ranks, _ in o.values()) == [2, 3, 6]
         for ranks, got in o.values():
             me, g = ranks.index(r), len(ranks)
             expect = [np.full(0 if j == me and g > 2 else me * (j + 1), 100.0 * ranks[j] + r) for j in range(g)]
