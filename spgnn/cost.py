@@ -130,8 +130,8 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
-        p = getattr(model, "dropout", 0.0)             # a `spgnn.layers.GNN`'s; a module of its own drops out none
-        dropped = tuple(isinstance(p, float | int) and p > 0 and layer.dropout_before for layer in layers)
+        rate = getattr(model, "dropout", 0.0)          # a `spgnn.layers.GNN`'s; a module of its own drops out none
+        dropped = tuple(isinstance(rate, float | int) and rate > 0 and layer.dropout_before for layer in layers)
         return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
                    dropped)
 

@@ -324,8 +324,7 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     if comm.transport.name == "mpi":
         return out
     alone = alone_rates(repeats, scale, degree, f) if comm.rank == 0 else None
-    comm.all_sum([0.0])                                  # the others wait here meanwhile
-    return out | {"alone": comm.all_gather_object(alone)[0]}
+    return out | {"alone": comm.all_gather_object(alone)[0]}          # the others wait here meanwhile
 
 
 def measure_sync_wait(comm: Comm, repeats: int, h: torch.Tensor) -> float:
