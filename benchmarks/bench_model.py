@@ -10,15 +10,15 @@ against each of the others too; "default" names the model's built-in rates and �
 launch of P processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid (each layout once: at
 P = 1 every algorithm runs the same local product, so 1d-halo only), built one after another, then one untimed
 warm-up round and --epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a
-shared machine falls on all alike (the first round after the builds is the slowest: up to 2.2× the later steps at P
-= 8); the median step of each beside the model's prediction, from the calibration's compute rates and α-β (``--rates
-live``: compute rates those processes measure first, `measure_compute`, under the load of the moment; its short
-kernels run at a whole core's speed even where P processes share fewer cores, so the time sharing it should show is
-lost). --memory GRAPHS (comma-separated): per graph one ``spgnn train`` process group per layout (1d-halo, sar, 2d
-at P = 1, 2, 4, one epoch), peak RSS per rank (the set-up's and training's beside it) against the predicted memory.
-Targets: every predicted epoch within 25% of the measured median, the predicted fastest layout (``--algo auto``'s
-rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown tables; writes the JSON to --out
-and a plot of predicted against measured next to it.
+shared machine falls on all alike (the first round after the builds is the slowest: up to 2.2× the later steps at
+P = 8); the median step of each beside the model's prediction, from the calibration's compute rates and α-β
+(``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the moment; its
+short kernels run at a whole core's speed even where P processes share fewer cores, so the time sharing it should
+show is lost). --memory GRAPHS (comma-separated): per graph one ``spgnn train`` process group per layout (1d-halo,
+sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank (the set-up's and training's beside it) against the predicted
+memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest layout
+(``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown tables; writes
+the JSON to --out and a plot of predicted against measured next to it.
 """
 
 from __future__ import annotations
