@@ -153,6 +153,40 @@ def test_sparse_all_to_all_in_subgroups():
             assert got.shape == (sum(map(len, expect)), 2)
 
 
+def _shared_groups(comm):
+    """Three grids on 4 ranks (4x1, 2x2 twice, 1x4 with a plane), a sum in every group of each, and which groups
+    share a process group."""
+    import torch.distributed as dist
+
+    from spgnn.comm.grid import ProcessGrid
+
+    before = len(dist.distributed_c10d._world.pg_map)
+    grids = [ProcessGrid(comm, (4, 1), ("block", "replica")), ProcessGrid(comm, (2, 2), ("row", "col")),
+             ProcessGrid(comm, (2, 2), ("row", "col")), ProcessGrid(comm, (1, 4), ("a", "b"), planes={"ab": "ab"})]
+    made = len(dist.distributed_c10d._world.pg_map) - before
+    sums = {(k, name): (grid.group(name).ranks, comm.all_sum([comm.rank + 1], grid.group(name))[0])
+            for k, grid in enumerate(grids) for name in grid._groups}
+    g = [grid._groups for grid in grids]
+    return {"made": made, "sums": sums, "coords": [grid.coord for grid in grids],
+            "same_rows": g[1]["row"].pg is g[2]["row"].pg, "same_cols": g[1]["col"].pg is g[2]["col"].pg,
+            "none": [g[0]["block"].pg, g[0]["replica"].pg, g[3]["b"].pg, g[3]["ab"].pg, g[3]["a"].pg]}
+
+
+def test_groups_of_the_same_ranks_share_one_process_group():
+    """A group's process group is made once for its ranks: a second grid of the same shape makes none, the world's
+    ranks use the default group and one rank needs none (each gloo group costs sockets and a thread waking 100
+    times a second); sums in every group still cover its members, in row-major coordinates."""
+    for r, o in enumerate(run_local(_shared_groups, 4)):
+        assert o["made"] == 2                    # its row and its column of 2x2 (pg_map holds a member's), no more
+        assert o["same_rows"] and o["same_cols"] and o["none"] == [None] * 5
+        assert o["coords"] == [(r, 0), divmod(r, 2), divmod(r, 2), (0, r)]
+        for ranks, total in o["sums"].values():
+            assert r in ranks and total == sum(m + 1 for m in ranks)
+        assert o["sums"][(1, "row")][0] == (r % 2, r % 2 + 2) and o["sums"][(1, "col")][0] == (r - r % 2, r - r % 2 + 1)
+    with pytest.raises(ValueError, match="ascending"):
+        Comm(0, 4).group("row", (2, 1))
+
+
 def test_single_process_comm_needs_no_process_group():
     c = Comm()
     x = torch.arange(6.0).reshape(3, 2)

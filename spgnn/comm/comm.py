@@ -95,6 +95,10 @@ class TorchTransport:
 
     name = "torch"
 
+    def new_group(self, ranks):
+        """A process group of global `ranks` (ascending); collective: every rank of the job calls it."""
+        return dist.new_group(list(ranks))
+
     def broadcast(self, t, src, group):
         dist.broadcast(t, src=src, group=group.pg)
 
@@ -164,6 +168,21 @@ class Comm:
         self.ledger = Ledger()
         self.world = Group("world", tuple(range(world_size)), None)
         self._phase, self._layer = "setup", None
+        self._made = {}                 # ranks → the transport's group for them
+
+    def group(self, name: str, ranks) -> Group:
+        """The `Group` `name` of global `ranks` (ascending). Collective: every rank makes every group, in one
+        order. Groups of the same ranks share one transport group, made at the first: each gloo group holds its
+        own sockets and a thread that wakes 100 times a second, which ranks sharing cores pay for (the world's is
+        the default group, one rank's needs none)."""
+        ranks = tuple(int(r) for r in ranks)
+        if not ranks or list(ranks) != sorted(set(ranks)) or ranks[-1] >= self.world_size:
+            raise ValueError(f"group {name!r}: ranks {ranks} must be distinct, ascending and below "
+                             f"{self.world_size}")
+        if ranks not in self._made:
+            alone_or_all = len(ranks) in (1, self.world_size)
+            self._made[ranks] = None if alone_or_all else self.transport.new_group(ranks)
+        return Group(name, ranks, self._made[ranks])
 
     # -- phases ---------------------------------------------------------------------------------------
     @property

@@ -1,8 +1,9 @@
 """The process grid: P = ∏ shape processes with named dimensions, each dimension a communication group; grid
 shapes as text ("4x2" ↔ (4, 2)) and the divisors they are made of.
 
-A thin layer over ``torch.distributed.device_mesh``: ``grid.group("row")`` is the `Group` of the ranks that
-share this rank's coordinates in every other dimension, ``grid.coord`` this rank's coordinates.
+Ranks lie on the grid in row-major order: ``grid.coord`` is this rank's coordinates, ``grid.group("row")`` the
+`Group` of the ranks that share them in every other dimension (made by `Comm.group`, which gives groups of the same
+ranks one process group).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import torch.distributed as dist
 
 from ..errors import SpgnnError
 from .comm import Comm, Group
@@ -42,7 +42,9 @@ class ProcessGrid:
 
     def __init__(self, comm: Comm, shape: tuple, names: tuple, device: str = "cpu", planes: dict | None = None):
         """`planes`: {name: dimension names} for groups spanning several dimensions (the ranks sharing this
-        rank's coordinates in the other dimensions, ordered row-major over the named ones)."""
+        rank's coordinates in the other dimensions, ordered row-major over the named ones). Collective: every rank
+        makes the same grids in the same order. `device` is kept for callers that name it: the groups move data
+        as the job's transport does (gloo or nccl, as the job was started; MPI)."""
         shape, names = tuple(int(s) for s in shape), tuple(names)
         if len(shape) != len(names):
             raise SpgnnError(f"grid shape {shape} and dimension names {names} differ in length")
@@ -50,27 +52,16 @@ class ProcessGrid:
             raise SpgnnError(f"grid {format_grid(shape)} has {math.prod(shape)} processes but the job "
                              f"has {comm.world_size}: choose a shape whose product is {comm.world_size}")
         self.comm, self.shape, self.names = comm, shape, names
-        planes = planes or {}
-        if comm.world_size == 1:
-            self.coord = (0,) * len(shape)
-            self._groups = {name: Group(name, (0,), None) for name in (*names, *planes)}
-            return
-        from torch.distributed.device_mesh import init_device_mesh
-
-        mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", shape, mesh_dim_names=names)
-        self.coord = tuple(mesh.get_coordinate())
-        self._groups = {}
-        for name in names:
-            pg = mesh.get_group(name)
-            self._groups[name] = Group(name, tuple(dist.get_process_group_ranks(pg)), pg)
         ranks = np.arange(comm.world_size).reshape(shape)
-        for name, dims in planes.items():
+        self.coord = tuple(int(x) for x in np.unravel_index(comm.rank, shape))
+        self._groups = {}
+        for name, dims in [*((n, (n,)) for n in names), *(planes or {}).items()]:
             axes = [names.index(d) for d in dims]
             for members in np.moveaxis(ranks, axes, list(range(len(shape) - len(axes), len(shape)))).reshape(
                     -1, math.prod(shape[a] for a in axes)):
-                pg = dist.new_group(members.tolist())          # every rank creates every group, in one order
-                if comm.rank in members:
-                    self._groups[name] = Group(name, tuple(members.tolist()), pg)
+                group = comm.group(name, members.tolist())      # every rank makes every group, in one order
+                if comm.rank in group.ranks:
+                    self._groups[name] = group
 
     @property
     def size(self) -> int:

@@ -11,8 +11,8 @@ MPI collectives have no timeout of their own: a watchdog thread ends this proces
 exit 1, after which mpirun ends the job) when a call has waited longer than `timeout_s` (``--timeout``), so
 that a stalled or dead peer cannot leave the job waiting forever.
 
-torch.distributed stays initialised alongside (the process grid's DeviceMesh uses it); only the data moved
-by `Comm` goes through MPI. `Comm` does the byte accounting, so the ledger is the same on both transports.
+torch.distributed stays initialised alongside for the launch's barriers, with no group of a grid made there; the
+data moved by `Comm` goes through MPI. `Comm` does the byte accounting, so the ledger is the same on both transports.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ class MPITransport:
                                  "probably exited or stalled, see its output\n")
                 sys.stderr.flush()
                 os._exit(1)
+
+    def new_group(self, ranks):
+        """None: a group's communicator is made from its ranks where it is first used (`communicator`)."""
+        return None
 
     def communicator(self, group):
         """The MPI communicator whose rank k is ``group.ranks[k]`` (created on first use, then cached)."""
