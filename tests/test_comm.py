@@ -154,7 +154,7 @@ def test_sparse_all_to_all_in_subgroups():
 
 
 def _shared_groups(comm):
-    """Three grids on 4 ranks (4x1, 2x2 twice, 1x4 with a plane), a sum in every group of each, and which groups
+    """Four grids on 4 ranks (4x1, 2x2 twice, 1x4 with a plane), a sum in every group of each, and which groups
     share a process group."""
     import torch.distributed as dist
 
