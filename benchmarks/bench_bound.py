@@ -7,9 +7,9 @@
 
 One process set up as ``spgnn train`` sets up P = 1 (`spgnn.comm.launch.init`: every core's threads, freed memory
 kept), one `Trainer` per algorithm (dropout 0, Adam lr 0.01; ``ALGO:ORDER`` sets its --node-order, rcm when not
-given). One step of each is recorded first: every dense
-product it runs (``aten.mm``, ``aten.addmm``: shapes, strides) by a dispatch mode, and every SpMM
-(`spgnn.sparse.kernels.spmm`: nnz, index and value bytes, rows read, rows written, width). Then, in each of
+given). One step of each is recorded first: every dense product it runs (``aten.mm``, ``aten.addmm``, oneDNN's
+``mkldnn._linear_pointwise``: shapes, strides) by a dispatch mode, and every SpMM (`spgnn.sparse.kernels.spmm`:
+nnz, index and value bytes, rows read, rows written, width). Then, in each of
 --rounds interleaved rounds:
 
     step      one `Trainer.step` (forward + backward + Adam) of each algorithm
@@ -46,7 +46,7 @@ from spgnn.graph.datasets import load_dataset
 from spgnn.sparse import kernels
 from spgnn.train.fullbatch import Trainer
 
-DENSE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+DENSE = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.mkldnn._linear_pointwise.default}
 
 
 class DenseRecorder(TorchDispatchMode):

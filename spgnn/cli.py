@@ -10,7 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import jit, progress, spmm
+from . import dense, jit, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .comm.agree import agree
@@ -516,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     rank = launch.detect().rank if argv else 0
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
     try:
+        dense.get_backend()                             # $SPGNN_DENSE_BACKEND checked before any work
         with validate.allow_overlap(getattr(args, "allow_overlap", False)):
             return COMMANDS[args.command](args, argv)
     except SpgnnError as e:

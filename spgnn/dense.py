@@ -1,19 +1,66 @@
 """The dense product of a layer, Y = H·W + C (H n×f_in, W f_in×f_out, C a bias of f_out or an n×f_out addend),
-with a backward that multiplies in the faster orientation.
+taken by the faster of the two matrix libraries in torch's CPU build, with a backward that multiplies in the faster
+orientation.
 
-Backward: dH = dY·Wᵀ, dW = Hᵀ·dY, dC = dY (summed over rows for a bias). The BLAS torch calls on CPU runs Hᵀ·dY
-3-14× slower when dY has fewer than `NARROW` columns (a layer with few outputs, such as the last one on a graph with
-few classes): measured on a 2-core AMD EPYC (torch 2.13), Hᵀ·dY with n = 131072, f_in = 256, f_out = 8 runs at
+Backward: dH = dY·Wᵀ, dW = Hᵀ·dY, dC = dY (summed over rows for a bias).
+
+Library. torch multiplies float32 matrices on CPU with MKL, which runs its AVX2 code on AMD processors; the oneDNN
+library in the same build (`torch.ops.mkldnn._linear_pointwise`, X·Vᵀ, the op torch's compiler uses for linear
+layers) runs AVX-512 there. On a 2-core AMD EPYC (torch 2.13), n = 13752, f_in = 767, f_out = 512, medians of 7:
+
+| product | MKL, 2 threads | oneDNN, 2 threads | MKL, 1 thread | oneDNN, 1 thread |
+|---|---|---|---|---|
+| H·W | 51 ms | 23 ms | 105 ms | 44 ms |
+| dY·Wᵀ | 63 ms | 33 ms | 123 ms | 44 ms |
+| Hᵀ·dY, as (dYᵀ·H)ᵀ in oneDNN | 50 ms | 30 ms | 99 ms | 54 ms |
+
+The two agree to float32 rounding (largest difference 1e-6 of the largest entry). So a float32 CPU product of at
+least `SMALL` multiply-adds goes through oneDNN (below it, oneDNN's fixed 11 µs a call is more than the product).
+The weight gradient goes through oneDNN only where W has at least `WIDE` entries, in blocks of `ROWS` rows of H summed:
+oneDNN copies the operands it is given into its own layout, so a block's copy is all it holds at once (with H whole,
+a P = 1 GraphSAGE step on amazon-computers peaked about 50 MiB higher), and over n = 131072 rows in one pass it took
+125 ms against MKL's 84 at f_in = f_out = 256 (in blocks, 81). At f_in = f_out = 128 MKL stays faster on 2 threads
+(24 against 30 ms). ``set_backend("torch")``, or ``SPGNN_DENSE_BACKEND=torch`` in the environment, keeps every
+product torch's own.
+
+Narrow products. torch's BLAS runs Hᵀ·dY 3-14× slower when dY has fewer than `NARROW` columns (a layer with few
+outputs, such as the last one on a graph with few classes): Hᵀ·dY with n = 131072, f_in = 256, f_out = 8 runs at
 3.7 GFlop/s, the same product as (dYᵀ·H)ᵀ at 33-38. There the product is taken as (dYᵀ·H)ᵀ: the same sums, the
-other operand in the inner position. Above `NARROW` columns the two are within 0.6-1.3× of each other and Hᵀ·dY is
-kept.
+other operand in the inner position.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 
-NARROW = 16     # dY with fewer columns than this (and fewer than H's) takes dW as (dYᵀ·H)ᵀ
+from .errors import SpgnnError
+
+NARROW = 16        # dY with fewer columns than this (and fewer than H's) takes dW as (dYᵀ·H)ᵀ
+SMALL = 1 << 20    # multiply-adds below which a product stays torch's own
+WIDE = 1 << 16     # entries of W from which dW goes through oneDNN
+ROWS = 1 << 12     # rows of H a block of oneDNN's dW
+
+_BACKENDS = ("onednn", "torch")
+_backend: str | None = None
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+def set_backend(name: str) -> None:
+    """Choose the dense backend on CPU: "onednn" (float32 products through oneDNN where torch has it, the rest
+    torch's own) or "torch" (every product torch's own)."""
+    global _backend
+    if name not in _BACKENDS:
+        raise SpgnnError(f"unknown dense backend {name!r}; choose one of {', '.join(_BACKENDS)}")
+    _backend = name
+
+
+def get_backend() -> str:
+    """The current dense backend (first call: $SPGNN_DENSE_BACKEND, else "onednn")."""
+    if _backend is None:
+        set_backend(os.environ.get("SPGNN_DENSE_BACKEND") or "onednn")
+    return _backend
 
 
 def narrow(f_in: int, f_out: int) -> bool:
@@ -21,11 +68,42 @@ def narrow(f_in: int, f_out: int) -> bool:
     return f_out < min(NARROW, f_in)
 
 
+def onednn(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether A·B (A n×k, B k×m) goes through oneDNN: float32 on CPU, at least `SMALL` multiply-adds."""
+    return (_ONEDNN and a.device.type == "cpu" and get_backend() == "onednn" and a.dtype == b.dtype == torch.float32
+            and a.shape[0] * a.shape[1] * b.shape[1] >= SMALL)
+
+
+def _linear(x: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """X·Vᵀ (+ bias) by oneDNN: X n×k, V m×k (either may be a strided view)."""
+    return torch.ops.mkldnn._linear_pointwise(x, v, bias, "none", [], "")
+
+
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """A·B (A n×k, B k×m) in the faster library (module docstring)."""
+    return _linear(a, b.t()) if onednn(a, b) else a @ b
+
+
+def product(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> torch.Tensor:
+    """H·W + C with no autograd of its own (C: None, a bias of f_out, or an n×f_out addend)."""
+    if not onednn(h, w):
+        return h @ w if c is None else torch.addmm(c, h, w)
+    if c is None or c.dim() == 1:
+        return _linear(h, w.t(), c)
+    return _linear(h, w.t()).add_(c)
+
+
 def weight_grad(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """Hᵀ·G (f_in×f_out) for H n×f_in and G n×f_out, in the faster orientation (module docstring)."""
-    if narrow(h.shape[1], g.shape[1]):
+    """Hᵀ·G (f_in×f_out) for H n×f_in and G n×f_out, in the faster library and orientation (module docstring)."""
+    f_in, f_out = h.shape[1], g.shape[1]
+    if narrow(f_in, f_out):
         return (g.t() @ h).t()
-    return h.t() @ g
+    if f_in * f_out < WIDE or not onednn(g.t(), h):
+        return h.t() @ g
+    dw = _linear(g[:ROWS].t(), h[:ROWS].t())
+    for start in range(ROWS, h.shape[0], ROWS):
+        dw += _linear(g[start:start + ROWS].t(), h[start:start + ROWS].t())
+    return dw.t()
 
 
 class _Product(torch.autograd.Function):
@@ -34,24 +112,24 @@ class _Product(torch.autograd.Function):
         need_h, need_w, _ = ctx.needs_input_grad
         ctx.save_for_backward(h if need_w else None, w if need_h else None)    # what torch's own mm keeps
         ctx.bias = c is not None and c.dim() == 1
-        return h @ w if c is None else torch.addmm(c, h, w)
+        return product(h, w, c)
 
     @staticmethod
     def backward(ctx, g):
         h, w = ctx.saved_tensors
         need_h, need_w, need_c = ctx.needs_input_grad
-        dh = g @ w.t() if need_h else None
+        dh = mm(g, w.t()) if need_h else None
         dw = weight_grad(h, g) if need_w else None
         dc = (g.sum(0) if ctx.bias else g) if need_c else None
         return dh, dw, dc
 
 
 def matmul(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> torch.Tensor:
-    """H·W + C (C: None, a bias of f_out, or an n×f_out addend) for H n×f_in, W f_in×f_out; differentiable, its
-    weight gradient in the faster orientation (`weight_grad`). Only a narrow product that needs a gradient goes
-    through `_Product`: any other is torch's own, whose autograd node held 40-80 MiB less at the peak of a GraphSAGE
-    step on amazon-computers than the Python Function did."""
-    if not narrow(*w.shape) or not torch.is_grad_enabled() or not (h.requires_grad or w.requires_grad
-                                                         or (c is not None and c.requires_grad)):
-        return h @ w if c is None else torch.addmm(c, h, w)
-    return _Product.apply(h, w, c)
+    """H·W + C (C: None, a bias of f_out, or an n×f_out addend) for H n×f_in, W f_in×f_out; differentiable, in the
+    faster library and weight-gradient orientation (module docstring). A product that needs no gradient, or that
+    torch's own mm takes as well (not narrow, not for oneDNN), has no `_Product` node: torch's MmBackward held 40-80
+    MiB less at the peak of a GraphSAGE step on amazon-computers than the Python Function did."""
+    if torch.is_grad_enabled() and (h.requires_grad or w.requires_grad or (c is not None and c.requires_grad)) \
+            and (narrow(*w.shape) or onednn(h, w)):
+        return _Product.apply(h, w, c)
+    return product(h, w, c)

@@ -1,16 +1,28 @@
 """`spgnn.dense.matmul`: H·W + C and its gradients equal torch's own, in either orientation of the weight
-gradient."""
+gradient and in either backend (oneDNN, torch's own)."""
 
 import pytest
 import torch
 
-from spgnn.dense import NARROW, matmul, weight_grad
+from spgnn import dense
+from spgnn.dense import NARROW, ROWS, SMALL, matmul, weight_grad
+from spgnn.errors import SpgnnError
+
+ONEDNN = pytest.mark.skipif(not dense._ONEDNN, reason="this torch build has no oneDNN")
+
+
+@pytest.fixture(params=["onednn", "torch"])
+def backend(request, monkeypatch):
+    if request.param == "onednn" and not dense._ONEDNN:
+        pytest.skip("this torch build has no oneDNN")
+    monkeypatch.setattr(dense, "_backend", request.param)
+    return request.param
 
 
 @pytest.mark.parametrize("f_out", [1, NARROW - 1, NARROW, 40])
 @pytest.mark.parametrize("addend", [None, "bias", "matrix"])
 @pytest.mark.parametrize("h_grad", [True, False])
-def test_product_and_gradients_equal_torch(f_out, addend, h_grad):
+def test_product_and_gradients_equal_torch(f_out, addend, h_grad, backend):
     gen = torch.Generator().manual_seed(f_out)
     n, f_in = 300, 24
     h = torch.randn(n, f_in, generator=gen, requires_grad=h_grad)
@@ -39,7 +51,8 @@ def test_narrow_weight_gradient_takes_the_other_orientation():
 
 def test_only_a_narrow_product_needing_gradients_is_its_own():
     """Under no_grad, or with no operand needing a gradient, the product is torch's own (no autograd node); a product
-    of NARROW outputs or more is torch's own too (its node is torch's MmBackward); a narrow one is `_Product`'s."""
+    under SMALL multiply-adds of NARROW outputs or more is torch's own too (its node is torch's MmBackward); a
+    narrow one is `_Product`'s."""
     h, w = torch.randn(8, 4), torch.randn(4, 2, requires_grad=True)
     with torch.no_grad():
         assert matmul(h, w).grad_fn is None
@@ -47,3 +60,62 @@ def test_only_a_narrow_product_needing_gradients_is_its_own():
     assert type(matmul(h, w).grad_fn).__name__ == "_ProductBackward"
     wide = torch.randn(NARROW + 4, NARROW, requires_grad=True)
     assert type(matmul(torch.randn(8, NARROW + 4), wide).grad_fn).__name__ == "MmBackward0"
+
+
+@pytest.mark.parametrize("addend", [None, "bias", "matrix"])
+def test_large_products_equal_float64_in_either_backend(addend, backend):
+    """Products past SMALL (oneDNN's), a weight gradient summed over blocks of ROWS rows and a remainder, and H a
+    strided column block: Y and every gradient equal the float64 product to float32 rounding."""
+    gen = torch.Generator().manual_seed(7)
+    n, f_in, f_out = 2 * ROWS + 100, 300, 256
+    assert n * f_in * f_out >= SMALL and f_in * f_out >= dense.WIDE
+    wide = torch.randn(n, f_in + 40, generator=gen)
+    h = wide[:, 20:20 + f_in].requires_grad_()                     # rows strided by f_in + 40
+    w = torch.randn(f_in, f_out, generator=gen, requires_grad=True)
+    c = None if addend is None else torch.randn(*((f_out,) if addend == "bias" else (n, f_out)), generator=gen,
+                                                requires_grad=True)
+    dy = torch.randn(n, f_out, generator=gen)
+    leaves = [t for t in (h, w, c) if t is not None]
+    y = matmul(h, w, c)
+    with torch.no_grad():
+        assert torch.equal(dense.product(h, w, c), y)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    y64 = exact[0] @ exact[1] + (exact[2] if c is not None else 0)
+    torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-4)
+    for a, b in zip(torch.autograd.grad(y, leaves, dy), torch.autograd.grad(y64, exact, dy.double())):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-3)
+
+
+@ONEDNN
+def test_the_backend_decides_whose_products_they_are(monkeypatch):
+    """With oneDNN, a float32 CPU product of SMALL multiply-adds or more is `_Product`'s (its op oneDNN's), a smaller
+    one or a float64 one torch's own; with "torch", every one is torch's own."""
+    h, w = torch.randn(1024, 64), torch.randn(64, 16, requires_grad=True)
+    assert 1024 * 64 * 16 == SMALL
+    for name, node in (("onednn", "_ProductBackward"), ("torch", "MmBackward0")):
+        monkeypatch.setattr(dense, "_backend", name)
+        assert type(matmul(h, w).grad_fn).__name__ == node
+        assert dense.onednn(h, w) == (name == "onednn")
+        assert not dense.onednn(h[:-1], w) and not dense.onednn(h.double(), w.double())
+        assert type(matmul(h[:-1], w).grad_fn).__name__ == "MmBackward0"
+
+
+def test_backend_selection(monkeypatch):
+    with pytest.raises(SpgnnError, match="unknown dense backend 'mkl'; choose one of onednn, torch"):
+        dense.set_backend("mkl")
+    monkeypatch.setattr(dense, "_backend", None)
+    monkeypatch.setenv("SPGNN_DENSE_BACKEND", "torch")
+    assert dense.get_backend() == "torch"
+    monkeypatch.setattr(dense, "_backend", None)
+    monkeypatch.delenv("SPGNN_DENSE_BACKEND")
+    assert dense.get_backend() == "onednn"
+
+
+def test_the_cli_refuses_an_unknown_backend_before_any_work(monkeypatch, capsys):
+    """A bad $SPGNN_DENSE_BACKEND is the error, not the dataset that was never looked for."""
+    from spgnn.cli import main
+
+    monkeypatch.setattr(dense, "_backend", None)
+    monkeypatch.setenv("SPGNN_DENSE_BACKEND", "mkl")
+    assert main(["train", "--dataset", "no-such-graph", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err.strip() == "spgnn: error: unknown dense backend 'mkl'; choose one of onednn, torch"

@@ -19,7 +19,7 @@ and the large ones β.
 
 Compute (`measure_compute`), timed on every rank at once (so with the cores shared as in a run) and divided by
 the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm` on a power-law
-R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (torch.mm:
+R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (`spgnn.dense`:
 2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
 (`spgnn.hashing.dropout`, 8 bytes an element), the first touch of a fresh mapping (page faults and zeroing), the
@@ -221,6 +221,7 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
     call of fn (`measure_compute`'s docstring says what each times)."""
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
+    from .. import dense
     from ..graph.datasets import rmat_edges
     from ..hashing import dropout, dropout_mask
     from ..sparse import kernels
@@ -242,11 +243,12 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
 
     (nnz_s, per_byte), (ordered_nnz_s, ordered_per_byte) = (fit(CSR.from_scipy(m)) for m in (raw, raw[rcm][:, rcm]))
     small, narrow = torch.rand(2**12, 256), f // 4
-    flops = 2 * 2**12 * 256 * 256 / timed(lambda: small @ small[:256])
-    h, w, g, z = torch.rand(n, f), torch.rand(f, narrow), torch.rand(n, narrow), torch.empty(n, f)
-    dense_s = sum(timed(fn) for fn in (lambda: h @ w, lambda: h.t() @ g, lambda: torch.mm(g, w.t(), out=z)))
-    dense_s = max(dense_s - 3 * 2 * n * f * narrow / flops, 1e-3 * dense_s)
-    half, b, ids = h[: n // 2], torch.rand(f), np.arange(n)
+    flops = 2 * 2**12 * 256 * 256 / timed(lambda: dense.mm(small, small[:256]))
+    h, w, b, ids = torch.rand(n, f), torch.rand(f, narrow), torch.rand(f), np.arange(n)
+    half, g = h[: n // 2], torch.rand(n // 2, narrow)    # results under LARGE_BYTES, blocks the heap keeps
+    dense_s = sum(timed(fn) for fn in (lambda: dense.mm(half, w), lambda: dense.weight_grad(half, g),
+                                       lambda: dense.mm(g, w.t())))
+    dense_s = max(dense_s - 3 * 2 * (n // 2) * f * narrow / flops, 1e-3 * dense_s)
     elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
     dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
     x = torch.rand(4, 4, requires_grad=True)
@@ -256,7 +258,7 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
     fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     return dict(zip(RATE_KEYS, (1 / max(per_byte, 1e-15) / cores, nnz_s * cores,
                                 1 / max(ordered_per_byte, 1e-15) / cores, ordered_nnz_s * cores, flops / cores,
-                                3 * 4 * n * (f + narrow) / dense_s / cores, 4 * n * f / elementwise_s / cores,
+                                3 * 4 * (n // 2) * (f + narrow) / dense_s / cores, 4 * n * f / elementwise_s / cores,
                                 8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s)))
 
 
