@@ -506,7 +506,7 @@ class Rates:
     comm_ranks: int = 2             # ranks on it when α and β were measured
     spmm_nnz_s: float = 0.0         # seconds a local SpMM spends a nonzero whatever its width (index, value), one core
     dense_bytes_per_s: float = math.inf  # 4·rows·(f_in + f_out) bytes a dense product reads and writes, one core
-    step_wait_s: float = 0.5e-3     # seconds a collective's round waits for its peers when ranks outnumber cores
+    step_wait_s: float = 0.35e-3    # seconds a collective's round waits for its peers when ranks outnumber cores
     sync_wait_s: float = 0.0        # seconds a call waits for its peers to come from their computation, a core each
     dropout_bytes_per_s: float = math.inf   # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
     fresh_bytes_per_s: float = math.inf     # a fresh private mapping's first touch (page faults, zeroing), one core
@@ -555,9 +555,13 @@ class Rates:
 # of `benchmarks/bench_model.py`, none within 25%); these put 617 of the 660 within 25%, the runs' own calibrations 575.
 # step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
 # within 25% at 0.5 ms, 58 at 1.5 ms, the α per step of `spgnn calibrate --nprocs 4` less twice that of --nprocs 2,
-# whose back-to-back collectives wait for a core at every step where training's mostly find their peers running).
+# whose back-to-back collectives wait for a core at every step where training's mostly find their peers running);
+# refitted to 0.35 ms once the dense products ran through oneDNN (five runs, 150 steps: 147 within 25% against 143 at
+# 0.5 ms; on the three runs the fit did not start from, 87 of 90 against 85).
+# flops_per_s and dense_bytes_per_s (both), since `spgnn.dense` takes float32 products through oneDNN: the median of
+# seven later calibrations (each within 0.82-1.05× of it; torch's MKL had 102e9 and 15.7e9, alone 103e9 and 18.9e9).
 _SHARING = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
-                 spmm_ordered_nnz_s=1.95e-9, flops_per_s=102e9, dense_bytes_per_s=15.7e9, elementwise_bytes_per_s=5.9e9,
+                 spmm_ordered_nnz_s=1.95e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
                  dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=355 * 2**20,
                  sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
@@ -565,7 +569,7 @@ _SHARING = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes
 # within 25%, against 41)
 DEFAULT_RATES = replace(_SHARING, alone=replace(
     _SHARING, spmm_bytes_per_s=31.7e9, spmm_nnz_s=2.02e-9, spmm_ordered_bytes_per_s=39.1e9, spmm_ordered_nnz_s=2.03e-9,
-    flops_per_s=103e9, dense_bytes_per_s=18.9e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
+    flops_per_s=250e9, dense_bytes_per_s=39.3e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
     op_s=5.8e-6))
 
 

@@ -311,10 +311,12 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     "alone": the same rates of one process alone on the machine (`alone_rates`, started by rank 0 while the others
     wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
     (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
+    from .. import dense
     from ..cost import DEFAULT_RATES
     from ..jit import warm_up
 
     warm_up()                                            # a run's kernels loaded: ~50 MiB of the runtime
+    dense.mm(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
     # every rank at once: the cores shared as in a run
