@@ -16,12 +16,17 @@ layers) runs AVX-512 there. On a 2-core AMD EPYC (torch 2.13), n = 13752, f_in =
 
 The two agree to float32 rounding (largest difference 1e-6 of the largest entry). So a float32 CPU product of at
 least `SMALL` multiply-adds goes through oneDNN (below it, oneDNN's fixed 11 µs a call is more than the product).
-The weight gradient goes through oneDNN only where W has at least `WIDE` entries, in blocks of `ROWS` rows of H summed:
-oneDNN copies the operands it is given into its own layout, so a block's copy is all it holds at once (with H whole,
-a P = 1 GraphSAGE step on amazon-computers peaked about 50 MiB higher), and over n = 131072 rows in one pass it took
-125 ms against MKL's 84 at f_in = f_out = 256 (in blocks, 81). At f_in = f_out = 128 MKL stays faster on 2 threads
-(24 against 30 ms); at n = 13752, f_in = 767, f_out = 64 oneDNN is (4.5 against 7.6 ms). ``set_backend("torch")``,
-or ``SPGNN_DENSE_BACKEND=torch`` in the environment, keeps every product torch's own.
+The weight gradient goes through oneDNN only where W has at least `WIDE` entries, as Xᵀ·V summed over blocks of
+`ROWS` rows, X the narrower of H and dY:
+- oneDNN takes its first operand contiguous, so it copies each block of Xᵀ (1.5 ms for 512×4096); at n = 13752,
+  f_in = 256, f_out = 512 the product took 10.8 ms as Hᵀ·dY and 14.3 as (dYᵀ·H)ᵀ;
+- in blocks, a block's copies are all it holds at once (with H whole, a P = 1 GraphSAGE step on amazon-computers
+  peaked about 50 MiB higher), and over n = 131072 rows in one pass it took 125 ms against MKL's 84 at
+  f_in = f_out = 256 (in blocks, 81);
+- at f_in = f_out = 128 MKL stays faster on 2 threads (24 against 30 ms); at n = 13752, f_in = 767, f_out = 64
+  oneDNN is faster (4.5 against 7.6 ms).
+
+``set_backend("torch")``, or ``SPGNN_DENSE_BACKEND=torch`` in the environment, keeps every product torch's own.
 
 Narrow products. torch's BLAS runs Hᵀ·dY 3-14× slower when dY has fewer than `NARROW` columns (a layer with few
 outputs, such as the last one on a graph with few classes): Hᵀ·dY with n = 131072, f_in = 256, f_out = 8 runs at
@@ -100,10 +105,11 @@ def weight_grad(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return (g.t() @ h).t()
     if f_in * f_out < WIDE or not onednn(g.t(), h):
         return h.t() @ g
-    dw = _linear(g[:ROWS].t(), h[:ROWS].t())
+    x, v = (h, g) if f_in < f_out else (g, h)        # oneDNN copies Xᵀ contiguous: the narrower of the two
+    dw = _linear(x[:ROWS].t(), v[:ROWS].t())
     for start in range(ROWS, h.shape[0], ROWS):
-        dw += _linear(g[start:start + ROWS].t(), h[start:start + ROWS].t())
-    return dw.t()
+        dw += _linear(x[start:start + ROWS].t(), v[start:start + ROWS].t())
+    return dw if f_in < f_out else dw.t()
 
 
 class _Product(torch.autograd.Function):

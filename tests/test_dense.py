@@ -62,12 +62,14 @@ def test_only_a_narrow_product_needing_gradients_is_its_own():
     assert type(matmul(torch.randn(8, NARROW + 4), wide).grad_fn).__name__ == "MmBackward0"
 
 
+@pytest.mark.parametrize("f_in, f_out", [(300, 256), (256, 300)])
 @pytest.mark.parametrize("addend", [None, "bias", "matrix"])
-def test_large_products_equal_float64_in_either_backend(addend, backend):
-    """Products past SMALL (oneDNN's), a weight gradient summed over blocks of ROWS rows and a remainder, and H a
-    strided column block: Y and every gradient equal the float64 product to float32 rounding."""
+def test_large_products_equal_float64_in_either_backend(f_in, f_out, addend, backend):
+    """Products past SMALL (oneDNN's), a weight gradient summed over blocks of ROWS rows and a remainder (as
+    (dYᵀ·H)ᵀ and as Hᵀ·dY: the narrower operand first), and H a strided column block: Y and every gradient equal the
+    float64 product to float32 rounding."""
     gen = torch.Generator().manual_seed(7)
-    n, f_in, f_out = 2 * ROWS + 100, 300, 256
+    n = 2 * ROWS + 100
     assert n * f_in * f_out >= SMALL and f_in * f_out >= dense.WIDE
     wide = torch.randn(n, f_in + 40, generator=gen)
     h = wide[:, 20:20 + f_in].requires_grad_()                     # rows strided by f_in + 40
