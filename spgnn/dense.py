@@ -84,13 +84,9 @@ def _linear(x: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None) 
     return torch.ops.mkldnn._linear_pointwise(x, v, bias, "none", [], "")
 
 
-def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A·B (A n×k, B k×m) in the faster library (module docstring)."""
-    return _linear(a, b.t()) if onednn(a, b) else a @ b
-
-
 def product(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> torch.Tensor:
-    """H·W + C with no autograd of its own (C: None, a bias of f_out, or an n×f_out addend)."""
+    """H·W + C in the faster library (module docstring), with no autograd of its own (C: None, a bias of f_out, or
+    an n×f_out addend)."""
     if not onednn(h, w):
         return h @ w if c is None else torch.addmm(c, h, w)
     if c is None or c.dim() == 1:
@@ -124,7 +120,7 @@ class _Product(torch.autograd.Function):
     def backward(ctx, g):
         h, w = ctx.saved_tensors
         need_h, need_w, need_c = ctx.needs_input_grad
-        dh = mm(g, w.t()) if need_h else None
+        dh = product(g, w.t()) if need_h else None
         dw = weight_grad(h, g) if need_w else None
         dc = (g.sum(0) if ctx.bias else g) if need_c else None
         return dh, dw, dc

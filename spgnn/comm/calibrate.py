@@ -73,6 +73,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from .. import dense
 from ..cost import charged_bytes
 from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, rss_bytes
@@ -221,7 +222,6 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
     call of fn (`measure_compute`'s docstring says what each times)."""
     from scipy.sparse.csgraph import reverse_cuthill_mckee
 
-    from .. import dense
     from ..graph.datasets import rmat_edges
     from ..hashing import dropout, dropout_mask
     from ..sparse import kernels
@@ -243,11 +243,11 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
 
     (nnz_s, per_byte), (ordered_nnz_s, ordered_per_byte) = (fit(CSR.from_scipy(m)) for m in (raw, raw[rcm][:, rcm]))
     small, narrow = torch.rand(2**12, 256), f // 4
-    flops = 2 * 2**12 * 256 * 256 / timed(lambda: dense.mm(small, small[:256]))
+    flops = 2 * 2**12 * 256 * 256 / timed(lambda: dense.product(small, small[:256]))
     h, w, b, ids = torch.rand(n, f), torch.rand(f, narrow), torch.rand(f), np.arange(n)
     half, g = h[: n // 2], torch.rand(n // 2, narrow)    # results under LARGE_BYTES, blocks the heap keeps
-    dense_s = sum(timed(fn) for fn in (lambda: dense.mm(half, w), lambda: dense.weight_grad(half, g),
-                                       lambda: dense.mm(g, w.t())))
+    dense_s = sum(timed(fn) for fn in (lambda: dense.product(half, w), lambda: dense.weight_grad(half, g),
+                                       lambda: dense.product(g, w.t())))
     dense_s = max(dense_s - 3 * 2 * (n // 2) * f * narrow / flops, 1e-3 * dense_s)
     elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
     dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
@@ -311,12 +311,11 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     "alone": the same rates of one process alone on the machine (`alone_rates`, started by rank 0 while the others
     wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
     (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
-    from .. import dense
     from ..cost import DEFAULT_RATES
     from ..jit import warm_up
 
     warm_up()                                            # a run's kernels loaded: ~50 MiB of the runtime
-    dense.mm(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
+    dense.product(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
     # every rank at once: the cores shared as in a run
