@@ -1,11 +1,11 @@
 """`spgnn.dense.matmul`: H·W + C and its gradients equal torch's own, in either orientation of the weight
-gradient and in either backend (oneDNN, torch's own)."""
+gradient and in either backend (oneDNN, torch's own); `spgnn.dense.matmuls`: several products of one H, the same."""
 
 import pytest
 import torch
 
 from spgnn import dense
-from spgnn.dense import NARROW, ROWS, SMALL, matmul, weight_grad
+from spgnn.dense import NARROW, ROWS, SMALL, matmul, matmuls, weight_grad
 from spgnn.errors import SpgnnError
 
 ONEDNN = pytest.mark.skipif(not dense._ONEDNN, reason="this torch build has no oneDNN")
@@ -86,6 +86,38 @@ def test_large_products_equal_float64_in_either_backend(f_in, f_out, addend, bac
     torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-4)
     for a, b in zip(torch.autograd.grad(y, leaves, dy), torch.autograd.grad(y64, exact, dy.double())):
         torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("n, f_in, widths", [(300, 24, (NARROW - 1, 40)), (2 * ROWS + 100, 300, (256, 200))])
+@pytest.mark.parametrize("h_grad", [True, False])
+def test_products_of_one_h_and_their_gradients_equal_float64(n, f_in, widths, h_grad, backend):
+    """matmuls(H, (W_1, W_2)): each H·W_k a contiguous tensor equal to the float64 product, and dH, dW_1, dW_2 (one
+    backward over [W_1 | W_2]: small and narrow, or past SMALL with blocked weight gradients) equal float64's."""
+    gen = torch.Generator().manual_seed(n + widths[0])
+    h = torch.randn(n, f_in, generator=gen, requires_grad=h_grad)
+    ws = [torch.randn(f_in, f, generator=gen, requires_grad=True) for f in widths]
+    dys = [torch.randn(n, f, generator=gen) for f in widths]
+    leaves = [h, *ws] if h_grad else ws
+    ys = matmuls(h, ws)
+    exact = [t.detach().double().requires_grad_() for t in leaves]
+    ys64 = [(exact[0] if h_grad else h.double()) @ w for w in exact[-2:]]
+    for y, y64 in zip(ys, ys64):
+        assert y.is_contiguous()
+        torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-4)
+    mine = torch.autograd.grad(ys, leaves, dys)
+    for a, b in zip(mine, torch.autograd.grad(ys64, exact, [d.double() for d in dys])):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-3)
+
+
+def test_an_unused_product_of_one_h_has_a_zero_gradient(backend):
+    """Only H·W_1 reaches the loss: dW_2 = 0 and dH = dY_1·W_1ᵀ."""
+    h = torch.randn(2000, 64, requires_grad=True)
+    w1, w2 = torch.randn(64, 48, requires_grad=True), torch.randn(64, 32, requires_grad=True)
+    dy = torch.randn(2000, 48)
+    dh, dw1, dw2 = torch.autograd.grad(matmuls(h, (w1, w2))[0], (h, w1, w2), dy, materialize_grads=True)
+    assert torch.count_nonzero(dw2) == 0
+    torch.testing.assert_close(dh, dy @ w1.detach().t())
+    torch.testing.assert_close(dw1, h.detach().t() @ dy)
 
 
 @ONEDNN

@@ -2,15 +2,14 @@
 (PyG's SAGEConv(aggr="mean", root_weight=True), DGL's SAGEConv("mean")).
 
 The mean is linear, so (D⁻¹A)·H·W_n = (D⁻¹A)·(H·W_n): when f_out ≤ f_in the layer multiplies first, and on a
-full-batch layout holding whole rows it makes both products of H in one GEMM, H·[W_n | W_s] (n×2f_out), then
-aggregates the neighbour half. Otherwise it aggregates first (f_in columns) and adds H·W_s by addmm.
+full-batch layout holding whole rows it makes both products of H together (`spgnn.dense.matmuls`: H·W_n and H·W_s
+each a contiguous n×f_out result, one backward for H·[W_n | W_s]), then aggregates H·W_n. Otherwise it aggregates
+first (f_in columns) and adds H·W_s by addmm.
 """
 
 from __future__ import annotations
 
-import torch
-
-from ..dense import matmul
+from ..dense import matmul, matmuls
 from . import init as inits
 from .registry import Dense, Layer, Spmm, register_layer
 
@@ -41,7 +40,7 @@ class SAGEConv(Layer):
     def forward(self, g, h):
         wn, ws, b, adj = self.weight_neigh, self.weight_self, self.bias, self.adjacency
         if self.transform_first and _full_rows(g, h):
-            y_n, y_s = matmul(h, torch.cat([wn, ws], 1)).split(self.f_out, 1)
+            y_n, y_s = matmuls(h, (wn, ws))
             return g.spmm(y_n, adj).add_(y_s).add_(b)
         z = g.spmm(g.linear(h, wn), adj) + g.cols(b) if self.transform_first else g.linear(g.spmm(h, adj), wn, b)
         h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
