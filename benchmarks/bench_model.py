@@ -1,24 +1,24 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
-    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 5]
+    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 5] [--warmup 3]
                                      [--hidden 64] [--calibration FILE[,FILE...]] [--rates file]
                                      [--memory GRAPHS] [--out results/bench_model.json]
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, messages up to 16 MiB, as a layer's exchanges
-are), unless --calibration is given (several files: the first makes the tables, and the same steps are scored
-against each of the others too; "default" names the model's built-in rates and α-β). Then per dataset and P one
-launch of P processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid (each layout once: at
-P = 1 every algorithm runs the same local product, so 1d-halo only), built one after another, then one untimed
-warm-up round and --epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a
-shared machine falls on all alike (the first round after the builds is the slowest: up to 2.2× the later steps at
-P = 8); the median step of each beside the model's prediction, from the calibration's compute rates and α-β
+are), unless --calibration is given (several files: the first makes the tables, and the same steps are scored against
+each of the others too; "default" names the model's built-in rates and α-β). Then per dataset and P one launch of P
+processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid (each layout once: at P = 1 every
+algorithm runs the same local product, so 1d-halo only), built one after another, then --warmup untimed rounds and
+--epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls on
+all alike (the first rounds after the builds are the slowest: at P = 8, 1.5d's first three steps took 1.3-2.7× its
+later ones); the median step of each beside the model's prediction, from the calibration's compute rates and α-β
 (``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the moment; its
 short kernels run at a whole core's speed even where P processes share fewer cores, so the time sharing it should
 show is lost). --memory GRAPHS (comma-separated): per graph one ``spgnn train`` process group per layout (1d-halo,
 sar, 2d at P = 1, 2, 4, one epoch), peak RSS per rank (the set-up's and training's beside it) against the predicted
-memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest layout
-(``--algo auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown tables; writes
-the JSON to --out and a plot of predicted against measured next to it.
+memory. Targets: every predicted epoch within 25% of the measured median, the predicted fastest layout (``--algo
+auto``'s rule) within 10% of the fastest measured, peak memory within 15%. Prints Markdown tables; writes the JSON to
+--out and a plot of predicted against measured next to it.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def layouts(P: int, algos) -> list[dict]:
 
 def _timed(comm, dataset, options, args) -> list[dict]:
     """On each rank: the compute rates (the calibration's, or with ``--rates live`` measured in these processes),
-    every layout of `options` built and warmed up by one step, then args.epochs steps of each interleaved; on
+    every layout of `options` built and warmed up by args.warmup rounds, then args.epochs steps of each interleaved; on
     rank 0 each layout's step seconds and the model's epoch (`cost.epoch_seconds`: those rates, the calibration
     file's α-β)."""
     from spgnn.comm.calibrate import measure_compute
@@ -76,12 +76,12 @@ def _timed(comm, dataset, options, args) -> list[dict]:
                                     eval_every=0, partition="metis" if args.metis else "random",
                                     calibration=files[0], **o), comm) for o in options]
     times = [[] for _ in trainers]
-    for epoch in range(args.epochs + 1):             # round 0, untimed: the warm-up, after every layout is built
+    for epoch in range(args.warmup + args.epochs):  # the first args.warmup rounds, untimed, after every layout is built
         for t, mine in zip(trainers, times):
             comm.all_sum([0.0])                      # start together
             t0 = time.perf_counter()
             t.step(epoch)
-            if epoch:
+            if epoch >= args.warmup:
                 mine.append(time.perf_counter() - t0)
     if comm.rank:
         return []
@@ -182,7 +182,9 @@ def main() -> int:
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
     p.add_argument("--procs", default="1,2,4,8")
     p.add_argument("--algos", default=",".join(spmm.ALGORITHMS))
-    p.add_argument("--epochs", type=int, default=5, help="timed steps of each layout (after one untimed round)")
+    p.add_argument("--epochs", type=int, default=5, help="timed steps of each layout (after --warmup untimed rounds)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed rounds of every layout before the timed ones "
+                   "(the first steps after the builds run slower than the later ones)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
     p.add_argument("--data-dir", default=None)

@@ -14,12 +14,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
     """bench_model at P = 1 and 2 on a small synthetic graph, scored against the built-in rates ("default"): the JSON
-    report is written, every layout has its --epochs timed steps (the warm-up round untimed) and a prediction, and the
+    report is written, every layout has its --epochs timed steps (the --warmup rounds untimed) and a prediction, and the
     rates it records are the defaults, a process alone's included (a nested dataclass that once failed the JSON write
     after every step was measured)."""
     out = tmp_path / "model.json"
     done = subprocess.run([sys.executable, "benchmarks/bench_model.py", "--datasets", "sbm:400:4", "--procs", "1,2",
-                           "--epochs", "2", "--calibration", "default", "--out", str(out)],
+                           "--epochs", "2", "--warmup", "1", "--calibration", "default", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
