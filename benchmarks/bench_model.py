@@ -1,6 +1,6 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
-    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 5] [--warmup 3]
+    python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 9] [--warmup 3]
                                      [--hidden 64] [--calibration FILE[,FILE...]] [--rates file]
                                      [--memory GRAPHS] [--out results/bench_model.json]
 
@@ -182,7 +182,7 @@ def main() -> int:
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
     p.add_argument("--procs", default="1,2,4,8")
     p.add_argument("--algos", default=",".join(spmm.ALGORITHMS))
-    p.add_argument("--epochs", type=int, default=5, help="timed steps of each layout (after --warmup untimed rounds)")
+    p.add_argument("--epochs", type=int, default=9, help="timed steps of each layout (after --warmup untimed rounds)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds of every layout before the timed ones "
                    "(the first steps after the builds run slower than the later ones)")
     p.add_argument("--hidden", type=int, default=64)
