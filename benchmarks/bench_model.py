@@ -10,7 +10,7 @@ each of the others too; "default" names the model's built-in rates and α-β). T
 processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid (each layout once: at P = 1 every
 algorithm runs the same local product, so 1d-halo only), built one after another, then --warmup untimed rounds and
 --epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls on
-all alike (the first rounds after the builds are the slowest: at P = 8, 1.5d's first three steps took 1.3-2.7× its
+all alike (the first rounds after the builds are the slowest: at P = 8, 1.5d's first three steps took 1.2-2.7× its
 later ones); the median step of each beside the model's prediction, from the calibration's compute rates and α-β
 (``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the moment; its
 short kernels run at a whole core's speed even where P processes share fewer cores, so the time sharing it should

@@ -151,6 +151,6 @@ def matmuls(h: torch.Tensor, ws) -> tuple[torch.Tensor, ...]:
     product, so each result is a contiguous n×f_k tensor (not a column block of one n×Σf_k result), and one backward
     for all, dH = [dY_1 | … | dY_k]·[W_1 | … | W_k]ᵀ and [dW_1 | … | dW_k] = Hᵀ·[dY_1 | … | dY_k]. GraphSAGE's two
     products of H (n = 13752, f_in = 767, f_k = 256, oneDNN) take as long as the one H·[W_n | W_s], and a P = 1 step
-    peaked 50-100 MiB lower than with that product split in two column blocks."""
+    peaked 40-100 MiB lower than with that product split in two column blocks."""
     ws = tuple(ws)
     return _Product.apply(h, None, *ws) if _own(h, ws, None) else tuple(product(h, w) for w in ws)
