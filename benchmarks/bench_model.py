@@ -236,7 +236,8 @@ def main() -> int:
     for k, f in enumerate(names[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
     first = args.files[0]
-    out.write_text(json.dumps({"argv": sys.argv, "calibration": json.loads(Path(first).read_text()) if first else None,
+    out.write_text(json.dumps({"argv": sys.argv, "warmup": args.warmup, "epochs": args.epochs,
+                               "calibration": json.loads(Path(first).read_text()) if first else None,
                                "runs": rows, "memory": mems, "auto": autos,
                                "scores": {f: score(rows, k) for k, f in enumerate(names) if rows}}, indent=1))
     if rows:

@@ -24,6 +24,7 @@ def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(out.read_text())
     assert report["calibration"] is None and list(report["scores"]) == ["default"]
+    assert (report["warmup"], report["epochs"]) == (1, 2)
     assert {r["P"] for r in report["runs"]} == {1, 2} and len(report["runs"]) > 2
     for r in report["runs"]:
         assert len(r["epochs_s"]) == 2 and r["measured_s"] == np.median(r["epochs_s"]) > 0
