@@ -196,6 +196,8 @@ def main() -> int:
     p.add_argument("--memory-only", action="store_true", help="skip the timed runs")
     p.add_argument("--out", default="results/bench_model.json")
     args = p.parse_args()
+    if args.epochs < 1 or args.warmup < 0:
+        p.error("--epochs must be >= 1 and --warmup >= 0")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.calibration is None:
