@@ -23,12 +23,12 @@ from spgnn.sampling import make_sampler
 
 def show_bulk(args) -> None:
     """k minibatches of 64 training nodes in one call and one at a time: the same blocks, and the time of each
-    (after a first call, which compiles the kernels)."""
+    (after a first, untimed call)."""
     g = load_dataset(args.dataset)
     sampler = make_sampler(args.sampler, normalize(g.adj, "mean"))
     train = np.random.default_rng(0).permutation(np.flatnonzero(g.train_mask))
     seeds = [train[i * 64:(i + 1) * 64] for i in range(args.bulk)]
-    sampler.sample(seeds, list(range(args.bulk)))                   # compiles the kernels (numba), once
+    sampler.sample(seeds, list(range(args.bulk)))                   # a first call: caches fill
     t0 = time.perf_counter()
     bulk = sampler.sample(seeds, list(range(args.bulk)))
     t1 = time.perf_counter()

@@ -110,13 +110,10 @@ def _epoch(trainer: Trainer, epoch: int) -> None:
 
 def measure(comm, graphs: dict, epochs: int, threads: int) -> dict:
     """On one rank: for each graph and algorithm, the ledger rows of the first epoch after setup, the
-    seconds of `epochs` more and the ledger rows of all of them; `threads` > 0 overrides the torch and numba
-    threads `launch.share_cores` set."""
+    seconds of `epochs` more and the ledger rows of all of them; `threads` > 0 overrides the threads
+    `launch.share_cores` set (torch's, which spgnn's kernels use too)."""
     if threads > 0:
-        import numba
-
         torch.set_num_threads(threads)
-        numba.set_num_threads(threads)
     out = {}
     for kind, g in graphs.items():
         for algo, c in algorithms(comm.world_size):
@@ -570,7 +567,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sparse", default="rmat:14", help="sparse graph (rmat, edge factor 16)")
     ap.add_argument("--dense", default="rmat:11:512", help="dense graph (rmat, edge factor >= 128)")
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch and numba threads per process (0: spgnn's default, cores / P)")
+                    help="threads per process (0: spgnn's default, cores / P)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds one run_local may take")
     args = ap.parse_args(argv)
     t_start, facts = time.perf_counter(), machine.facts()

@@ -328,13 +328,13 @@ def parse_args(argv=None):
     p.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
     p.add_argument("--data-dir", default=None, help="folder holding named datasets (default: spgnn's search)")
     p.add_argument("--repeats", type=int, default=10, help="timed rounds per group (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (numba compiles, caches fill)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (caches fill)")
     p.add_argument("--budget-s", type=float, default=120.0,
                    help=f"stop a group's timed rounds after this many seconds (at least {MIN_REPEATS} rounds)")
     p.add_argument("--feature-norm", choices=("row", "none"), default="row",
                    help="features as given to both spgnn and PyG (spgnn's default: row)")
     p.add_argument("--threads", type=int, default=None,
-                   help="threads for torch and numba (default: as started, torch's and numba's own defaults)")
+                   help="threads for torch and spgnn's kernels (default: as started, torch's own default)")
     p.add_argument("--out", default="results/bench_epoch.json", help="JSON path; the PNG goes next to it")
     args = p.parse_args(argv)
     if args.repeats < 1 or args.warmup < 0:

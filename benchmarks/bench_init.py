@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, default=5, help="epochs in the trailing mean of the test accuracy")
     p.add_argument("--epochs", type=int, default=120)
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--threads", type=int, default=None, help="torch/numba threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=None, help="threads (torch and spgnn's kernels; default: all cores)")
     p.add_argument("--out", default="results/bench_init.json")
     p.add_argument("--tables-from", default=None, metavar="JSON", help="tabulate the runs of an earlier --out at "
                    "--targets instead of running")

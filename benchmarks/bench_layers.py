@@ -237,7 +237,7 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="the split's and spgnn's initial weights' seed")
     p.add_argument("--pyg-cached", action="store_true",
                    help="PyG's GCNConv, APPNP and GCN2Conv with cached=True (normalisation computed once)")
-    p.add_argument("--threads", type=int, default=None, help="torch and numba threads (default: as started)")
+    p.add_argument("--threads", type=int, default=None, help="threads (torch and spgnn's kernels; default: as started)")
     p.add_argument("--quick", action="store_true", help="smoke run: cora, 5 epochs")
     p.add_argument("--output", default="results/bench_layers.json", help="JSON path")
     p.add_argument("--plot", default="results/bench_layers.png", help="PNG path")

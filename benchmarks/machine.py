@@ -18,8 +18,6 @@ from spgnn.sparse import kernels
 
 def facts() -> dict:
     """The machine and software of this run (a package that is not installed is None)."""
-    import numba
-
     def installed(name):
         try:
             return version(name)
@@ -36,8 +34,8 @@ def facts() -> dict:
         commit = None
     return {"python": platform.python_version(), "platform": platform.platform(), "cpu": cpu,
             "cpu_count": os.cpu_count(), "affinity": len(os.sched_getaffinity(0)),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(), "numba": numba.__version__,
-            "numba_threads": numba.get_num_threads(), "numpy": np.__version__, "scipy": installed("scipy"),
+            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+            "numpy": np.__version__, "scipy": installed("scipy"),
             "torch_geometric": installed("torch-geometric"), "matplotlib": installed("matplotlib"),
             "spgnn": __version__, "spmm_backend": kernels.get_backend(), "git_commit": commit,
             "load_average": os.getloadavg()}

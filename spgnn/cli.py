@@ -10,7 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import dense, jit, progress, spmm
+from . import dense, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .comm.agree import agree
@@ -196,11 +196,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None, warm=lambda: None):
+def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None):
     """This process's `Comm` in the job (mpirun, torchrun or a single process), or, for --nprocs N from a
     plain shell, the exit code of N local copies of this command (after `check` has vetted the input; it may
-    return the command line the copies run instead). `warm()` runs once per machine's processes first: here
-    before the copies start, or in each process of a launcher's job, which the first to come does for all."""
+    return the command line the copies run instead)."""
     launched = launch.detect()
     launch.resolve_transport(transport, launched, device)
     if args.nprocs is not None:
@@ -208,25 +207,14 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
             raise SpgnnError(f"--nprocs must be at least 1, got {args.nprocs}")
         if launched.kind == "single" and args.nprocs > 1:
             argv = check() or argv      # bad input: one message, before any process starts
-            warm()
             with progress.handed_on():
                 return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs")
-    if launched.kind not in ("single", "spawn"):
-        warm()
     comm = launch.init(device, timeout, transport)
     comm.transport.timeout_s = timeout      # the mpi transport's watchdog (torch's collectives have the group's)
     return comm
-
-
-def _warm_kernels(device: str, sampler: str | None) -> None:
-    """numba's kernels for a run on `device` compiled once for this machine's processes (`spgnn.jit.warm_up_once`:
-    by the first process to take the machine's lock; the others find them in numba's cache)."""
-    if not device.startswith("cuda"):
-        with progress.stage("compiling kernels", "(numba; once a machine, then loaded from its cache)"):
-            jit.warm_up_once(sampler)
 
 
 def train(args, argv) -> int:
@@ -240,8 +228,7 @@ def train(args, argv) -> int:
         from .train.minibatch import MinibatchTrainer
     check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \
         else (lambda: _partition_once(cfg, args.nprocs, argv))
-    comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check,
-                 lambda: _warm_kernels(cfg.device, args.sampler))
+    comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
     if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
@@ -267,10 +254,6 @@ def train(args, argv) -> int:
         figures = "".join(f"  {s} {f[k]:.4f}" for s in ("train", "val", "test") if (k := f"{s}_{m}") in f)
         print(f"final {report['task']['label']}{figures}  median epoch {report['median_epoch_s'] or 0:.4f} s",
               flush=True)
-        jit = max(report["jit_s"]["per_rank"])
-        if jit >= 0.005 and not args.quiet:
-            print(f"numba start-up {jit:.2f} s (compiling kernels, or loading them from its cache on later runs; "
-                  f"not in the epoch times)", flush=True)
         if cfg.output:
             _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .jit import kernel, njit, prange
+from . import native
 from .memory import empty
 from .sparse.kernels import get_backend
 
@@ -35,62 +35,32 @@ _U_GOLDEN, _U_MIX1, _U_MIX2 = np.uint64(_GOLDEN), np.uint64(_MIX1), np.uint64(_M
 _U30, _U27, _U31, _U11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 
 
-@njit(inline="always")
 def _fmix(z):
+    """splitmix64's finaliser on uint64 numpy arrays (wrapping)."""
     z = (z ^ (z >> _U30)) * _U_MIX1
     z = (z ^ (z >> _U27)) * _U_MIX2
     return z ^ (z >> _U31)
 
 
-_fmix_array = getattr(_fmix, "py_func", _fmix)       # the same finaliser, on numpy arrays
-
-
-@njit(inline="always")
-def hash_uniform(key, row, col):
-    """u ∈ (0, 1): splitmix64 of (key, row, col), 53 bits."""
-    z = _fmix(_fmix(key + np.uint64(row) * _U_GOLDEN) + np.uint64(col + 1) * _U_GOLDEN)
-    return (np.float64(z >> _U11) + 0.5) * 2.0 ** -53
-
-
 def hash_uniform_array(key: int, rows, cols) -> np.ndarray:
-    """`hash_uniform` of each pair (rows[i], cols[i]) of non-negative ints, vectorised with numpy (float64)."""
+    """u ∈ (0, 1) for each pair (rows[i], cols[i]) of non-negative ints: splitmix64 of (key, row, col), 53 bits
+    (float64; the samplers' C kernels compute the same u)."""
     rows, cols = (np.asarray(a, np.int64).astype(np.uint64) for a in (rows, cols))
     with np.errstate(over="ignore"):
-        z = _fmix_array(np.uint64(int(key) & _MASK64) + rows * _U_GOLDEN)
-        z = _fmix_array(z + (cols + np.uint64(1)) * _U_GOLDEN)
+        z = _fmix(np.uint64(int(key) & _MASK64) + rows * _U_GOLDEN)
+        z = _fmix(z + (cols + np.uint64(1)) * _U_GOLDEN)
     return ((z >> _U11).astype(np.float64) + 0.5) * 2.0 ** -53
 
 
-@njit(inline="always")
-def _mask_entry(s, col, threshold, scale):
-    """Entry (i, col) of the dropout mask: scale if fmix(s_i + (col+1)·φ) >> 11 ≥ threshold else 0."""
-    return scale if _fmix(s + np.uint64(col + 1) * _U_GOLDEN) >> _U11 >= threshold else np.float32(0.0)
-
-
-@kernel(parallel=True, cache=True, nogil=True)
-def _dropout_kernel(nodes, key, threshold, scale, first, out):
-    """out[i, j] = `_mask_entry` (s_i, first + j), s_i = fmix(key + node_i·φ)."""
+def _dropout_kernel(nodes, p: float, key: int, first_col: int, h, out) -> None:
+    """out = h ⊙ mask, or the mask when h is None (`spgnn/csrc/dropout.c`): mask[i, j] = 1/(1−p) when
+    fmix(s_i + (first_col + j + 1)·φ) >> 11 ≥ p·2⁵³ with s_i = fmix(key + node_i·φ), else 0."""
+    a = native.addr
+    fn = native.function("dropout", native.i64, native.i64, a, native.u64, native.u64, native.f32, native.u64, a, a)
+    nodes = np.ascontiguousarray(nodes, dtype=np.int64)
     m, c = out.shape
-    for i in prange(m):
-        s = _fmix(key + nodes[i] * _U_GOLDEN)
-        for j in range(c):
-            out[i, j] = _mask_entry(s, first + j, threshold, scale)
-
-
-@kernel(parallel=True, cache=True, nogil=True)
-def _dropped_kernel(nodes, key, threshold, scale, first, h, out):
-    """out[i, j] = h[i, j]·(`_dropout_kernel`'s entry (i, j)), the mask never stored."""
-    m, c = out.shape
-    for i in prange(m):
-        s = _fmix(key + nodes[i] * _U_GOLDEN)
-        for j in range(c):
-            out[i, j] = h[i, j] * _mask_entry(s, first + j, threshold, scale)
-
-
-def _kernel_args(node_ids, p: float, key: int, first_col: int) -> tuple:
-    """(nodes, key, threshold, scale, first) as the numba kernels take them."""
-    return (np.ascontiguousarray(node_ids, dtype=np.int64).view(np.uint64), np.uint64(int(key) & _MASK64),
-            np.uint64(int(p * 2.0**53)), np.float32(1.0 / (1.0 - p)), np.uint64(first_col))
+    fn(m, c, native.ptr(nodes), int(key) & _MASK64, int(p * 2.0**53), float(np.float32(1 / (1 - p))),
+       int(first_col) & _MASK64, None if h is None else native.ptr(h), native.ptr(out))
 
 
 def _signed(x: int) -> int:
@@ -127,10 +97,10 @@ def dropout_mask(node_ids, num_cols: int, p: float, key: int, first_col: int = 0
     m, c = len(node_ids), int(num_cols)
     if p == 0.0:
         return torch.ones((m, c), dtype=torch.float32, device=device)
-    if device.type == "cpu" and get_backend() == "numba":
-        out = np.empty((m, c), dtype=np.float32)
-        _dropout_kernel(*_kernel_args(node_ids, p, key, first_col), out)
-        return torch.from_numpy(out)
+    if device.type == "cpu" and get_backend() == "native":
+        out = torch.from_numpy(np.empty((m, c), dtype=np.float32))
+        _dropout_kernel(node_ids, p, key, first_col, None, out)
+        return out
     key, threshold, scale = int(key) & _MASK64, int(p * 2.0**53), np.float32(1.0 / (1.0 - p))
     nodes = torch.as_tensor(node_ids, dtype=torch.int64, device=device)
     s = _fmix_torch(nodes * _signed(_GOLDEN) + _signed(key))
@@ -143,7 +113,7 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
     """H ⊙ `dropout_mask` (node_ids, H's columns first_col …, p, key): the same values. The mask is never kept: an
     H that needs a gradient gets dH = dY ⊙ mask with the mask made again in the backward (`_Dropout`), so autograd
     holds no m×f mask; an H that needs none (a layer's input features) is written into `empty`'s kept block. On the
-    CPU (float32, the numba backend) either is one pass of `_dropped_kernel`, the mask never stored at all."""
+    CPU (float32, the native backend) either is one pass of `_dropout_kernel`, the mask never stored at all."""
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
     nodes = node_ids if isinstance(node_ids, torch.Tensor) else np.asarray(node_ids)
@@ -158,11 +128,11 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
 
 def _dropped(x: torch.Tensor, nodes, p: float, key: int, first_col: int, alloc) -> torch.Tensor:
     """x ⊙ `dropout_mask` (nodes, x's columns, p, key), into a new tensor (`alloc(shape)` on the CPU kernel's path)."""
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or get_backend() != "numba"
+    if (x.device.type != "cpu" or x.dtype != torch.float32 or get_backend() != "native"
             or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
         return x * dropout_mask(nodes, x.shape[1], p, key, first_col).to(x.device, x.dtype)
     out = alloc(x.shape)
-    _dropped_kernel(*_kernel_args(nodes, p, key, first_col), x.contiguous().numpy(), out.numpy())
+    _dropout_kernel(nodes, p, key, first_col, x.contiguous(), out)
     return out
 
 

@@ -7,7 +7,7 @@
 * bytes each rank sent, by phase and layer (stacked; "forward L0" is layer 0's forward products);
 * each rank's bytes sent, measured beside the cost model's prediction (where the report has one);
 * each rank's peak RSS beside the bytes of the graph it holds;
-* the median epoch time and the numba start-up per run.
+* the median epoch time per run.
 
 `partition_figure` draws one bar chart per metric of ``spgnn partition --compare``. Both need matplotlib
 (``pip install 'spgnn[plot]'``) and return the figure, whose axes carry exactly the numbers given.
@@ -128,9 +128,7 @@ def report_figure(reports: list[dict]):
           {"peak RSS": [m["peak_rss_bytes"] / MiB for _, m in mem],
            "graph bytes held": [m.get("graph_bytes", np.nan) / MiB for _, m in mem]}, "memory per rank", "MiB")
     epoch_ms = [1e3 * (r.get("median_epoch_s") or np.nan) for r in reports]
-    jit_ms = [1e3 * max(r.get("jit_s", {}).get("per_rank", [np.nan])) for r in reports]
-    pairs(axes[1, 2], [n.split(":")[0] for n in names], {"median epoch": epoch_ms,
-          "numba start-up (not in epochs)": jit_ms}, "time per run", "ms")
+    pairs(axes[1, 2], [n.split(":")[0] for n in names], {"median epoch": epoch_ms}, "time per run", "ms")
     axes[1, 2].set_yscale("log")
     fig.tight_layout()
     return fig

@@ -35,14 +35,15 @@ def _ops(comm):
 
 
 def _threads_and_mark(comm):
-    import numba
+    from spgnn import native
 
-    return torch.get_num_threads(), numba.get_num_threads(), os.environ.get("SPGNN_TEST_MARK")
+    return torch.get_num_threads(), native.num_threads(), os.environ.get("SPGNN_TEST_MARK")
 
 
 def test_local_ranks_share_the_cores_and_see_the_environment_now(monkeypatch):
-    """run_local's ranks (forked from a fork server started before) each compute with C // P threads, torch's and
-    numba's, and see the environment as it is when run_local is called, not as it was when the server started."""
+    """run_local's ranks (forked from a fork server started before) each compute with C // P threads (torch's, which
+    spgnn's kernels use too), and see the environment as it is when run_local is called, not as it was when the
+    server started."""
     monkeypatch.delenv("SPGNN_TEST_MARK", raising=False)
     run_local(_threads_and_mark, 2)                     # the fork server is up from here on
     mark = uuid.uuid4().hex

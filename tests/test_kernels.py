@@ -15,7 +15,7 @@ from spgnn.sparse.csr import CSR
 from spgnn.sparse.kernels import spmm
 
 HAVE_TORCH_SPARSE = importlib.util.find_spec("torch_sparse") is not None
-BACKENDS = ["numba", "torch", pytest.param("torch-sparse", marks=pytest.mark.skipif(
+BACKENDS = ["native", "torch", pytest.param("torch-sparse", marks=pytest.mark.skipif(
     not HAVE_TORCH_SPARSE, reason="torch_sparse is not installed (pip install torch-sparse: a source build)"))]
 TOL = {np.float32: dict(rtol=1e-5, atol=1e-5), np.float64: dict(rtol=1e-12, atol=1e-12)}
 TORCH = {np.float32: torch.float32, np.float64: torch.float64}
@@ -135,7 +135,7 @@ def test_backend_selection(monkeypatch):
 # ----------------------------------------------------------------------------------------- dropout
 
 
-@pytest.mark.parametrize("impl", ["numba", "torch"])
+@pytest.mark.parametrize("impl", ["native", "torch"])
 def test_dropout_mask_is_partition_independent(impl, monkeypatch):
     monkeypatch.setattr(kernels, "_backend", impl)
     rng = np.random.default_rng(0)
@@ -161,10 +161,10 @@ def test_dropout_mask_statistics_and_keys():
     assert dropout_mask(np.zeros(0, np.int64), 7, 0.5, 1).shape == (0, 7)
 
 
-def test_dropout_mask_numba_equals_torch(monkeypatch):
+def test_dropout_mask_native_equals_torch(monkeypatch):
     ids = np.concatenate([np.arange(50), [2**62, -1, -(2**63)]]).astype(np.int64)
     for key in (0, 12345, -5, 2**64 - 1, np.uint64(7), mix_key(9, 9, 9)):
-        monkeypatch.setattr(kernels, "_backend", "numba")
+        monkeypatch.setattr(kernels, "_backend", "native")
         a = dropout_mask(ids, 37, 0.5, key)
         monkeypatch.setattr(kernels, "_backend", "torch")
         b = dropout_mask(torch.from_numpy(ids), 37, 0.5, key)
@@ -179,9 +179,9 @@ def test_dropout_mask_rejects_bad_p(p):
         dropout(torch.ones(3, 4), np.arange(3), p, 0)
 
 
-@pytest.mark.parametrize("impl", ["numba", "torch"])
+@pytest.mark.parametrize("impl", ["native", "torch"])
 def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
-    """An input that needs no gradient is dropped in one pass (numba: no mask made), one that does too, its mask
+    """An input that needs no gradient is dropped in one pass (native: no mask made), one that does too, its mask
     made again in the backward: both H ⊙ mask bit for bit (the sign of a dropped negative entry too), dH = dY ⊙ mask,
     and autograd keeps no tensor for it."""
     monkeypatch.setattr(kernels, "_backend", impl)

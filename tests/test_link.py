@@ -19,9 +19,10 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.adjacency import get_adjacency, normalize
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
-from spgnn.hashing import hash_uniform, hash_uniform_array, mix_key
+from spgnn.hashing import hash_uniform_array, mix_key
 from spgnn.partition.partition import make_partition
 from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset
+from spgnn.sampling.sampler import uniform_keys
 from spgnn.tasks.link import TAG, EdgeSplit, LinkShare, node_order, predict_edges, train_edges
 from spgnn.train.link import LinkTrainer
 
@@ -35,10 +36,20 @@ def _cfg(cache, algo="1d-halo", grid=None, **kw):
 
 
 def test_hash_uniform_array_is_hash_uniform():
+    """The samplers' C keys (`uniform_keys`) are `hash_uniform_array`'s bit for bit, on ids up to 2⁶² and keys with
+    the top bit set, and both are the values the hash gave before (pinned)."""
     a, b = np.array([0, 5, 2707, 123456789]), np.array([1, 9, 3, 2**40])
     key = mix_key(7, TAG)
-    expected = [hash_uniform(np.uint64(key), np.uint64(x), np.uint64(y)) for x, y in zip(a, b)]
-    np.testing.assert_array_equal(hash_uniform_array(key, a, b), expected)
+    pinned = [0.32732394230498124, 0.769849731590418, 0.8657115942714517, 0.9558605857002884]
+    np.testing.assert_array_equal(hash_uniform_array(key, a, b), pinned)
+    np.testing.assert_array_equal(uniform_keys(np.full(4, key, np.uint64), a, b), pinned)
+    rng = np.random.default_rng(0)
+    for k in (key, 0, 2**63, 2**64 - 1, int(rng.integers(2**63, 2**64, dtype=np.uint64))):
+        rows = np.concatenate([rng.integers(0, 2**62, 1000), rng.integers(0, 1000, 1000), [0, 2**63 - 1]])
+        cols = np.concatenate([rng.integers(0, 2**62, 1000), rng.integers(0, 1000, 1000), [2**63 - 2, 0]])
+        got = uniform_keys(np.full(len(rows), k, np.uint64), rows, cols)
+        np.testing.assert_array_equal(got.view(np.uint64), hash_uniform_array(k, rows, cols).view(np.uint64))
+        assert 0 < got.min() and got.max() < 1
 
 
 def _pairs(parts, split, epoch):

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 from spgnn import cli
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.partition import streaming
 from spgnn.partition.metrics import edge_cut, partition_metrics
 from spgnn.partition.partition import (
     PARTITIONERS,
@@ -22,6 +23,7 @@ from spgnn.partition.partition import (
     make_partition,
     make_parts,
     save_partition,
+    undirected,
 )
 from tests.graphs import small_graph
 
@@ -87,6 +89,29 @@ def test_streaming_cuts_fewer_edges_than_random():
     rand = edge_cut(g.adj, make_parts("random", g.adj, 4))
     for method in ("ldg", "fennel"):
         assert edge_cut(g.adj, make_parts(method, g.adj, 4)) < 0.8 * rand, method
+
+
+@pytest.mark.parametrize("method", ["ldg", "fennel"])
+def test_stream_places_each_vertex_by_its_score(method):
+    """`streaming.stream` against the module docstring's rule evaluated in Python, vertex by vertex: the part with
+    room of the highest score, ties to the smaller part, then the lower id."""
+    s = sp.csr_matrix(undirected(load_dataset("sbm:600:6").adj))
+    n, P = s.shape[0], 5
+    order = np.random.default_rng(1).permutation(n)
+    kind, capacity, alpha, gamma = streaming.settings(method, n, P, s.nnz)
+    parts, sizes = np.full(n, -1, np.int64), np.zeros(P, np.int64)
+    streaming.stream(s.indptr, s.indices, order, order, parts, sizes, capacity, kind, alpha, gamma)
+    want, count = np.full(n, -1), [0] * P
+    for v in order:
+        placed = want[s.indices[s.indptr[v]:s.indptr[v + 1]]]
+        neigh = np.bincount(placed[placed >= 0], minlength=P).astype(float)
+        scores = [(neigh[p] * (1.0 - count[p] / capacity) if method == "ldg"
+                   else neigh[p] - alpha * gamma * count[p] ** (gamma - 1.0), -count[p], -p)
+                  for p in range(P) if count[p] < capacity]
+        best = -max(scores)[2]
+        want[v], count[best] = best, count[best] + 1
+    np.testing.assert_array_equal(parts, want)
+    np.testing.assert_array_equal(sizes, count)
 
 
 # ---------------------------------------------------------------------------------------------- metrics

@@ -17,22 +17,21 @@ SPGNN = [sys.executable, "-m", "spgnn", "train", "--epochs", "2", "--eval-every"
 
 
 def train(tmp_path, *args):
-    """`spgnn train ARGS` with empty partition and numba caches: (the finished process, the report)."""
+    """`spgnn train ARGS` with an empty partition cache: (the finished process, the report)."""
     out = tmp_path / "r.json"
     res = subprocess.run(SPGNN + ["--output", str(out), *args], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, SPGNN_CACHE_DIR=str(tmp_path / "cache"),
-                                  NUMBA_CACHE_DIR=str(tmp_path / "numba")))
+                         env=dict(os.environ, SPGNN_CACHE_DIR=str(tmp_path / "cache")))
     assert res.returncode == 0, res.stderr[-3000:]
     return res, json.loads(out.read_text())
 
 
 def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
-    """--nprocs 2: the parent reads, partitions, writes the shares and compiles the kernels, then each process
+    """--nprocs 2: the parent reads, partitions and writes the shares, then each process
     sets up and evaluates; each stage is said once, started and done, and every process's seconds are kept."""
     res, r = train(tmp_path, "--nprocs", "2", "--partition", "random")
     lines = res.stdout.splitlines()
     for name, what in (("reading", "cora"), ("partitioning", "into 2 parts by random"), ("writing shares", "2 parts"),
-                       ("partition cache", "cora in 2 parts"), ("compiling kernels", "numba"),
+                       ("partition cache", "cora in 2 parts"),
                        ("setting up", ""), ("set-up exchanges", "(1d-halo: gcn)"), ("evaluating", "(final)")):
         started = [x for x in lines if x.startswith(f"spgnn: {name} ") and x.endswith(" ...")]
         done = [x for x in lines if x.startswith(f"spgnn: {name} done in ") and x.endswith(" s")]
@@ -45,11 +44,9 @@ def test_stage_lines_on_rank_0_and_seconds_of_every_rank(tmp_path):
     assert len(stages["per_rank"]) == 2
     for mine in stages["per_rank"]:                         # every rank sets up and evaluates; the parent did the rest
         assert set(mine) == {"setting up", "set-up exchanges", "evaluating"} and all(s > 0 for s in mine.values())
-    assert set(stages["launcher"]) == {"reading", "partitioning", "writing shares", "partition cache",
-                                       "compiling kernels"}
+    assert set(stages["launcher"]) == {"reading", "partitioning", "writing shares", "partition cache"}
     launcher = stages["launcher"]
     assert launcher["partition cache"] >= launcher["partitioning"] + launcher["writing shares"]   # nested
-    assert r["jit_s"]["compiled"] == [0, 0]     # the parent compiled the kernels; its processes only load them
 
 
 def test_quiet_silences_stages_and_keeps_their_seconds(tmp_path):

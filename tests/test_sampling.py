@@ -19,7 +19,14 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.graph import edges_to_adj, gcn_norm, mean_norm
 from spgnn.hashing import mix_key
 from spgnn.sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
-from spgnn.sampling.sampler import LayerSampler, NodeSampler, make_sampler, parse_sampler
+from spgnn.sampling.sampler import (
+    LayerSampler,
+    NodeSampler,
+    make_sampler,
+    parse_sampler,
+    segmented_topk,
+    select_rows,
+)
 from spgnn.train.minibatch import MinibatchTrainer, check_options, epoch_batches
 from tests.graphs import small_graph
 
@@ -125,6 +132,77 @@ def test_ladies_inclusion(size):
         pi = q + q * ((q / (1 - q)).sum() - q / (1 - q))
         z = (counts[support] - T * pi) / np.sqrt(T * pi * (1 - pi))
         assert np.abs(z).max() < 5, z
+
+
+def heap_k_smallest(u, k):
+    """Sorted positions of the k smallest u[t] by a bounded max-heap (the first k heapified; a later u replaces the
+    root when strictly smaller), step by step: which of several keys tied at the cut are kept."""
+    hv, hi = list(u[:k]), list(range(k))
+
+    def sift_down(s):
+        while 2 * s + 1 < k:
+            m = 2 * s + 1
+            if m + 1 < k and hv[m + 1] > hv[m]:
+                m += 1
+            if hv[m] <= hv[s]:
+                return
+            hv[s], hv[m], hi[s], hi[m] = hv[m], hv[s], hi[m], hi[s]
+            s = m
+
+    for s in range(k // 2 - 1, -1, -1):
+        sift_down(s)
+    for t in range(k, len(u)):
+        if u[t] < hv[0]:
+            hv[0], hi[0] = u[t], t
+            sift_down(0)
+    return sorted(hi)
+
+
+@pytest.mark.parametrize("distinct", [2, 5, 1000, 10**9])
+@pytest.mark.parametrize("per_row", [False, True])
+def test_segmented_topk_is_the_k_smallest_per_row(distinct, per_row):
+    """Against np.argsort per row, on keys with many ties (few distinct values): min(k, deg) positions per row,
+    ascending, holding the k smallest keys and every key below the cut; with no tie at the cut, argsort's positions;
+    with one, the bounded heap's."""
+    rng = np.random.default_rng(distinct)
+    m = 400
+    indptr = np.concatenate([[0], np.cumsum(rng.integers(0, 60, m))])
+    keys = rng.integers(0, distinct, indptr[-1]) / 7.0
+    k = rng.integers(1, 25, m) if per_row else np.full(m, 6)
+    got = segmented_topk(indptr, keys, k if per_row else 6)
+    row = np.searchsorted(indptr, got, side="right") - 1
+    np.testing.assert_array_equal(np.bincount(row, minlength=m), np.minimum(k, np.diff(indptr)))
+    ties = 0
+    for r in range(m):
+        a, u = indptr[r], keys[indptr[r]:indptr[r + 1]]
+        mine, order = got[row == r] - a, np.argsort(u, kind="stable")
+        assert np.all(np.diff(mine) > 0)
+        np.testing.assert_array_equal(np.sort(u[mine]), u[order[:k[r]]])
+        if k[r] < len(u) and u[order[k[r] - 1]] == u[order[k[r]]]:
+            ties += 1
+            assert np.all(np.isin(np.flatnonzero(u < u[order[k[r] - 1]]), mine))
+            np.testing.assert_array_equal(mine, heap_k_smallest(u, k[r]))
+        else:
+            np.testing.assert_array_equal(mine, np.sort(order[:k[r]]))
+    if distinct <= 5:
+        assert ties, "no tie at the cut: the heap's tie rule went untested"
+
+
+@pytest.mark.parametrize("index", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64, bool])
+def test_select_rows_is_scipy_row_indexing(index, dtype):
+    """select_rows(A, ids) is scipy's A[ids] (repeated ids and empty rows included), in A's value type."""
+    rng = np.random.default_rng(3)
+    dense = rng.integers(1, 100, (200, 150)) * (rng.random((200, 150)) < 0.05)
+    dense[::7] = 0
+    a = sp.csr_matrix(dense.astype(dtype))
+    a.indices, a.indptr = a.indices.astype(index), a.indptr.astype(index)
+    for ids in (rng.integers(0, 200, 500), np.arange(200)[::-1], np.zeros(0, np.int64)):
+        got, want = select_rows(a, ids), a[ids]
+        assert got.shape == want.shape and got.dtype == a.dtype
+        np.testing.assert_array_equal(got.indptr, want.indptr)
+        np.testing.assert_array_equal(got.indices, want.indices)
+        np.testing.assert_array_equal(got.data, want.data)
 
 
 @pytest.mark.parametrize("spec", ["sage:4,3", "ladies:10,10"])

@@ -81,13 +81,14 @@ def _memory_p1():
 def _check(results, k, g, what, **options):
     logits_ref, dx_ref, grads_ref = reference_grads(g, **options)
     logits, dx = np.zeros_like(logits_ref), np.zeros_like(dx_ref)
+    largest = max(float(np.abs(ref).max()) for ref in grads_ref.values())
     for ids, lg, gx, grads in (res[k] for res in results):
         logits[ids], dx[ids] = lg, gx
         for name, ref in grads_ref.items():
             if np.abs(ref).max() < 1e-6:     # a bias before batch norm: zero up to rounding
                 assert np.abs(grads[name]).max() < 1e-6, f"d{name} {what}"
-            else:
-                assert_close(grads[name], ref, f"d{name} {what}", rtol=2e-5)
+            else:                            # attention vectors' gradients cancel as a whole over the edges
+                assert_close(grads[name], ref, f"d{name} {what}", rtol=2e-5, scale=largest if ".att_" in name else None)
     assert_close(logits, logits_ref, f"logits {what}")
     assert_close(dx, dx_ref, f"dX {what}", rtol=2e-5)
 

@@ -285,13 +285,11 @@ def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) ->
 
 def _alone(repeats: int, scale: int, degree: int, f: int) -> None:
     """`alone_rates`' process: prints its `kernel_rates` as JSON."""
-    from ..jit import warm_up
     from ..memory import keep_freed_memory
     from .launch import share_cores
 
     keep_freed_memory()
     cores = share_cores(1)
-    warm_up()
     print(json.dumps(kernel_rates(lambda fn: _median_seconds(fn, repeats), cores, 0, scale, degree, f)))
 
 
@@ -311,10 +309,10 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     "alone": the same rates of one process alone on the machine (`alone_rates`, started by rank 0 while the others
     wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
     (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
+    from .. import native
     from ..cost import DEFAULT_RATES
-    from ..jit import warm_up
 
-    warm_up()                                            # a run's kernels loaded: ~50 MiB of the runtime
+    native.available()                                   # spgnn's kernels loaded (under a MiB)
     dense.product(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
     cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)

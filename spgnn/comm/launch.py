@@ -154,15 +154,10 @@ def _ipv4_addresses() -> list[str]:
 
 
 def share_cores(local_world_size: int) -> int:
-    """Give each of the processes on this node an equal share of its cores (torch and numba threads)."""
+    """Give each of the processes on this node an equal share of its cores (torch's threads, which spgnn's kernels
+    use too)."""
     threads = max(1, (os.cpu_count() or 1) // max(1, local_world_size))
-    try:
-        import numba
-
-        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
-    torch.set_num_threads(threads)      # after numba's: starting numba's OpenMP pool in a forked process resets it
+    torch.set_num_threads(threads)
     return threads
 
 

@@ -11,7 +11,7 @@ gathers hit cache:
               small)
 
 rcm is computed per part, on A_pp alone (nnz_p + n_p work and memory), so it needs no more than a rank's share.
-Measured on a 2-core machine (docs/benchmarks.md, "Node order"): the numba SpMM 1.17-1.25× faster on
+Measured on a 2-core machine (docs/benchmarks.md, "Node order"): the row-parallel SpMM 1.17-1.25× faster on
 amazon-computers and rmat:17, a training step 2-5%.
 """
 

@@ -31,7 +31,7 @@ from .order import check_order, part_order
 PARTITIONERS = {}
 ENTRY_POINT_GROUP = "spgnn.partitioners"
 FILE_FORMAT = "spgnn-partition/1"
-_LIBRARIES = ("spgnn", "numpy", "scipy", "numba", "pymetis", "kahip", "kaminpar")
+_LIBRARIES = ("spgnn", "numpy", "scipy", "pymetis", "kahip", "kaminpar")
 
 
 def register(name: str):

@@ -14,39 +14,28 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from .. import native
 from .partition import fill_empty, register, undirected
 
 _LDG, _FENNEL = 0, 1
 
 
-@numba.njit(cache=True)
-def stream(indptr, indices, verts, rows, parts, sizes, capacity, kind, alpha, gamma):
+def stream(indptr, indices, verts, rows, parts, sizes, capacity, kind, alpha, gamma) -> None:
     """Place vertices verts[0], verts[1], … in turn (neighbours of verts[t]: indices[indptr[rows[t]]:…]),
-    updating `parts` (−1: not yet placed) and `sizes` in place."""
-    P = sizes.size
-    neigh = np.zeros(P, np.float64)
-    for t in range(verts.size):
-        v, r = verts[t], rows[t]
-        neigh[:] = 0.0
-        for k in range(indptr[r], indptr[r + 1]):
-            p = parts[indices[k]]
-            if p >= 0:
-                neigh[p] += 1.0
-        best, best_score = -1, 0.0
-        for p in range(P):
-            if sizes[p] >= capacity:
-                continue
-            if kind == _LDG:
-                score = neigh[p] * (1.0 - sizes[p] / capacity)
-            else:
-                score = neigh[p] - alpha * gamma * sizes[p] ** (gamma - 1.0)
-            if best < 0 or score > best_score or (score == best_score and sizes[p] < sizes[best]):
-                best, best_score = p, score
-        parts[v] = best
-        sizes[best] += 1
+    updating `parts` (int64, −1: not yet placed) and `sizes` (int64, P) in place (`spgnn/csrc/streaming.c`)."""
+    for name, x in (("parts", parts), ("sizes", sizes)):
+        if not (isinstance(x, np.ndarray) and x.dtype == np.int64 and x.flags.c_contiguous and x.flags.writeable):
+            raise ValueError(f"stream: {name} must be a writeable contiguous int64 array, updated in place")
+    indptr, indices, verts, rows = (np.ascontiguousarray(x, np.int64) for x in (indptr, indices, verts, rows))
+    if len(verts) != len(rows):
+        raise ValueError(f"stream: {len(verts)} vertices but {len(rows)} rows")
+    a, i64, f64 = native.addr, native.i64, native.f64
+    fn = native.function("stream_partition", i64, a, a, a, a, a, a, i64, i64, i64, f64, f64, a)
+    neigh = np.empty(len(sizes), np.float64)
+    fn(len(verts), *map(native.ptr, (indptr, indices, verts, rows, parts, sizes)), len(sizes), int(capacity),
+       int(kind), float(alpha), float(gamma), native.ptr(neigh))
 
 
 def settings(method: str, n: int, P: int, undirected_nnz: int, gamma: float = 1.5, nu: float = 1.1):

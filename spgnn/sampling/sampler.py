@@ -34,9 +34,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from .. import native
 from ..errors import SpgnnError
-from ..hashing import hash_uniform, mix_key
-from ..jit import kernel, njit, prange
+from ..hashing import mix_key
 from ..sparse.csr import row_ids
 
 
@@ -58,98 +58,72 @@ class Minibatch:
         return self.nodes[0]
 
 
-@kernel(parallel=True, cache=True, nogil=True)
-def _uniform_kernel(keys, rows, cols, out):
-    for i in prange(len(out)):
-        out[i] = hash_uniform(keys[i], rows[i], cols[i])
+_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
 
 
-@njit(cache=True, nogil=True)
-def _sift_down(hv, hi, s, k):
-    """Restore the max-heap order of (hv, hi)[:k] below position s."""
-    while 2 * s + 1 < k:
-        m = 2 * s + 1
-        if m + 1 < k and hv[m + 1] > hv[m]:
-            m += 1
-        if hv[m] <= hv[s]:
-            return
-        hv[s], hv[m], hi[s], hi[m] = hv[m], hv[s], hi[m], hi[s]
-        s = m
+def _kernel(name: str, nargs: int, nints: int = 1):
+    """The C kernel `name` of spgnn/csrc/sampling.c: nints int64, then nargs addresses."""
+    return native.function(name, *[native.i64] * nints, *[native.addr] * nargs)
 
 
-@njit(cache=True, nogil=True)
-def _k_smallest(u, k):
-    """Positions (sorted) of the k smallest u[t], k < len(u): a bounded max-heap, O(len(u)·log k)."""
-    hv, hi = u[:k].copy(), np.arange(k)
-    for s in range(k // 2 - 1, -1, -1):
-        _sift_down(hv, hi, s, k)
-    for t in range(k, len(u)):
-        if u[t] < hv[0]:
-            hv[0], hi[0] = u[t], t
-            _sift_down(hv, hi, 0, k)
-    return np.sort(hi)
-
-
-@kernel(parallel=True, cache=True, nogil=True)
-def _uniform_topk_kernel(indptr, indices, rows, row_keys, row_ids, k, out_ptr, out):
-    """Frontier position r reads CSR row rows[r]: out[out_ptr[r]:out_ptr[r+1]] = the positions (ascending) of its
-    min(k, deg) entries with the smallest u(row_keys[r], row_ids[r], column)."""
-    for r in prange(len(rows)):
-        a, b, o = indptr[rows[r]], indptr[rows[r] + 1], out_ptr[r]
-        if b - a <= k:
-            for t in range(b - a):
-                out[o + t] = a + t
-        else:
-            u = np.empty(b - a)
-            for t in range(b - a):
-                u[t] = hash_uniform(row_keys[r], row_ids[r], indices[a + t])
-            for t, j in enumerate(_k_smallest(u, k)):
-                out[o + t] = a + j
+def _index(indices: np.ndarray) -> np.ndarray:
+    """CSR column indices as the kernels take them: int32 or int64 as they are, other types as int64."""
+    indices = np.ascontiguousarray(indices)
+    return indices if indices.dtype in _INDEX else indices.astype(np.int64)
 
 
 def uniform_keys(batch_keys: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """u ∈ (0, 1) per (batch key, row vertex, column vertex) triple: splitmix64 of the three, 53 bits."""
+    keys, rows, cols = np.broadcast_arrays(np.asarray(batch_keys, np.uint64), np.asarray(rows, np.int64),
+                                           np.asarray(cols, np.int64))
+    keys, rows, cols = (np.ascontiguousarray(x) for x in (keys, rows, cols))
     out = np.empty(len(rows), np.float64)
-    _uniform_kernel(np.ascontiguousarray(batch_keys, np.uint64), np.ascontiguousarray(rows, np.int64),
-                    np.ascontiguousarray(cols, np.int64), out)
+    _kernel("uniform_keys", 4)(len(out), *map(native.ptr, (keys, rows, cols, out)))
     return out
 
 
-@kernel(parallel=True, cache=True, nogil=True)
-def _topk_kernel(indptr, keys, k, keep):
-    for r in prange(len(indptr) - 1):
-        a, b = indptr[r], indptr[r + 1]
-        if b - a <= k[r]:
-            keep[a:b] = True
-        else:
-            for t in _k_smallest(keys[a:b], k[r]):
-                keep[a + t] = True
+def _row_counts(deg: np.ndarray, k) -> np.ndarray:
+    """Output pointers of a segmented top-k: out_ptr[r+1] − out_ptr[r] = min(deg[r], k[r]) (k < 0 counts 0)."""
+    return np.concatenate([[0], np.cumsum(np.minimum(deg, np.maximum(k, 0)), dtype=np.int64)])
 
 
 def segmented_topk(indptr: np.ndarray, keys: np.ndarray, k) -> np.ndarray:
-    """Positions (sorted) of the k (per row, or k[r]) smallest keys of each CSR row (all of a shorter row)."""
-    keep = np.zeros(len(keys), bool)
-    k = np.ascontiguousarray(np.broadcast_to(k, len(indptr) - 1), np.int64)
-    _topk_kernel(np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(keys, np.float64), k, keep)
-    return np.flatnonzero(keep)
+    """Positions (sorted) of the k (per row, or k[r]) smallest keys of each CSR row (all of a shorter row); of keys
+    tied at the cut, those a bounded max-heap keeps (`spgnn/csrc/sampling.c`)."""
+    indptr, keys = np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(keys, np.float64)
+    if len(indptr) < 1 or len(keys) < indptr[-1]:
+        raise ValueError(f"segmented_topk: {len(keys)} keys for a CSR pointer array ending at {indptr[-1:]}")
+    out_ptr = _row_counts(np.diff(indptr), np.broadcast_to(np.asarray(k, np.int64), len(indptr) - 1))
+    heap, pos = np.empty(out_ptr[-1], np.float64), np.empty(out_ptr[-1], np.int64)
+    _kernel("segmented_topk", 5)(len(indptr) - 1, *map(native.ptr, (indptr, keys, out_ptr, heap, pos)))
+    return pos
 
 
-@kernel(parallel=True, cache=True, nogil=True)
-def _gather_kernel(indptr, indices, data, ids, out_ptr, out_indices, out_data):
-    for r in prange(len(ids)):
-        a, o = indptr[ids[r]], out_ptr[r]
-        for t in range(indptr[ids[r] + 1] - a):
-            out_indices[o + t] = indices[a + t]
-            out_data[o + t] = data[a + t]
+def _uniform_topk(p: sp.csr_matrix, at: np.ndarray, keys: np.ndarray, ids: np.ndarray, k: int):
+    """Frontier position r reads row at[r] of p: (out_ptr, positions into p's entries, ascending per r) of its
+    min(k, deg) entries with the smallest u(keys[r], ids[r], column)."""
+    indptr, indices = np.ascontiguousarray(p.indptr, np.int64), _index(p.indices)
+    at, ids = np.ascontiguousarray(at, np.int64), np.ascontiguousarray(ids, np.int64)
+    keys = np.ascontiguousarray(keys, np.uint64)
+    out_ptr = _row_counts(np.diff(indptr)[at], k)
+    heap, pos = np.empty(out_ptr[-1], np.float64), np.empty(out_ptr[-1], np.int64)
+    _kernel(f"uniform_topk_{_INDEX[indices.dtype]}", 8)(len(at), *map(native.ptr, (indptr, indices, at, keys, ids,
+                                                                                   out_ptr, heap, pos)))
+    return out_ptr, pos
 
 
 def select_rows(a: sp.csr_matrix, ids: np.ndarray) -> sp.csr_matrix:
     """Q·A for the selection Q = `selection(ids, a.shape[0])` (len(ids)×a.shape[1]): the SpGEMM with one unit
-    entry per row of Q is a row gather, done as one (parallel) copy; int64 indices."""
+    entry per row of Q is a row gather, done as one (parallel) copy; A's value type (indices gathered as int64,
+    which scipy's constructor narrows to int32 where they fit)."""
     ids = np.ascontiguousarray(ids, np.int64)
-    ptr = np.concatenate([[0], np.cumsum(np.diff(a.indptr)[ids], dtype=np.int64)])
+    if len(ids) and ids.min() < 0:
+        raise IndexError(f"select_rows: negative row id {ids.min()}")
+    ptr = np.concatenate([[0], np.cumsum(np.diff(a.indptr)[ids], dtype=np.int64)])     # IndexError past the end
     indices, data = np.empty(ptr[-1], np.int64), np.empty(ptr[-1], a.data.dtype)
-    _gather_kernel(a.indptr.astype(np.int64, copy=False), a.indices, a.data, ids, ptr, indices, data)
+    src, values = _index(a.indices), np.ascontiguousarray(a.data)
+    args = (np.ascontiguousarray(a.indptr, np.int64), src, values, ids, ptr, indices, data)
+    _kernel(f"select_rows_{_INDEX[src.dtype]}", 7, 2)(len(ids), values.itemsize, *map(native.ptr, args))
     return sp.csr_matrix((data, indices, ptr), shape=(len(ids), a.shape[1]))
 
 
@@ -251,12 +225,9 @@ class NodeSampler(Sampler):
     def edges(self, front, ptr, size, layer_keys):
         rows, at = np.unique(front, return_inverse=True)        # a bulk's minibatches share frontier vertices:
         p = self.frontier_rows(rows)                            # P = Q·N_off over the distinct ones, row at[r] = F[r]'s
-        deg = np.minimum(np.diff(p.indptr)[at], size)
-        out_ptr = np.concatenate([[0], np.cumsum(deg)])
-        pos = np.empty(out_ptr[-1], np.int64)                   # fused: keys u(minibatch, F[r], j), top-k per row
-        _uniform_topk_kernel(p.indptr.astype(np.int64), p.indices, at.astype(np.int64),
-                             np.ascontiguousarray(layer_keys[row_ids(ptr)]), front, size, out_ptr, pos)
-        return np.repeat(np.arange(len(front)), deg), p.indices[pos], p.data[pos]
+        # fused: keys u(minibatch, F[r], j) and the top-k of each row
+        out_ptr, pos = _uniform_topk(p, at, layer_keys[row_ids(ptr)], front, size)
+        return np.repeat(np.arange(len(front)), np.diff(out_ptr)), p.indices[pos], p.data[pos]
 
 
 class LayerSampler(Sampler):

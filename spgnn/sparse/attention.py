@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from .. import native
 from ..hashing import dropout_mask
-from ..jit import kernel, numba
 from . import gather
 
 
@@ -39,58 +39,41 @@ def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
     return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
 
 
-@kernel(fastmath=True, cache=True, nogil=True, boundscheck=False)
-def _weighted_sum_kernel(p, rows, cols, v, out):
-    """out[rows[e], h, :] += p[e, h]·v[cols[e], h, :] over the edges e (serial: rows may repeat)."""
-    for e in range(rows.shape[0]):
-        i, j = rows[e], cols[e]
-        for h in range(p.shape[1]):
-            w = p[e, h]
-            for f in range(v.shape[2]):
-                out[i, h, f] += w * v[j, h, f]
+_VALUE = {torch.float32: "f32", torch.float64: "f64"}
 
 
-@kernel(fastmath=True, cache=True, nogil=True, boundscheck=False)
-def _weighted_sum_grad_kernel(p, rows, cols, v, g, dp, dv):
-    """The adjoints of `_weighted_sum_kernel` for out's gradient g: dp[e, h] = ⟨g[rows[e], h], v[cols[e], h]⟩ and
-    dv[cols[e], h, :] += p[e, h]·g[rows[e], h, :]."""
-    for e in range(rows.shape[0]):
-        i, j = rows[e], cols[e]
-        for h in range(p.shape[1]):
-            w, acc = p[e, h], 0.0
-            for f in range(v.shape[2]):
-                acc += g[i, h, f] * v[j, h, f]
-                dv[j, h, f] += w * g[i, h, f]
-            dp[e, h] = acc
+def _kernel(name: str, dtype: torch.dtype, arrays: int):
+    """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f) and `arrays` addresses."""
+    return native.function(f"{name}_{_VALUE[dtype]}", native.i64, native.i64, native.i64, *[native.addr] * arrays)
 
 
 class _WeightedSum(torch.autograd.Function):
-    """out[i] = Σ_{j→i} p_ij·V_j by the numba kernels: no nnz×H×F product is formed, forward or backward."""
+    """out[i] = Σ_{j→i} p_ij·V_j by the C kernels: no nnz×H×F product is formed, forward or backward.
+    rows, cols: contiguous int64 CPU tensors."""
 
     @staticmethod
     def forward(ctx, p, rows, cols, v, n):
         p, v = p.contiguous(), v.contiguous()
-        rows, cols = rows.numpy(), cols.numpy()
         ctx.save_for_backward(p, v)
         ctx.edges = rows, cols
         out = v.new_zeros((n, *v.shape[1:]))
-        _weighted_sum_kernel(p.numpy(), rows, cols, v.numpy(), out.numpy())
+        _kernel("weighted_sum", v.dtype, 5)(*p.shape, v.shape[2], *map(native.ptr, (p, rows, cols, v, out)))
         return out
 
     @staticmethod
     def backward(ctx, g):
         p, v = ctx.saved_tensors
         dp, dv = torch.empty_like(p), torch.zeros_like(v)
-        _weighted_sum_grad_kernel(p.numpy(), *ctx.edges, v.numpy(), g.contiguous().numpy(), dp.numpy(), dv.numpy())
+        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], *map(native.ptr, (p, *ctx.edges, v,
+                                                                                            g.contiguous(), dp, dv)))
         return dp, None, None, dv, None
 
 
 def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.Tensor:
-    """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H): by the numba kernels on CPU, else by gather and index_add."""
+    """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H): by the C kernels on CPU, else by gather and index_add."""
     rows, cols = torch.as_tensor(rows), torch.as_tensor(cols)
-    if numba is not None and v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in (torch.float32,
-                                                                                             torch.float64):
-        return _WeightedSum.apply(p, rows.to(torch.int64), cols.to(torch.int64), v, n)
+    if v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in _VALUE and native.available():
+        return _WeightedSum.apply(p, rows.to(torch.int64).contiguous(), cols.to(torch.int64).contiguous(), v, n)
     return segment_sum(p.unsqueeze(-1) * gather(v, cols), rows, n)
 
 

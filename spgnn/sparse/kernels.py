@@ -1,11 +1,11 @@
 """Local SpMM kernels, Z = A·H for a `spgnn.sparse.csr.CSR` A and a dense H.
 
-Backends (``set_backend``): "numba" (default when numba imports; a row-parallel kernel that
-splits rows into one chunk per thread balanced by nnz + rows), "torch" (``torch.sparse.mm`` on a
-CSR tensor) and "torch-sparse" (``torch_sparse.matmul``). The environment variable
-``SPGNN_SPMM_BACKEND`` picks the default. Tensors on a non-CPU device always use torch's sparse CSR
-tensor on that device. Nothing here records autograd history: callers wrap ``spmm`` in their own
-autograd Functions.
+Backends (``set_backend``): "native" (default where spgnn's C kernels are built, `spgnn.native`; a row-parallel
+kernel on torch's threads, the rows split into one chunk a thread of equal nnz + rows), "torch"
+(``torch.sparse.mm`` on a CSR tensor) and "torch-sparse" (``torch_sparse.matmul``). The environment variable
+``SPGNN_SPMM_BACKEND`` picks the default ("numba", this backend's name before its kernel was C, still means
+"native"). Tensors on a non-CPU device always use torch's sparse CSR tensor on that device. Nothing here records
+autograd history: callers wrap ``spmm`` in their own autograd Functions.
 """
 
 from __future__ import annotations
@@ -16,17 +16,17 @@ import os
 import numpy as np
 import torch
 
+from .. import native
 from ..errors import SpgnnError
-from ..jit import kernel, njit, numba, prange
 from .csr import CSR, TORCH_DTYPES
 
-_JIT = dict(parallel=True, fastmath=True, cache=True, nogil=True, boundscheck=False)
 _NUMPY_DTYPES = {v: k for k, v in TORCH_DTYPES.items()}
 
 
 # ---------------------------------------------------------------------------------------- backends
 
-_BACKENDS = ("numba", "torch", "torch-sparse")
+_BACKENDS = ("native", "torch", "torch-sparse")
+_ALIASES = {"numba": "native"}
 _backend: str | None = None
 
 
@@ -36,101 +36,60 @@ def _torch_sparse_module():
     except ImportError as e:
         raise SpgnnError(
             "SpMM backend 'torch-sparse' needs the torch_sparse package, which is not installed; "
-            "use 'numba' or 'torch'"
+            "use 'native' or 'torch'"
         ) from e
 
 
 def set_backend(name: str) -> None:
-    """Choose the CPU SpMM backend: "numba", "torch" or "torch-sparse"."""
+    """Choose the CPU SpMM backend: "native", "torch" or "torch-sparse"."""
     global _backend
+    name = _ALIASES.get(name, name)
     if name not in _BACKENDS:
         raise SpgnnError(f"unknown SpMM backend {name!r}; choose one of {', '.join(_BACKENDS)}")
-    if name == "numba" and numba is None:
-        raise SpgnnError("SpMM backend 'numba' needs the numba package, which is not installed; use 'torch'")
+    if name == "native":
+        native.library()
     if name == "torch-sparse":
         _torch_sparse_module()
     _backend = name
 
 
 def get_backend() -> str:
-    """The current SpMM backend (first call: $SPGNN_SPMM_BACKEND, else "numba" if available, else "torch")."""
+    """The current SpMM backend (first call: $SPGNN_SPMM_BACKEND, else "native" if built, else "torch")."""
     if _backend is None:
-        set_backend(os.environ.get("SPGNN_SPMM_BACKEND") or ("numba" if numba is not None else "torch"))
+        set_backend(os.environ.get("SPGNN_SPMM_BACKEND") or ("native" if native.available() else "torch"))
     return _backend
 
 
 def set_num_threads(n: int) -> None:
-    """Use n threads in numba kernels (for the calling thread; capped at NUMBA_NUM_THREADS) and in torch."""
-    n = max(1, int(n))
-    if numba is not None:
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    torch.set_num_threads(n)
+    """Use n threads in torch and in spgnn's kernels (`spgnn.native.num_threads`)."""
+    torch.set_num_threads(max(1, int(n)))
 
 
 # -------------------------------------------------------------------------------------------- SpMM
 
-
-@njit(inline="always")
-def _row_at(indptr, t):
-    """The first row i with indptr[i] + i ≥ t (work before row i, counting 1 per row and per nonzero)."""
-    lo, hi = 0, indptr.shape[0] - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if indptr[mid] + mid < t:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
+_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
+_VALUE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
 
 
-@kernel(**_JIT)
-def _spmm_kernel(indptr, indices, data, h, out, accumulate, nchunks):
-    """out[i] (+)= Σ_p data[p]·h[indices[p]] over p in row i; rows in nchunks chunks of equal nnz + rows.
-
-    Eight nonzeros per pass over the features, so the row accumulator is loaded/stored once per eight
-    gathered rows of h (the loop over k vectorises).
-    """
-    m, f = out.shape
-    work = indptr[m] + m
-    for c in prange(nchunks):
-        lo = _row_at(indptr, c * work // nchunks)
-        hi = _row_at(indptr, (c + 1) * work // nchunks)
-        acc = np.empty(f, out.dtype)
-        for i in range(lo, hi):
-            for k in range(f):
-                acc[k] = out[i, k] if accumulate else 0
-            p, end = indptr[i], indptr[i + 1]
-            while p + 8 <= end:
-                h0, h1, h2, h3 = h[indices[p]], h[indices[p + 1]], h[indices[p + 2]], h[indices[p + 3]]
-                h4, h5, h6, h7 = h[indices[p + 4]], h[indices[p + 5]], h[indices[p + 6]], h[indices[p + 7]]
-                v0, v1, v2, v3 = data[p], data[p + 1], data[p + 2], data[p + 3]
-                v4, v5, v6, v7 = data[p + 4], data[p + 5], data[p + 6], data[p + 7]
-                for k in range(f):
-                    acc[k] += (v0 * h0[k] + v1 * h1[k] + v2 * h2[k] + v3 * h3[k]) + (
-                        v4 * h4[k] + v5 * h5[k] + v6 * h6[k] + v7 * h7[k]
-                    )
-                p += 8
-            while p < end:
-                hp, vp = h[indices[p]], data[p]
-                for k in range(f):
-                    acc[k] += vp * hp[k]
-                p += 1
-            for k in range(f):
-                out[i, k] = acc[k]
+def _kernel(indices: np.dtype, values: np.dtype):
+    """The C kernel for these index and value types (`spgnn/csrc/spmm.c`)."""
+    a = native.addr
+    return native.function(f"spmm_{_INDEX[indices]}_{_VALUE[values]}", native.i64, native.i64, a, a, a, a, a,
+                           native.i32)
 
 
-def _numba_spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None, accumulate: bool) -> torch.Tensor:
-    """out (+)= A·h with the numba kernel; out: a contiguous CPU tensor of h's dtype, or None (new)."""
+def _native_spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None, accumulate: bool) -> torch.Tensor:
+    """out (+)= A·h with the C kernel; out: a contiguous CPU tensor of h's dtype, or None (new)."""
     dtype = _NUMPY_DTYPES.get(h.dtype)
     if dtype is None:
-        raise TypeError(f"spmm: the numba backend supports float32 and float64, not {h.dtype}")
+        raise TypeError(f"spmm: the native backend supports float32 and float64, not {h.dtype}")
     if out is None:  # numpy's allocator madvises huge pages: far fewer page faults than torch.empty
         out, accumulate = torch.from_numpy(np.empty((a.shape[0], h.shape[1]), dtype)), False
-    zn = out.detach().numpy()
-    if zn.size:
+    if out.numel():
         a = a.astype(dtype)
-        hn = h.contiguous().numpy()
-        _spmm_kernel(a.indptr, a.indices, a.data, hn, zn, bool(accumulate), numba.get_num_threads())
+        hn = h.contiguous()
+        _kernel(a.indices.dtype, a.data.dtype)(a.shape[0], h.shape[1], *map(native.ptr, (a.indptr, a.indices, a.data,
+                                                                                    hn, out)), int(accumulate))
     return out
 
 
@@ -139,7 +98,7 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
 
     With ``out`` (m×f, H's dtype) the result is written into it, or added to it when ``accumulate``,
     and ``out`` is returned; this sums Σ_j A_ij·H_j over blocks j without temporaries (on the
-    numba backend, when ``out`` is contiguous). No autograd history is recorded.
+    native backend, when ``out`` is contiguous). No autograd history is recorded.
     """
     m, k = a.shape
     if h.dim() != 2 or h.shape[0] != k:
@@ -151,11 +110,11 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
         )
     h = h.detach()
     backend = get_backend() if h.device.type == "cpu" else "torch"
-    if backend == "numba" and (out is None or out.is_contiguous()):
-        return _numba_spmm(a, h, out, accumulate)
+    if backend == "native" and (out is None or out.is_contiguous()):
+        return _native_spmm(a, h, out, accumulate)
     with torch.no_grad():
-        if backend == "numba":
-            z = _numba_spmm(a, h, None, False)
+        if backend == "native":
+            z = _native_spmm(a, h, None, False)
         elif backend == "torch-sparse" and (a.nnz == 0 or h.shape[1] == 0):
             z = h.new_zeros((m, h.shape[1]))            # torch_sparse's kernel dies of SIGFPE on these
         elif backend == "torch-sparse":

@@ -1,8 +1,6 @@
 """The run loop full-batch and minibatch training share: the seeded model and Adam, the epochs with their
 evaluations, the gradient sum over ranks, and the report (configuration, graph, per-epoch records, final and
-best accuracies, and every rank's ledger summary, memory, numba start-up seconds and seconds per stage, see
-`spgnn.progress`). An epoch's ``time_s``
-leaves out the seconds numba spent in it compiling kernels or loading them from its cache (``jit_s``).
+best accuracies, and every rank's ledger summary, memory and seconds per stage, see `spgnn.progress`).
 """
 
 from __future__ import annotations
@@ -14,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .. import jit, progress
+from .. import progress
 from ..comm.agree import agree
 from ..config import TrainConfig
-from ..jit import compile_seconds
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from ..tasks import get_task
@@ -103,7 +100,7 @@ class Run:
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes(),
                            "setup_peak_rss_bytes": self.setup_peak_rss,
                            "train_peak_rss_bytes": peak_rss_since_restart() if self.setup_peak_rss else None},
-                "jit_s": compile_seconds(), "compiled": jit.compiled(), "stages": progress.seconds()}
+                "stages": progress.seconds()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -126,7 +123,6 @@ class Run:
             "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,
             "median_epoch_s": float(np.median(times)) if times else None,
-            "jit_s": {"per_rank": [r["jit_s"] for r in everyone], "compiled": [r["compiled"] for r in everyone]},
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
@@ -143,12 +139,11 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
     val, test = f"val_{metric}", f"test_{metric}"
     epochs, best = list(epochs or []), best or {}           # {} until an evaluation: a metric may be negative
     for epoch in range(start, cfg.epochs):
-        jit0, t0 = compile_seconds(), time.perf_counter()
+        t0 = time.perf_counter()
         loss = step(epoch)
         if not (math.isfinite(loss) and finite()):
             raise Diverged(epoch, loss, epochs, best)
-        wall, jit = time.perf_counter() - t0, compile_seconds() - jit0
-        record = {"epoch": epoch, "loss": loss, "time_s": wall - jit, "jit_s": jit}
+        record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
             record |= evaluate()
             if val not in best or record[val] > best[val]:
@@ -164,8 +159,7 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
 def format_epoch(r: dict, metric: str = "acc") -> str:
     acc = "".join(f"  {s}{'' if metric == 'acc' else ' ' + metric} {r[k]:.4f}" for s in ("train", "val", "test")
                   if (k := f"{s}_{metric}") in r)
-    jit = f" (+ {r['jit_s']:.2f} s numba start-up)" if r.get("jit_s", 0) >= 0.005 else ""
-    return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms{jit}"
+    return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms"
 
 
 class Diverged(Exception):

@@ -1,0 +1,63 @@
+"""spgnn's C kernels (spgnn/csrc, built with the package into ``spgnn._native``), called through ctypes, and
+`parallel`, which runs a kernel's chunks on this process's threads.
+
+The kernels are plain C compiled when the package is installed: nothing is compiled when a run starts, and a
+process that loads them adds well under a MiB to its resident memory. A ctypes call lets go of the GIL, so the
+chunks of one kernel run at once on `num_threads` threads (the calling thread and a pool of the others), each on
+its own rows. Arrays are passed as addresses (`ptr`): callers hand over contiguous arrays of the kernel's types.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib
+
+import torch
+
+from .errors import SpgnnError
+
+i32, i64, u64, addr = ctypes.c_int32, ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p
+f32, f64 = ctypes.c_float, ctypes.c_double
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """The shared library of the kernels (loaded once)."""
+    try:
+        path = importlib.import_module(f"{__package__}._native").__file__
+    except ImportError as e:
+        raise SpgnnError("spgnn's C kernels are not built: install the package from its folder with "
+                         "`pip install -e .` (needs a C compiler), or choose the SpMM backend 'torch'") from e
+    return ctypes.CDLL(path)
+
+
+def available() -> bool:
+    """Whether the kernels are built and load."""
+    try:
+        library()
+    except (SpgnnError, OSError):
+        return False
+    return True
+
+
+@functools.cache
+def function(name: str, *argtypes):
+    """The kernel `name` of the library, taking `argtypes` (ctypes types) and returning nothing."""
+    fn = getattr(library(), name)
+    fn.argtypes, fn.restype = list(argtypes), None
+    return fn
+
+
+def ptr(x) -> int:
+    """The address of a numpy array's or a CPU tensor's first element."""
+    return x.data_ptr() if isinstance(x, torch.Tensor) else x.ctypes.data
+
+
+def num_threads() -> int:
+    """Threads a parallel kernel runs on: torch's intra-op threads (``torch.set_num_threads``), the OpenMP threads
+    both share."""
+    return torch.get_num_threads()
+
+
+__all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "num_threads", "ptr", "u64"]
