@@ -549,8 +549,8 @@ class Rates:
         return self.sync_wait_s if 1 < P and ranks <= self.cores else 0.0
 
 
-# One core of the 2-core development machine (torch 2.13 CPU, numba kernels), two processes sharing it: the median of
-# the seven calibrations of `DEFAULT_ALPHA_BETA` (each rate within 0.6-1.6× of its median across them). The defaults
+# One core of the 2-core development machine (torch 2.13 CPU, numba kernels then), two processes sharing it: the median
+# of the seven calibrations of `DEFAULT_ALPHA_BETA` (each rate within 0.6-1.6× of its median across them). The defaults
 # before these were measured under a load average of 12 and predicted 2.96× the measured step (median over 660 steps
 # of `benchmarks/bench_model.py`, none within 25%); these put 617 of the 660 within 25%, the runs' own calibrations 575.
 # step_wait_s: fitted to the training steps of three `benchmarks/bench_model.py` runs (90 layouts at P = 1-8; 70
@@ -560,9 +560,10 @@ class Rates:
 # 0.5 ms; on the three runs the fit did not start from, 87 of 90 against 85).
 # flops_per_s and dense_bytes_per_s (both), since `spgnn.dense` takes float32 products through oneDNN: the median of
 # seven later calibrations (each within 0.82-1.05× of it; torch's MKL had 102e9 and 15.7e9, alone 103e9 and 18.9e9).
+# runtime_bytes: three calibrations since the kernels are C (245.9-246.5 MiB; with numba's runtime and kernels: 355).
 _SHARING = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
                  spmm_ordered_nnz_s=1.95e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
-                 dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=355 * 2**20,
+                 dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=246 * 2**20,
                  sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
 # SpMM's gathers 1.4-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660

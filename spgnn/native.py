@@ -1,10 +1,10 @@
-"""spgnn's C kernels (spgnn/csrc, built with the package into ``spgnn._native``), called through ctypes, and
-`parallel`, which runs a kernel's chunks on this process's threads.
+"""spgnn's C kernels (spgnn/csrc, built with the package into ``spgnn._native``), called through ctypes.
 
 The kernels are plain C compiled when the package is installed: nothing is compiled when a run starts, and a
-process that loads them adds well under a MiB to its resident memory. A ctypes call lets go of the GIL, so the
-chunks of one kernel run at once on `num_threads` threads (the calling thread and a pool of the others), each on
-its own rows. Arrays are passed as addresses (`ptr`): callers hand over contiguous arrays of the kernel's types.
+process that loads them adds well under a MiB to its resident memory. A parallel kernel is an OpenMP region on
+torch's own threads (the library links the libgomp torch has loaded), `num_threads` of them, each on its own rows;
+a ctypes call lets go of the GIL. Arrays are passed as addresses (`ptr`): callers hand over contiguous arrays of the
+kernels' types.
 """
 
 from __future__ import annotations

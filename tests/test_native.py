@@ -1,6 +1,6 @@
-"""spgnn's C kernels (`spgnn.native`): a kernel's chunks on several threads give what one thread gives, bit for bit;
-a run loads no JIT compiler; and where the kernels are not built, the SpMM falls back to torch and asking for them
-says how to build them."""
+"""spgnn's C kernels (`spgnn.native`): a kernel on several threads gives what one thread gives, bit for bit, on
+the OpenMP runtime torch loaded; a run loads no JIT compiler; and where the kernels are not built, the SpMM falls
+back to torch and asking for them says how to build them."""
 
 import json
 import subprocess
@@ -73,3 +73,9 @@ def test_without_the_built_kernels_spmm_falls_back_and_says_how_to_build(monkeyp
             kernels.set_backend("native")
     finally:
         native.library.cache_clear()
+
+
+def test_the_old_backend_name_still_picks_the_c_kernels(monkeypatch):
+    monkeypatch.setattr(kernels, "_backend", None)
+    monkeypatch.setenv("SPGNN_SPMM_BACKEND", "numba")      # this backend's name when its kernel was numba's
+    assert kernels.get_backend() == "native"
