@@ -142,10 +142,27 @@ def predict(cfg: TrainConfig, graph, P: int, epochs: int = 1, evals: int = 1, se
 def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
     """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
     the cache (`spgnn.partition.partitioned.cached`; reused when there); returns the folder. The one place a process
-    holds the whole graph."""
+    holds the whole graph, and not even there when cfg.dataset is a file whose partition for these options the cache
+    holds already (`partitioned.source_folder`: found from the file's path, size and modification time)."""
+    options = _source_options(cfg, P)
+    found = options and partitioned.source_folder(cfg.dataset, options, cfg.cache_dir)
+    if found:
+        return found
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    cfg, shape, _ = resolve(cfg, P, g, costs_of)
-    return cached_partition(cfg, g, cfg.partition, spmm.get(cfg.algo).num_parts(shape))
+    resolved, shape, _ = resolve(cfg, P, g, costs_of)
+    folder = cached_partition(resolved, g, resolved.partition, spmm.get(resolved.algo).num_parts(shape))
+    if options:
+        partitioned.remember_source(cfg.dataset, options, folder, cfg.cache_dir)
+    return folder
+
+
+def _source_options(cfg: TrainConfig, P: int) -> dict | None:
+    """What chooses a dataset's cached partition besides the dataset: the layout's row blocks (algorithm, P, grid
+    options), the partitioner, seed and node order; None for --algo auto, which weighs the graph to choose."""
+    if cfg.algo == "auto":
+        return None
+    return {"algo": cfg.algo, "P": P, "grid": {o: getattr(cfg, o) for o, opt in spmm.options().items() if opt.shapes},
+            "partition": cfg.partition, "seed": cfg.seed, "node_order": cfg.node_order}
 
 
 def cached_partition(cfg: TrainConfig, g, method, B: int, node_order: str | None = None) -> Path:

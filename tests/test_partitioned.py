@@ -108,6 +108,37 @@ def test_cache_partitions_once_and_reuses(tmp_path, monkeypatch):
     np.testing.assert_allclose([e["loss"] for e in natural["epochs"]], [e["loss"] for e in first["epochs"]], rtol=1e-5)
 
 
+def test_a_cached_dataset_file_is_not_read_again(tmp_path, monkeypatch):
+    """partition_to_cache finds the cache folder of a dataset file from its path, size and modification time
+    without reading the graph (under a launcher, rank 0 no longer holds the whole graph for a cached partition);
+    a changed file, other row blocks, another partitioner or --algo auto read it again."""
+    import os
+
+    from spgnn import plan
+    from spgnn.graph.datasets import save_npz
+
+    g = small_graph(n=300, f=6, seed=2)
+    data = tmp_path / "g.npz"
+    save_npz(g, data)
+    cfg = TrainConfig(dataset=str(data), partition="random", algo="1d", cache_dir=str(tmp_path / "cache"))
+    reads = []
+    real_load = plan.load_dataset
+    monkeypatch.setattr(plan, "load_dataset", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
+    first = plan.partition_to_cache(cfg, 2)
+    assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 1       # found, not read
+    assert plan.partition_to_cache(TrainConfig(**{**cfg.as_dict(), "overlap": "off"}), 2) == first   # same blocks
+    assert len(reads) == 1
+    other = [plan.partition_to_cache(cfg, 4), plan.partition_to_cache(TrainConfig(**{**cfg.as_dict(),
+                                                                                    "partition": "block"}), 2)]
+    assert len(reads) == 3 and len({first, *other}) == 3
+    assert plan.partition_to_cache(TrainConfig(**{**cfg.as_dict(), "algo": "auto"}), 2) and len(reads) == 4
+    st = data.stat()
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))                 # the file changed (in time only)
+    assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 5         # read again: the same graph
+    shutil.rmtree(first)                                                         # the folder it recorded is gone
+    assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 6 and PartitionedDataset(first).nparts == 2
+
+
 def test_split_graph_refuses_a_folder_not_in_natural_order(tmp_path):
     """--split-graph needs a block partition whose renumbering is the identity: not one in rcm order."""
     from types import SimpleNamespace

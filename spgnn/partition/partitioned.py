@@ -13,7 +13,8 @@ Layout (plain .npy files, memory-mappable; reading one part touches no other par
 
 `InMemoryParts` offers the same interface over a `Graph` held in memory; `write` writes either (or any
 stream of shares, as the out-of-core partitioner makes) to disk. `cached` partitions a named dataset once
-into a cache folder keyed by graph hash, method, parameters, seed and B.
+into a cache folder keyed by graph hash, method, parameters, seed and B; `source_folder` finds that folder again
+from the dataset file as it lies on disk, without reading the graph.
 """
 
 from __future__ import annotations
@@ -299,6 +300,55 @@ def cache_folder(root, graph, method, params: dict, seed: int, nparts: int) -> P
                                      .tobytes()).hexdigest(), method, params, seed, nparts], default=str)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{graph.name}-{method[:20]}-{nparts}")
     return Path(root) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+
+def _file_stat(path) -> list | None:
+    """[resolved path, size, modification time in ns] of a regular file, else None."""
+    try:
+        path = Path(path).expanduser().resolve()
+        st = path.stat()
+    except (OSError, TypeError, ValueError):
+        return None
+    return [str(path), st.st_size, st.st_mtime_ns] if path.is_file() else None
+
+
+def _source_entry(dataset, options: dict, cache_dir=None) -> Path | None:
+    """The index file of the cache that maps a dataset file as it lies on disk (path, size, modification time) and
+    the `options` that choose its partition (method, its file's, seed, B, ...) to its cache folder; None where the
+    dataset is not one regular file (a named, generated or folder dataset is read to find its folder)."""
+    source = _file_stat(dataset)
+    if source is None:
+        return None
+    method = _file_stat(options.get("partition"))
+    key = json.dumps([FORMAT, source, options, method], sort_keys=True, default=str)
+    return cache_root(cache_dir) / "sources" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+
+
+def source_folder(dataset, options: dict, cache_dir=None) -> Path | None:
+    """The complete cache folder `remember_source` recorded for this dataset file, unchanged since (same size and
+    modification time), and these options; None when there is none. A file rewritten with its old modification
+    time is not noticed."""
+    entry = _source_entry(dataset, options, cache_dir)
+    try:
+        folder = entry.parent.parent / json.loads(entry.read_text())["folder"]
+    except (AttributeError, OSError, ValueError, KeyError, TypeError):
+        return None
+    return folder if is_partitioned(folder) else None
+
+
+def remember_source(dataset, options: dict, folder, cache_dir=None) -> None:
+    """Record that the dataset file `dataset` with `options` has its cache folder `folder` (`source_folder`);
+    written atomically, and skipped where the cache cannot be written."""
+    entry = _source_entry(dataset, options, cache_dir)
+    if entry is None or Path(folder).parent != entry.parent.parent:
+        return
+    try:
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"folder": Path(folder).name}))
+        os.replace(tmp, entry)
+    except OSError:
+        pass
 
 
 def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, cache_dir=None) -> Path:
