@@ -269,8 +269,7 @@ def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) ->
     on the process (here 2.2-2.4 GB/s a core with nothing else running, 0.36 beside two idle processes holding
     512 MiB each, as the group's ranks are while this one runs)."""
     code = "import sys; from spgnn.comm.calibrate import _alone; _alone(*map(int, sys.argv[1:]))"
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                            "NUMBA_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_WORLD_SIZE", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     try:
         done = subprocess.run([sys.executable, "-c", code, str(repeats), str(scale), str(degree), str(f)], env=env,
                               capture_output=True, text=True, timeout=ALONE_TIMEOUT_S)
