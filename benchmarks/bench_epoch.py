@@ -353,7 +353,7 @@ def main(argv=None) -> int:
             print(f"bench_epoch: {e}", file=sys.stderr)
             return 2
     if args.threads:
-        kernels.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)       # spgnn's kernels run on torch's threads
     load_before, busy_before = os.getloadavg(), cpu_busy_fraction()
     if busy_before is not None and busy_before > 0.2:
         print(f"bench_epoch: warning: the CPUs were {busy_before:.0%} busy with other work just before starting; "

@@ -53,7 +53,6 @@ from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
 from spgnn.graph.pyg import to_pyg
 from spgnn.layers import APPNP, GATConv, GCN2Conv, GCNConv, GINConv, Linear, SAGEConv
-from spgnn.sparse import kernels
 from spgnn.train.fullbatch import Trainer
 
 MODELS = ("gcn", "sage", "gat", "gin", "appnp", "gcnii")
@@ -261,7 +260,7 @@ def main(argv=None) -> int:
         print(f"bench_layers: {e}", file=sys.stderr)
         return 2
     if args.threads:
-        kernels.set_num_threads(args.threads)
+        torch.set_num_threads(args.threads)       # spgnn's kernels run on torch's threads
     busy = cpu_busy_fraction()
     if busy is not None and busy > 0.2:
         print(f"bench_layers: warning: the CPUs were {busy:.0%} busy with other work just before starting; the "

@@ -49,6 +49,14 @@ def function(name: str, *argtypes):
     return fn
 
 
+def suffix(dtype) -> str:
+    """The suffix of a kernel's variant for a numpy or torch dtype: i32, i64, f32 or f64 (``spmm_i32_f32``)."""
+    return _SUFFIX[str(dtype).removeprefix("torch.")]
+
+
+_SUFFIX = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
+
+
 def ptr(x) -> int:
     """The address of a numpy array's or a CPU tensor's first element."""
     return x.data_ptr() if isinstance(x, torch.Tensor) else x.ctypes.data
@@ -60,4 +68,5 @@ def num_threads() -> int:
     return torch.get_num_threads()
 
 
-__all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "num_threads", "ptr", "u64"]
+__all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "num_threads", "ptr", "suffix",
+           "u64"]

@@ -22,13 +22,6 @@
 #define SPGNN_CLONES
 #endif
 
-/* Rows [lo, hi) of the calling OpenMP thread when n rows are split into equal runs, one a thread. */
-static inline void spgnn_rows(int64_t n, int64_t *lo, int64_t *hi) {
-    int64_t c = omp_get_thread_num(), nchunks = omp_get_num_threads();
-    *lo = c * n / nchunks;
-    *hi = (c + 1) * n / nchunks;
-}
-
 #define SPGNN_GOLDEN 0x9E3779B97F4A7C15ULL
 
 /* splitmix64's finaliser. */

@@ -58,9 +58,6 @@ class Minibatch:
         return self.nodes[0]
 
 
-_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
-
-
 def _kernel(name: str, nargs: int, nints: int = 1):
     """The C kernel `name` of spgnn/csrc/sampling.c: nints int64, then nargs addresses."""
     return native.function(name, *[native.i64] * nints, *[native.addr] * nargs)
@@ -69,7 +66,7 @@ def _kernel(name: str, nargs: int, nints: int = 1):
 def _index(indices: np.ndarray) -> np.ndarray:
     """CSR column indices as the kernels take them: int32 or int64 as they are, other types as int64."""
     indices = np.ascontiguousarray(indices)
-    return indices if indices.dtype in _INDEX else indices.astype(np.int64)
+    return indices if indices.dtype in (np.int32, np.int64) else indices.astype(np.int64)
 
 
 def uniform_keys(batch_keys: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -107,8 +104,8 @@ def _uniform_topk(p: sp.csr_matrix, at: np.ndarray, keys: np.ndarray, ids: np.nd
     keys = np.ascontiguousarray(keys, np.uint64)
     out_ptr = _row_counts(np.diff(indptr)[at], k)
     heap, pos = np.empty(out_ptr[-1], np.float64), np.empty(out_ptr[-1], np.int64)
-    _kernel(f"uniform_topk_{_INDEX[indices.dtype]}", 8)(len(at), *map(native.ptr, (indptr, indices, at, keys, ids,
-                                                                                   out_ptr, heap, pos)))
+    args = (indptr, indices, at, keys, ids, out_ptr, heap, pos)
+    _kernel(f"uniform_topk_{native.suffix(indices.dtype)}", 8)(len(at), *map(native.ptr, args))
     return out_ptr, pos
 
 
@@ -123,7 +120,7 @@ def select_rows(a: sp.csr_matrix, ids: np.ndarray) -> sp.csr_matrix:
     indices, data = np.empty(ptr[-1], np.int64), np.empty(ptr[-1], a.data.dtype)
     src, values = _index(a.indices), np.ascontiguousarray(a.data)
     args = (np.ascontiguousarray(a.indptr, np.int64), src, values, ids, ptr, indices, data)
-    _kernel(f"select_rows_{_INDEX[src.dtype]}", 7, 2)(len(ids), values.itemsize, *map(native.ptr, args))
+    _kernel(f"select_rows_{native.suffix(src.dtype)}", 7, 2)(len(ids), values.itemsize, *map(native.ptr, args))
     return sp.csr_matrix((data, indices, ptr), shape=(len(ids), a.shape[1]))
 
 

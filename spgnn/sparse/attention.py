@@ -39,12 +39,12 @@ def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
     return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
 
 
-_VALUE = {torch.float32: "f32", torch.float64: "f64"}
 
 
 def _kernel(name: str, dtype: torch.dtype, arrays: int):
     """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f) and `arrays` addresses."""
-    return native.function(f"{name}_{_VALUE[dtype]}", native.i64, native.i64, native.i64, *[native.addr] * arrays)
+    i64 = native.i64
+    return native.function(f"{name}_{native.suffix(dtype)}", i64, i64, i64, *[native.addr] * arrays)
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -72,7 +72,8 @@ class _WeightedSum(torch.autograd.Function):
 def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.Tensor:
     """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H): by the C kernels on CPU, else by gather and index_add."""
     rows, cols = torch.as_tensor(rows), torch.as_tensor(cols)
-    if v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in _VALUE and native.available():
+    if v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in (torch.float32, torch.float64) \
+            and native.available():
         return _WeightedSum.apply(p, rows.to(torch.int64).contiguous(), cols.to(torch.int64).contiguous(), v, n)
     return segment_sum(p.unsqueeze(-1) * gather(v, cols), rows, n)
 

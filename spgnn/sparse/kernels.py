@@ -60,22 +60,13 @@ def get_backend() -> str:
     return _backend
 
 
-def set_num_threads(n: int) -> None:
-    """Use n threads in torch and in spgnn's kernels (`spgnn.native.num_threads`)."""
-    torch.set_num_threads(max(1, int(n)))
-
-
 # -------------------------------------------------------------------------------------------- SpMM
-
-_INDEX = {np.dtype(np.int32): "i32", np.dtype(np.int64): "i64"}
-_VALUE = {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}
-
 
 def _kernel(indices: np.dtype, values: np.dtype):
     """The C kernel for these index and value types (`spgnn/csrc/spmm.c`)."""
     a = native.addr
-    return native.function(f"spmm_{_INDEX[indices]}_{_VALUE[values]}", native.i64, native.i64, a, a, a, a, a,
-                           native.i32)
+    return native.function(f"spmm_{native.suffix(indices)}_{native.suffix(values)}", native.i64, native.i64,
+                           a, a, a, a, a, native.i32)
 
 
 def _native_spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None, accumulate: bool) -> torch.Tensor:
