@@ -58,5 +58,6 @@ class SerialSpMM(RowLayout):
 
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         rows, cols = self.matrix("self-loops").indices()
-        mask = attention.edge_mask(rows, cols, self.n, v.shape[1], dropout, key, v.dtype) if dropout > 0 else None
+        mask = attention.edge_mask(rows, cols, self.n, v.shape[1], dropout, key, v.dtype, v.device) \
+            if dropout > 0 else None
         return attention.attend(rows, cols, v, s_src, s_dst, slope, mask)

@@ -139,7 +139,7 @@ class TorchTransport:
         return dist.all_reduce(t, group=group.pg, async_op=True)
 
     def reduce_scatter(self, out, inp, group):
-        dist.reduce_scatter_single(out, inp, group=group.pg)
+        dist.reduce_scatter_tensor(out, inp, group=group.pg)
 
     def all_gather_object(self, obj, group):
         out = [None] * group.size

@@ -65,7 +65,7 @@ class Halo:
 
     def scatter_add(self, halo_rows: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
         """`into` (local rows) plus, at each owner, the values of its rows among `halo_rows`: gather's adjoint."""
-        return into.index_add_(0, self.send_idx, self.scatter_async(halo_rows, blocking=True).wait())
+        return into.index_add_(0, self.send_idx.to(into.device), self.scatter_async(halo_rows, blocking=True).wait())
 
     def scatter_async(self, halo_rows: torch.Tensor, blocking: bool = False) -> Pending:
         """The exchange of `scatter_add` started now (done at once if `blocking`): the handle's ``wait()`` returns

@@ -30,12 +30,12 @@ def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
 
 def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
     """Σ over the edges into each of the n rows: out[i] = Σ_{e: rows[e]=i} x[e]."""
-    return x.new_zeros((n, *x.shape[1:])).index_add_(0, rows, x)
+    return x.new_zeros((n, *x.shape[1:])).index_add_(0, torch.as_tensor(rows, device=x.device), x)
 
 
 def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
     """max over the edges into each row (−inf for rows without edges), n×H; no gradient."""
-    e = e.detach()
+    e, rows = e.detach(), torch.as_tensor(rows, device=e.device)
     return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
 
 
@@ -84,10 +84,11 @@ def logsumexp(e: torch.Tensor, rows, n: int) -> torch.Tensor:
     return m + torch.log(segment_sum(torch.exp(e - m[rows]), rows, n))
 
 
-def edge_mask(dst_ids, src_ids, n: int, heads: int, p: float, key: int, dtype=torch.float32):
-    """The nnz×H attention dropout mask (0 or 1/(1−p)) of edges src_ids → dst_ids (original ids in [0, n))."""
+def edge_mask(dst_ids, src_ids, n: int, heads: int, p: float, key: int, dtype=torch.float32, device="cpu"):
+    """The nnz×H attention dropout mask (0 or 1/(1−p)) of edges src_ids → dst_ids (original ids in [0, n)), on
+    `device`."""
     edge_ids = torch.as_tensor(dst_ids, dtype=torch.int64) * n + torch.as_tensor(src_ids, dtype=torch.int64)
-    return dropout_mask(edge_ids, heads, p, key).to(dtype)
+    return dropout_mask(edge_ids, heads, p, key).to(device, dtype)
 
 
 def attend(rows, cols, v, s_src, s_dst, slope: float, mask=None) -> torch.Tensor:

@@ -271,9 +271,9 @@ class DistSpMM(RowLayout):
         raise SpgnnError(f"--algo {self.name} does not support attention (GAT): use "
                          f"{' or '.join(registry.attention_algorithms())}")
 
-    def _edge_mask(self, rows, col_ids, heads: int, p: float, key: int, dtype):
+    def _edge_mask(self, rows, col_ids, heads: int, p: float, key: int, dtype, device="cpu"):
         """Attention dropout mask of local-row edges rows ← col_ids (original node ids of the columns)."""
-        return attention.edge_mask(self.node_ids[rows], col_ids, self.n, heads, p, key, dtype)
+        return attention.edge_mask(self.node_ids[rows], col_ids, self.n, heads, p, key, dtype, device)
 
     def _forward(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

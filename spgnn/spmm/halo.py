@@ -86,7 +86,7 @@ class OneDHalo(DistSpMM):
             return self._forward(g)
         own, remote = self.shards
         back = self.halo.scatter_async(kernels.spmm(remote.T, g), blocking=not self.overlap)
-        return kernels.spmm(own.T, g).index_add_(0, self.halo.send_idx, back.wait())
+        return kernels.spmm(own.T, g).index_add_(0, self.halo.send_idx.to(g.device), back.wait())
 
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows: the halo
@@ -97,7 +97,7 @@ class OneDHalo(DistSpMM):
         col_ids = self.col_ids if dropout > 0 else None            # fetched once, before the exchange starts
         x_own = torch.cat([v.reshape(n_i, -1), s_src], 1)
         halo = self.halo.gather_async(x_own.detach(), blocking=not self.overlap)
-        mask = self._edge_mask(rows.numpy(), col_ids[cols.numpy()], heads, dropout, key, v.dtype) \
+        mask = self._edge_mask(rows.numpy(), col_ids[cols.numpy()], heads, dropout, key, v.dtype, v.device) \
             if dropout > 0 else None
         e_own = attention.scores(rows[:own], cols[:own], s_src, s_dst, slope)
         x = autograd_comm.linear_map(x_own, self.comm, lambda t: torch.cat([t, halo.wait()]),

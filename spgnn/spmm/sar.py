@@ -123,22 +123,23 @@ class SAR(OneDHalo):
         ring = self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True)
         dh = kernels.spmm(self.shards[self.me].T, g)
         for j, back in ring:
-            dh.index_add_(0, self._sent_to(j), back)
+            dh.index_add_(0, self._sent_to(j).to(dh.device), back)
         return dh
 
     # -- attention -------------------------------------------------------------------------------------
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         return _Attention.apply(v, s_src, s_dst, self, (slope, dropout, key))
 
-    def _edges(self, j, heads, dropout, key, dtype):
-        """Shard j's edges (rows, cols) as int64 tensors and its attention dropout mask (or None)."""
+    def _edges(self, j, heads, dropout, key, like):
+        """Shard j's edges (rows, cols) as int64 CPU tensors and its attention dropout mask (or None), of `like`'s
+        dtype and device."""
         if j not in self._coo:
             a = self.shards[j]
             self._coo[j] = (torch.as_tensor(row_ids(a.indptr)),
                             torch.as_tensor(a.indices, dtype=torch.int64))
         rows, cols = self._coo[j]
         mask = self._edge_mask(rows.numpy(), self.col_ids[self.lo[j]:self.hi[j]][cols.numpy()], heads, dropout, key,
-                               dtype) \
+                               *like) \
             if dropout > 0 else None
         return rows, cols, mask
 
@@ -155,7 +156,7 @@ class SAR(OneDHalo):
         m = s_dst.new_full((n_i, heads), float("-inf"))
         l, acc = s_dst.new_zeros((n_i, heads)), v.new_zeros((n_i, heads, f))
         for j, x_j in self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1)):
-            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype)
+            rows, cols, mask = self._edges(j, heads, dropout, key, (v.dtype, v.device))
             e = attention.scores(rows, cols, x_j[:, -heads:], s_dst, slope)
             m_new = torch.maximum(m, attention.segment_max(e, rows, n_i))
             rescale = torch.exp(m - m_new).nan_to_num_(0.0)         # rows still without edges: −inf − −inf
@@ -175,7 +176,7 @@ class SAR(OneDHalo):
         ds_dst = torch.zeros_like(s_dst)
 
         def shard_grad(j, x_j):
-            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype)
+            rows, cols, mask = self._edges(j, heads, dropout, key, (v.dtype, v.device))
             with torch.enable_grad():
                 x_j, s_d = x_j.detach().requires_grad_(), s_dst.detach().requires_grad_()
                 alpha = torch.exp(attention.scores(rows, cols, x_j[:, -heads:], s_d, slope) - lse[rows])
@@ -189,7 +190,7 @@ class SAR(OneDHalo):
         shards = self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1))
         dx = shard_grad(*next(shards))
         for j, back in self._ring(lambda to: shard_grad(*next(shards)), reverse=True):
-            dx.index_add_(0, self._sent_to(j), back)
+            dx.index_add_(0, self._sent_to(j).to(dx.device), back)
         return dx[:, :-heads].reshape(n_i, heads, f), dx[:, -heads:], ds_dst
 
 
