@@ -201,6 +201,7 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
     plain shell, the exit code of N local copies of this command (after `check` has vetted the input; it may
     return the command line the copies run instead)."""
     launched = launch.detect()
+    launch.check_device(device)
     launch.resolve_transport(transport, launched, device)
     if args.nprocs is not None:
         if args.nprocs < 1:
@@ -212,9 +213,7 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
         if launched.kind != "single" and args.nprocs != launched.world_size:
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs")
-    comm = launch.init(device, timeout, transport)
-    comm.transport.timeout_s = timeout      # the mpi transport's watchdog (torch's collectives have the group's)
-    return comm
+    return launch.init(device, timeout, transport)
 
 
 def train(args, argv) -> int:
@@ -240,7 +239,8 @@ def train(args, argv) -> int:
         g = trainer.info
         how = f"sampler {args.sampler}" if sampled else cfg.algo
         print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
-              f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}", flush=True)
+              f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}"
+              + (f" ({note})" if (note := getattr(comm.transport, "note", "")) else ""), flush=True)
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:

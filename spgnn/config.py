@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import spmm, tasks
-from .comm.launch import TRANSPORTS
+from .comm.launch import TRANSPORTS, check_device
 from .errors import SpgnnError
 from .layers import registry as layers
 from .layers.init import SCHEMES
@@ -146,6 +146,7 @@ def validate(self):
     for ok, message in checks:
         if not ok:
             raise SpgnnError(message)
+    check_device(self.device)
     for option in spmm.options().values():
         option.check(getattr(self, option.name))
     for option in model.options:

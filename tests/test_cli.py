@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+import torch
 
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -126,8 +127,8 @@ def _bad_inputs(tmp):
         "bad dropout": (["--dropout", "1"], "--dropout"),
         "grid product": (["--nprocs", "4", "--algo", "2d", "--grid", "3x3"], "has 9 processes but the job has 4"),
         "mpi without mpirun": (["--transport", "mpi", "--nprocs", "2"], "needs a job started by mpirun"),
-        "mpi on cuda": (["--transport", "mpi", "--device", "cuda"], "CPU tensors only"),
-    }
+    } | ({} if torch.cuda.is_available() else
+         {"cuda without a GPU": (["--device", "cuda", "--nprocs", "2"], "use --device cpu")})
 
 
 def test_bad_input_one_clear_line(tmp_path):

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from ..errors import SpgnnError
 from ..memory import keep_freed_memory
 from .comm import Comm, TorchTransport
+from .staged import Staged
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
 MPIRUN_VARS = ("OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")      # set by mpirun/mpiexec themselves, not by srun
@@ -161,6 +162,20 @@ def share_cores(local_world_size: int) -> int:
     return threads
 
 
+def check_device(device: str) -> None:
+    """SpgnnError unless `device` (cpu, cuda or cuda:N) exists in this process."""
+    if not device.startswith("cuda"):
+        return
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    index = device.partition(":")[2]
+    if not count:
+        why = "this torch was built without CUDA" if torch.version.cuda is None else "no GPU is visible"
+        raise SpgnnError(f"--device {device}: {why} (torch {torch.__version__}): use --device cpu, or install a CUDA "
+                         "build of torch on a machine with a GPU")
+    if index and (not index.isdigit() or int(index) >= count):
+        raise SpgnnError(f"--device {device}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}")
+
+
 TRANSPORTS = ("auto", "torch", "mpi")
 
 
@@ -169,12 +184,8 @@ def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
     `detect` has imported mpi4py) and the device is the CPU, else torch. SpgnnError where mpi cannot work."""
     if name not in TRANSPORTS:
         raise SpgnnError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
-    cpu = not device.startswith("cuda")
     if name == "auto":
-        return "mpi" if launched.kind == "mpirun" and cpu else "torch"
-    if name == "mpi" and not cpu:
-        raise SpgnnError(f"--transport mpi moves CPU tensors only; with --device {device} use --transport torch "
-                         "(nccl)")
+        return "mpi" if launched.kind == "mpirun" and not device.startswith("cuda") else "torch"
     if name == "mpi" and launched.kind != "mpirun":
         how = {"single": "a plain process or --nprocs", "spawn": "--nprocs", "env": "a RANK/WORLD_SIZE environment",
                "srun": "srun"}
@@ -183,41 +194,61 @@ def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
     return name
 
 
-def make_transport(name: str):
+def make_transport(name: str, timeout_s: float = 300.0):
     """A transport object for a resolved name (``torch`` or ``mpi``)."""
     if name == "mpi":
         from .mpi import MPITransport
 
-        return MPITransport()
+        return MPITransport(timeout_s)
     return TorchTransport()
 
 
+def backend(device: str, local_world_size: int) -> str:
+    """torch.distributed's backend for a job on `device`: nccl where each process on this node has a GPU of its
+    own, else gloo (on CPU, and for processes sharing a GPU, which nccl refuses)."""
+    cuda = device.startswith("cuda")
+    return "nccl" if cuda and local_world_size <= torch.cuda.device_count() else "gloo"
+
+
+def staged(mover, name: str, device: str, local_world_size: int):
+    """`mover` fed on the device its backend takes: nccl's tensors on this process's GPU (the set-up's CPU tensors
+    are copied there), gloo's and MPI's on the host (a CUDA job's tensors are copied through host memory)."""
+    if not device.startswith("cuda"):
+        return mover
+    if name == "nccl" and mover.name == "torch":
+        return Staged(mover, torch.device("cuda", torch.cuda.current_device()))
+    shared = f"{local_world_size} processes share {torch.cuda.device_count()} GPU(s), " if name == "gloo" else ""
+    return Staged(mover, "cpu", note=f"{shared}CUDA tensors moved through host memory")
+
+
 def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto") -> Comm:
-    """Set up torch.distributed for this process (gloo on CPU, nccl on CUDA) and return its `Comm`, whose
-    collectives go through `transport` (see `resolve_transport`; torch.distributed is set up either way).
+    """Set up torch.distributed for this process (`backend`: gloo on CPU, nccl on CUDA) and return its `Comm`,
+    whose collectives go through `transport` (see `resolve_transport`; torch.distributed is set up either way), on
+    the device that transport takes (`staged`).
 
     Gloo talks over the interface that routes to the rendezvous address (`interface_to`) unless
     ``GLOO_SOCKET_IFNAME`` names one. Joining (the rendezvous and gloo's connections) and every torch collective
     fail after `timeout_s` seconds, so a rank that dies or cannot reach its peers cannot leave the others waiting
     forever (under mpirun, mpirun itself ends the job when a rank dies). Each process keeps the memory it frees for
     its next allocations (`spgnn.memory.keep_freed_memory`)."""
+    check_device(device)
     launch = detect()
     share_cores(launch.local_world_size)
     keep_freed_memory()
-    mover = make_transport(resolve_transport(transport, launch, device))
+    mover = make_transport(resolve_transport(transport, launch, device), timeout_s)
     if launch.world_size == 1:
         return Comm(0, 1, mover)
     if device.startswith("cuda"):
         torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
-    backend = "nccl" if device.startswith("cuda") else "gloo"
+    name = backend(device, launch.local_world_size)
     url = {"mpirun": _mpi_rendezvous, "srun": slurm_rendezvous}.get(launch.kind, lambda: "env://")()
     host, port = rendezvous_address(url)
-    if backend == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (name := interface_to(host)):
-        os.environ["GLOO_SOCKET_IFNAME"] = name
-    join(lambda: dist.init_process_group(backend, init_method=url, rank=launch.rank, world_size=launch.world_size,
+    if name == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (iface := interface_to(host)):
+        os.environ["GLOO_SOCKET_IFNAME"] = iface
+    join(lambda: dist.init_process_group(name, init_method=url, rank=launch.rank, world_size=launch.world_size,
                                          timeout=datetime.timedelta(seconds=timeout_s)),
          launch.rank, f"{host}:{port}", timeout_s)
-    return Comm(launch.rank, launch.world_size, mover)
+    return Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
 
 
 class JoinError(SpgnnError):
@@ -352,13 +383,13 @@ def _exit_on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ):
+def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     stage = "join"
     try:
-        comm = init(timeout_s=timeout_s)
+        comm = init(device, timeout_s=timeout_s)
         if nprocs > 1:
             dist.barrier()             # fn starts on no rank before every rank has joined (`run_local` may retry)
         stage = "run"
@@ -378,18 +409,20 @@ PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_loca
 JOIN_ATTEMPTS = 2      # gloo's connections over loopback fail rarely (a peer closes one while the mesh forms)
 
 
-def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None) -> list:
-    """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined by gloo; return the results by
-    rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, naming every rank
-    that failed; a collective fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`)
-    rather than hang. A world that fails to form is formed again, with fresh processes and port, up to
+def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None,
+              device: str = "cpu") -> list:
+    """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined as a job on `device` (`init`); return the
+    results by rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, naming
+    every rank that failed; a collective fails after `timeout_s`, and the whole call after `deadline_s` (default
+    `timeout_s`) rather than hang. A world that fails to form is formed again, with fresh processes and port, up to
     `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run nowhere.
 
     The processes are forked from multiprocessing's fork server, which has imported torch and spgnn once (`PRELOAD`):
     each starts in a tenth of a second, not the two seconds of importing them (a spawned process's cost), and
     shares no threads or state with this one; each gets this process's environment as it is now."""
     for attempt in range(1, JOIN_ATTEMPTS + 1):
-        results, failures = _launch_local(fn, nprocs, args, timeout_s, timeout_s if deadline_s is None else deadline_s)
+        results, failures = _launch_local(fn, nprocs, args, timeout_s, timeout_s if deadline_s is None else deadline_s,
+                                          device)
         if not failures:
             return [results[r] for r in range(nprocs)]
         if attempt == JOIN_ATTEMPTS or any(stage != "join" for stage, *_ in failures.values()):
@@ -399,7 +432,7 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
     raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))
 
 
-def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float) -> tuple[dict, dict]:
+def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float, device: str) -> tuple[dict, dict]:
     """One launch of `run_local`: ({rank: result}, {rank: (stage, time, error text)}), where stage is "join" or
     "run", and a rank that exited without a word fails at "exit". Once a rank fails, the others have 5 s to report
     (a peer's failure makes theirs: each is timed, so the first names the cause)."""
@@ -411,7 +444,8 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
     q = ctx.Queue()
     port = free_port()
     environ = dict(os.environ)
-    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q, environ), daemon=True)
+    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q, environ, device),
+                         daemon=True)
              for r in range(nprocs)]
     for p in procs:
         p.start()
