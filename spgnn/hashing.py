@@ -127,10 +127,11 @@ def dropout(h: torch.Tensor, node_ids, p: float, key: int, first_col: int = 0) -
 
 
 def _dropped(x: torch.Tensor, nodes, p: float, key: int, first_col: int, alloc) -> torch.Tensor:
-    """x ⊙ `dropout_mask` (nodes, x's columns, p, key), into a new tensor (`alloc(shape)` on the CPU kernel's path)."""
-    if (x.device.type != "cpu" or x.dtype != torch.float32 or get_backend() != "native"
-            or isinstance(nodes, torch.Tensor) and nodes.device.type != "cpu"):
-        return x * dropout_mask(nodes, x.shape[1], p, key, first_col).to(x.device, x.dtype)
+    """x ⊙ `dropout_mask` (nodes, x's columns, p, key), into a new tensor (`alloc(shape)` on the CPU kernel's path).
+    Off the CPU the mask is drawn on x's device, from the node ids copied there."""
+    if x.device.type != "cpu" or x.dtype != torch.float32 or get_backend() != "native" \
+            or isinstance(nodes, torch.Tensor) and nodes.device != x.device:
+        return x * dropout_mask(torch.as_tensor(nodes, device=x.device), x.shape[1], p, key, first_col).to(x.dtype)
     out = alloc(x.shape)
     _dropout_kernel(nodes, p, key, first_col, x.contiguous(), out)
     return out

@@ -31,6 +31,7 @@ class Halo:
         self.remote = cols[owner(cols, offsets) != part]            # sorted, hence grouped by owner
         B = len(offsets) - 1
         self.recv_rows = np.bincount(owner(self.remote, offsets), minlength=B)      # |R_pq| for each owner q
+        self._on = {}
         if group.size == 1:
             self.send_rows, self.send_idx = np.zeros(B, np.int64), torch.zeros(0, dtype=torch.int64)
             return
@@ -38,6 +39,15 @@ class Halo:
         self.send_rows = comm.all_to_all_v(counts, [1] * B, [1] * B, group).numpy()
         wanted = torch.as_tensor(self.remote - offsets[owner(self.remote, offsets)], dtype=torch.int64)
         self.send_idx = comm.all_to_all_v(wanted, self.recv_rows, self.send_rows, group)
+
+    def send_idx_on(self, device) -> torch.Tensor:
+        """`send_idx` on `device` (copied there once)."""
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self.send_idx
+        if device not in self._on:
+            self._on[device] = self.send_idx.to(device)
+        return self._on[device]
 
     @property
     def size(self) -> int:
@@ -61,11 +71,12 @@ class Halo:
 
     def gather_async(self, h: torch.Tensor, blocking: bool = False) -> Pending:
         """`gather` started now (done at once if `blocking`): the handle's ``wait()`` returns the halo rows."""
-        return self.comm.all_to_all_v_async(h[self.send_idx], self.send_rows, self.recv_rows, self.group, blocking)
+        rows = h[self.send_idx_on(h.device)]
+        return self.comm.all_to_all_v_async(rows, self.send_rows, self.recv_rows, self.group, blocking)
 
     def scatter_add(self, halo_rows: torch.Tensor, into: torch.Tensor) -> torch.Tensor:
         """`into` (local rows) plus, at each owner, the values of its rows among `halo_rows`: gather's adjoint."""
-        return into.index_add_(0, self.send_idx.to(into.device), self.scatter_async(halo_rows, blocking=True).wait())
+        return into.index_add_(0, self.send_idx_on(into.device), self.scatter_async(halo_rows, blocking=True).wait())
 
     def scatter_async(self, halo_rows: torch.Tensor, blocking: bool = False) -> Pending:
         """The exchange of `scatter_add` started now (done at once if `blocking`): the handle's ``wait()`` returns

@@ -44,7 +44,7 @@ class OneDHalo(DistSpMM):
         a = sp.csr_matrix((a.data, self.halo.local_columns(a.indices), a.indptr), shape=(n_i, n_i + self.halo.size))
         self.lo, self.hi = self._bounds(n_i)
         self.shards = [CSR.from_scipy(a[:, lo:hi], a.dtype) for lo, hi in zip(self.lo, self.hi)]
-        self._col_ids, self._edge_list, self.symmetric = None, None, block.symmetric
+        self._col_ids, self._edge_list, self.symmetric = None, {}, block.symmetric
 
     def _bounds(self, n_i):
         """(lo, hi): shard k is the columns lo[k]:hi[k] of [A_ii A_i,halo] (local numbering): here A_ii, then
@@ -86,29 +86,39 @@ class OneDHalo(DistSpMM):
             return self._forward(g)
         own, remote = self.shards
         back = self.halo.scatter_async(kernels.spmm(remote.T, g), blocking=not self.overlap)
-        return kernels.spmm(own.T, g).index_add_(0, self.halo.send_idx.to(g.device), back.wait())
+        return kernels.spmm(own.T, g).index_add_(0, self.halo.send_idx_on(g.device), back.wait())
 
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         """Attention over [A_ii A_i,halo] by plain autograd after one halo exchange of [V | s_src] rows: the halo
         rows and the edges×heads coefficients stay saved for the backward. With ``--overlap on`` the exchange is in
         flight while the dropout mask and the scores of A_ii's edges are computed."""
         n_i, heads, f = v.shape
-        (rows, cols), own = self._edge_lists(), self.shards[0].nnz
+        (rows, cols), own = self._edge_lists(v.device), self.shards[0].nnz
         col_ids = self.col_ids if dropout > 0 else None            # fetched once, before the exchange starts
         x_own = torch.cat([v.reshape(n_i, -1), s_src], 1)
         halo = self.halo.gather_async(x_own.detach(), blocking=not self.overlap)
-        mask = self._edge_mask(rows.numpy(), col_ids[cols.numpy()], heads, dropout, key, v.dtype, v.device) \
-            if dropout > 0 else None
+        if dropout > 0:                                            # drawn from the edges' ids, on the CPU
+            rows_c, cols_c = self._edge_lists()
+            mask = self._edge_mask(rows_c.numpy(), col_ids[cols_c.numpy()], heads, dropout, key, v.dtype, v.device)
+        else:
+            mask = None
         e_own = attention.scores(rows[:own], cols[:own], s_src, s_dst, slope)
         x = autograd_comm.linear_map(x_own, self.comm, lambda t: torch.cat([t, halo.wait()]),
                                      lambda g: self._fold_halo(g.clone()))
         e = torch.cat([e_own, attention.scores(rows[own:], cols[own:], x[:, -heads:], s_dst, slope)])
         return attention.aggregate(e, rows, cols, x[:, :-heads].view(-1, heads, f), n_i, mask)
 
-    def _edge_lists(self):
-        """(rows, cols) of the edges of [A_ii A_i,halo], A_ii's first, as int64 tensors (local numbering); cached."""
-        if self._edge_list is None:
-            self._edge_list = (torch.as_tensor(np.concatenate([row_ids(a.indptr) for a in self.shards])),
-                               torch.as_tensor(np.concatenate([a.indices + lo for a, lo in zip(self.shards, self.lo)]),
-                                               dtype=torch.int64))
-        return self._edge_list
+    def _edge_lists(self, device="cpu"):
+        """(rows, cols) of the edges of [A_ii A_i,halo], A_ii's first, as int64 tensors on `device` (local
+        numbering); cached."""
+        device = torch.device(device)
+        if device in self._edge_list:
+            return self._edge_list[device]
+        if device.type == "cpu":
+            edges = (torch.as_tensor(np.concatenate([row_ids(a.indptr) for a in self.shards])),
+                     torch.as_tensor(np.concatenate([a.indices + lo for a, lo in zip(self.shards, self.lo)]),
+                                     dtype=torch.int64))
+        else:
+            edges = tuple(t.to(device) for t in self._edge_lists())
+        self._edge_list[device] = edges
+        return edges

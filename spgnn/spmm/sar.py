@@ -55,7 +55,7 @@ class SAR(OneDHalo):
         super().__init__(block, comm, grid, device, overlap)
         self.group, self.P = self.halo.group, self.halo.group.size
         self.depth = max(0, int(prefetch)) if self.overlap else 0
-        self.recv_rows, self.send_rows, self.send_idx = self.halo.recv_rows, self.halo.send_rows, self.halo.send_idx
+        self.recv_rows, self.send_rows = self.halo.recv_rows, self.halo.send_rows
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
 
@@ -84,9 +84,9 @@ class SAR(OneDHalo):
         forward = ring(give, need, False)
         return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
-    def _sent_to(self, j):
-        """Indices of the local rows owner j's shard A_ji touches (R_ji)."""
-        return self.send_idx[self.send_offsets[j]:self.send_offsets[j + 1]]
+    def _sent_to(self, j, device="cpu"):
+        """Indices of the local rows owner j's shard A_ji touches (R_ji), on `device`."""
+        return self.halo.send_idx_on(device)[self.send_offsets[j]:self.send_offsets[j + 1]]
 
     def _ring(self, payload, reverse=False):
         """Iterator over (j, rows received from j) for rounds r = 1…P−1; rounds 1…depth start now (in flight
@@ -111,7 +111,7 @@ class SAR(OneDHalo):
 
     # -- linear aggregation ----------------------------------------------------------------------------
     def _forward(self, h):
-        ring = self._ring(lambda to: h[self._sent_to(to)])         # rounds 1…depth in flight during A_ii·H_i
+        ring = self._ring(lambda to: h[self._sent_to(to, h.device)])         # rounds 1…depth in flight during A_ii·H_i
         z = kernels.spmm(self.shards[self.me], h)
         for j, h_j in ring:
             kernels.spmm(self.shards[j], h_j, out=z, accumulate=True)
@@ -123,7 +123,7 @@ class SAR(OneDHalo):
         ring = self._ring(lambda to: kernels.spmm(self.shards[to].T, g), reverse=True)
         dh = kernels.spmm(self.shards[self.me].T, g)
         for j, back in ring:
-            dh.index_add_(0, self._sent_to(j).to(dh.device), back)
+            dh.index_add_(0, self._sent_to(j, dh.device), back)
         return dh
 
     # -- attention -------------------------------------------------------------------------------------
@@ -131,21 +131,24 @@ class SAR(OneDHalo):
         return _Attention.apply(v, s_src, s_dst, self, (slope, dropout, key))
 
     def _edges(self, j, heads, dropout, key, like):
-        """Shard j's edges (rows, cols) as int64 CPU tensors and its attention dropout mask (or None), of `like`'s
-        dtype and device."""
-        if j not in self._coo:
+        """Shard j's edges (rows, cols) as int64 tensors and its attention dropout mask (or None), on `like`'s
+        device (the mask of its dtype); the edges cached per device."""
+        dtype, device = like
+        if (j, "cpu") not in self._coo:
             a = self.shards[j]
-            self._coo[j] = (torch.as_tensor(row_ids(a.indptr)),
-                            torch.as_tensor(a.indices, dtype=torch.int64))
-        rows, cols = self._coo[j]
+            self._coo[j, "cpu"] = (torch.as_tensor(row_ids(a.indptr)), torch.as_tensor(a.indices, dtype=torch.int64))
+        rows, cols = self._coo[j, "cpu"]
         mask = self._edge_mask(rows.numpy(), self.col_ids[self.lo[j]:self.hi[j]][cols.numpy()], heads, dropout, key,
-                               *like) \
-            if dropout > 0 else None
+                               dtype, device) if dropout > 0 else None
+        if device.type != "cpu":
+            if (j, device) not in self._coo:
+                self._coo[j, device] = (rows.to(device), cols.to(device))
+            rows, cols = self._coo[j, device]
         return rows, cols, mask
 
     def _shards(self, x):
         """(j, [V | s_src] rows of shard j) for the local shard, then the ring's."""
-        ring = self._ring(lambda to: x[self._sent_to(to)])         # in flight during the local shard
+        ring = self._ring(lambda to: x[self._sent_to(to, x.device)])         # in flight during the local shard
         yield self.me, x
         yield from ring
 
@@ -190,7 +193,7 @@ class SAR(OneDHalo):
         shards = self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1))
         dx = shard_grad(*next(shards))
         for j, back in self._ring(lambda to: shard_grad(*next(shards)), reverse=True):
-            dx.index_add_(0, self._sent_to(j).to(dx.device), back)
+            dx.index_add_(0, self._sent_to(j, dx.device), back)
         return dx[:, :-heads].reshape(n_i, heads, f), dx[:, -heads:], ds_dst
 
 
