@@ -11,6 +11,7 @@ import torch
 from spgnn.comm import launch
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
+from spgnn.comm.staged import Staged
 from spgnn.memory import SavedTensorMeter
 
 
@@ -206,3 +207,71 @@ def test_saved_tensor_meter_counts_and_releases():
     (y.sum() + z.sum()).backward()
     del y, z
     assert m.current == 0 and m.peak_bytes == x.nbytes + 1000 * 50 * 4
+
+
+class _Lazy:
+    """A transport whose collectives act on the tensors it is given only when waited for, noting what it got."""
+
+    name = "lazy"
+
+    def __init__(self):
+        self.given = []
+
+    def _later(self, act, *tensors):
+        self.given.extend(tensors)
+        return type("Work", (), {"wait": lambda _: act()})()
+
+    def broadcast_async(self, t, src, group):
+        return self._later(lambda: t.add_(1), t)
+
+    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
+        return self._later(lambda: out.copy_(inp * 2), out, inp)
+
+    def all_reduce_async(self, t, group):
+        return self._later(lambda: t.mul_(3), t)
+
+    def broadcast(self, t, src, group):
+        self.broadcast_async(t, src, group).wait()
+
+    def all_to_all_v(self, out, inp, out_splits, in_splits, group):
+        self.all_to_all_v_async(out, inp, out_splits, in_splits, group).wait()
+
+    def all_reduce(self, t, group):
+        self.all_reduce_async(t, group).wait()
+
+    def reduce_scatter(self, out, inp, group):
+        self.all_to_all_v(out, inp, None, None, group)
+
+
+class _Copying(Staged):
+    """`Staged` as it is where the caller's device is not the backend's: every tensor handed over is a copy."""
+
+    def _there(self, t):
+        return t.clone()
+
+    def _space(self, out):
+        return torch.empty_like(out)
+
+
+@pytest.mark.parametrize("stage", [Staged, _Copying])
+def test_staged_transport_hands_results_back_when_done(stage):
+    """The caller's tensors hold each collective's result once it is waited for (not before, for the ``_async``
+    ones), inputs stay as they were, and a tensor already on the backend's device is handed over as it is."""
+    inner = _Lazy()
+    mover = stage(inner, "cpu")
+    t, out, inp = torch.ones(3), torch.zeros(4), torch.arange(4.0)
+    pending = mover.broadcast_async(t, 0, None)
+    assert torch.equal(t, torch.ones(3))
+    pending.wait()
+    assert torch.equal(t, torch.full((3,), 2.0))
+    pending = mover.all_to_all_v_async(out, inp, [4], [4], None)
+    assert not out.any()
+    pending.wait()
+    assert torch.equal(out, inp * 2) and torch.equal(inp, torch.arange(4.0))
+    mover.all_reduce(t, None)
+    more = inp + 1
+    mover.reduce_scatter(out, more, None)
+    mover.broadcast(t, 0, None)
+    assert torch.equal(t, torch.full((3,), 7.0)) and torch.equal(out, more * 2)
+    handed_as_is = [any(g is x for x in (t, out, inp, more)) for g in inner.given]
+    assert all(handed_as_is) if stage is Staged else not any(handed_as_is)

@@ -21,12 +21,16 @@ class Staged:
         self.name = inner.name
 
     def _there(self, t: torch.Tensor) -> torch.Tensor:
+        """`t`, or a copy of it on `home`."""
         return t if t.device == self.home else t.to(self.home)
 
-    def _start(self, op: str, outs: tuple, *args):
-        """Run ``inner.<op>(*args)`` on staged tensors; `outs` are the (caller's, staged) pairs to copy back."""
-        work = getattr(self.inner, op)(*args)
-        return _Back(work, [(t, s) for t, s in outs if s is not t])
+    def _space(self, out: torch.Tensor) -> torch.Tensor:
+        """`out`, or an uninitialised tensor like it on `home` to receive into."""
+        return out if out.device == self.home else torch.empty(out.shape, dtype=out.dtype, device=self.home)
+
+    def _run(self, op: str, out: torch.Tensor, staged: torch.Tensor, *args) -> _Back:
+        """``inner.<op>(staged, *args)``; `staged` is copied back into the caller's `out` when it is done."""
+        return _Back(getattr(self.inner, op)(staged, *args), out, staged)
 
     def new_group(self, ranks):
         return self.inner.new_group(ranks)
@@ -35,40 +39,36 @@ class Staged:
         return self.inner.all_gather_object(obj, group)
 
     def broadcast(self, t, src, group):
-        self.broadcast_async(t, src, group, op="broadcast").wait()
+        self._run("broadcast", t, self._there(t), src, group).wait()
 
-    def broadcast_async(self, t, src, group, op="broadcast_async"):
-        s = self._there(t)
-        return self._start(op, ((t, s),), s, src, group)
+    def broadcast_async(self, t, src, group):
+        return self._run("broadcast_async", t, self._there(t), src, group)
 
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
-        self.all_to_all_v_async(out, inp, out_splits, in_splits, group, op="all_to_all_v").wait()
+        self._run("all_to_all_v", out, self._space(out), self._there(inp), out_splits, in_splits, group).wait()
 
-    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group, op="all_to_all_v_async"):
-        o = out if out.device == self.home else torch.empty(out.shape, dtype=out.dtype, device=self.home)
-        return self._start(op, ((out, o),), o, self._there(inp), out_splits, in_splits, group)
+    def all_to_all_v_async(self, out, inp, out_splits, in_splits, group):
+        return self._run("all_to_all_v_async", out, self._space(out), self._there(inp), out_splits, in_splits, group)
 
     def all_reduce(self, t, group):
-        self.all_reduce_async(t, group, op="all_reduce").wait()
+        self._run("all_reduce", t, self._there(t), group).wait()
 
-    def all_reduce_async(self, t, group, op="all_reduce_async"):
-        s = self._there(t)
-        return self._start(op, ((t, s),), s, group)
+    def all_reduce_async(self, t, group):
+        return self._run("all_reduce_async", t, self._there(t), group)
 
     def reduce_scatter(self, out, inp, group):
-        o = out if out.device == self.home else torch.empty(out.shape, dtype=out.dtype, device=self.home)
-        self._start("reduce_scatter", ((out, o),), o, self._there(inp), group).wait()
+        self._run("reduce_scatter", out, self._space(out), self._there(inp), group).wait()
 
 
 class _Back:
-    """A collective in flight on staged tensors (`work`: the inner transport's handle, None for a blocking call):
-    ``wait()`` finishes it and copies each staged output back into the caller's tensor."""
+    """A collective in flight on a staged tensor (`work`: the inner transport's handle, None for a blocking call):
+    ``wait()`` finishes it and copies the staged result into the caller's `out` (unless they are one tensor)."""
 
-    def __init__(self, work, copies):
-        self.work, self.copies = work, copies
+    def __init__(self, work, out: torch.Tensor, staged: torch.Tensor):
+        self.work, self.out, self.staged = work, out, staged
 
     def wait(self):
         if self.work is not None:
             self.work.wait()
-        for t, s in self.copies:
-            t.copy_(s)
+        if self.staged is not self.out:
+            self.out.copy_(self.staged)
