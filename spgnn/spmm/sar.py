@@ -111,7 +111,7 @@ class SAR(OneDHalo):
 
     # -- linear aggregation ----------------------------------------------------------------------------
     def _forward(self, h):
-        ring = self._ring(lambda to: h[self._sent_to(to, h.device)])         # rounds 1…depth in flight during A_ii·H_i
+        ring = self._ring(lambda to: h[self._sent_to(to, h.device)])   # rounds 1…depth in flight during A_ii·H_i
         z = kernels.spmm(self.shards[self.me], h)
         for j, h_j in ring:
             kernels.spmm(self.shards[j], h_j, out=z, accumulate=True)
@@ -130,25 +130,23 @@ class SAR(OneDHalo):
     def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
         return _Attention.apply(v, s_src, s_dst, self, (slope, dropout, key))
 
-    def _edges(self, j, heads, dropout, key, like):
-        """Shard j's edges (rows, cols) as int64 tensors and its attention dropout mask (or None), on `like`'s
-        device (the mask of its dtype); the edges cached per device."""
-        dtype, device = like
-        if (j, "cpu") not in self._coo:
+    def _edges(self, j, heads, dropout, key, dtype, device):
+        """Shard j's edges (rows, cols) as int64 tensors on `device` (cached per device) and its attention dropout
+        mask there, of `dtype` (or None)."""
+        cpu = torch.device("cpu")
+        if (j, cpu) not in self._coo:
             a = self.shards[j]
-            self._coo[j, "cpu"] = (torch.as_tensor(row_ids(a.indptr)), torch.as_tensor(a.indices, dtype=torch.int64))
-        rows, cols = self._coo[j, "cpu"]
+            self._coo[j, cpu] = (torch.as_tensor(row_ids(a.indptr)), torch.as_tensor(a.indices, dtype=torch.int64))
+        rows, cols = self._coo[j, cpu]
         mask = self._edge_mask(rows.numpy(), self.col_ids[self.lo[j]:self.hi[j]][cols.numpy()], heads, dropout, key,
                                dtype, device) if dropout > 0 else None
-        if device.type != "cpu":
-            if (j, device) not in self._coo:
-                self._coo[j, device] = (rows.to(device), cols.to(device))
-            rows, cols = self._coo[j, device]
-        return rows, cols, mask
+        if (j, device) not in self._coo:
+            self._coo[j, device] = (rows.to(device), cols.to(device))
+        return (*self._coo[j, device], mask)
 
     def _shards(self, x):
         """(j, [V | s_src] rows of shard j) for the local shard, then the ring's."""
-        ring = self._ring(lambda to: x[self._sent_to(to, x.device)])         # in flight during the local shard
+        ring = self._ring(lambda to: x[self._sent_to(to, x.device)])   # in flight during the local shard
         yield self.me, x
         yield from ring
 
@@ -159,7 +157,7 @@ class SAR(OneDHalo):
         m = s_dst.new_full((n_i, heads), float("-inf"))
         l, acc = s_dst.new_zeros((n_i, heads)), v.new_zeros((n_i, heads, f))
         for j, x_j in self._shards(torch.cat([v.reshape(n_i, -1), s_src], 1)):
-            rows, cols, mask = self._edges(j, heads, dropout, key, (v.dtype, v.device))
+            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype, v.device)
             e = attention.scores(rows, cols, x_j[:, -heads:], s_dst, slope)
             m_new = torch.maximum(m, attention.segment_max(e, rows, n_i))
             rescale = torch.exp(m - m_new).nan_to_num_(0.0)         # rows still without edges: −inf − −inf
@@ -179,7 +177,7 @@ class SAR(OneDHalo):
         ds_dst = torch.zeros_like(s_dst)
 
         def shard_grad(j, x_j):
-            rows, cols, mask = self._edges(j, heads, dropout, key, (v.dtype, v.device))
+            rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype, v.device)
             with torch.enable_grad():
                 x_j, s_d = x_j.detach().requires_grad_(), s_dst.detach().requires_grad_()
                 alpha = torch.exp(attention.scores(rows, cols, x_j[:, -heads:], s_d, slope) - lse[rows])
