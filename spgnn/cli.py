@@ -241,6 +241,9 @@ def train(args, argv) -> int:
         print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
               f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}"
               + (f" ({note})" if (note := getattr(comm.transport, "note", "")) else ""), flush=True)
+        if cfg.device.startswith("cuda"):
+            print("spgnn: the cost model's rates are CPU rates: on a GPU the report's predicted seconds and memory, "
+                  "and --algo auto's pick, describe a CPU run", flush=True)
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:

@@ -102,6 +102,7 @@ def test_command_line_on_cuda_with_processes_sharing_a_gpu(tmp_path):
     out, cuda = _train(tmp_path, "cuda", *args)
     if torch.cuda.device_count() < 2:
         assert "2 processes share 1 GPU(s), CUDA tensors moved through host memory" in out
+    assert "the cost model's rates are CPU rates" in out
     assert cuda["final"] == pytest.approx(cpu["final"], rel=1e-4)
 
     def counted(report):
