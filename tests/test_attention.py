@@ -81,3 +81,22 @@ def test_attention_masks_rows_without_edges():
     assert torch.equal(out[1], torch.zeros(2, 4)) and torch.allclose(out[2], v[2])
     w = F.softmax(F.leaky_relu(s[[1, 2]] + s[0], 0.2), 0)
     assert torch.allclose(out[0], (w.unsqueeze(-1) * v[[1, 2]]).sum(0))
+
+
+@pytest.mark.parametrize("n, nnz, heads, f", [(300, 900, 2, 8), (20000, 60000, 4, 64)])
+def test_weighted_sum_backward_takes_a_strided_gradient(n, nnz, heads, f):
+    """The C kernels' weighted sum gets the gradients of the gather-and-add it replaces when the gradient arriving
+    from above is a strided view (here out's transpose), which the backward copies contiguous for the kernel."""
+    from spgnn.sparse import attention
+
+    g = torch.Generator().manual_seed(0)
+    rows, cols = torch.randint(0, n, (nnz,), generator=g), torch.randint(0, n, (nnz,), generator=g)
+    p = torch.rand(nnz, heads, generator=g, requires_grad=True)
+    v = torch.randn(n, heads, f, generator=g, requires_grad=True)
+    w = torch.randn(f, heads, n, generator=g)
+    by = {}
+    for name, out in (("kernel", lambda: attention.weighted_sum(p, rows, cols, v, n)),
+                      ("gather", lambda: attention.segment_sum(p.unsqueeze(-1) * attention.gather(v, cols), rows, n))):
+        by[name] = torch.autograd.grad((out().transpose(0, 2) * w).sum(), (p, v))
+    for what, got, ref in zip(("dp", "dV"), by["kernel"], by["gather"]):
+        assert_close(got.numpy(), ref.numpy(), f"{what} n={n}", rtol=1e-5)

@@ -39,8 +39,6 @@ def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
     return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
 
 
-
-
 def _kernel(name: str, dtype: torch.dtype, arrays: int):
     """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f) and `arrays` addresses."""
     i64 = native.i64
@@ -63,9 +61,9 @@ class _WeightedSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         p, v = ctx.saved_tensors
+        g = g.contiguous()              # held here: a copy made inside the call's arguments is freed before it runs
         dp, dv = torch.empty_like(p), torch.zeros_like(v)
-        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], *map(native.ptr, (p, *ctx.edges, v,
-                                                                                            g.contiguous(), dp, dv)))
+        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], *map(native.ptr, (p, *ctx.edges, v, g, dp, dv)))
         return dp, None, None, dv, None
 
 
