@@ -2,9 +2,9 @@
 
 The kernels are plain C compiled when the package is installed: nothing is compiled when a run starts, and a
 process that loads them adds well under a MiB to its resident memory. A parallel kernel is an OpenMP region on
-torch's own threads (the library links the libgomp torch has loaded), `num_threads` of them, each on its own rows;
-a ctypes call lets go of the GIL. Arrays are passed as addresses (`ptr`): callers hand over contiguous arrays of the
-kernels' types.
+torch's own threads (the library links the libgomp torch has loaded), as many as ``torch.set_num_threads`` says,
+each on its own rows; a ctypes call lets go of the GIL. Arrays are passed as addresses (`ptr`): callers hand over
+contiguous arrays of the kernels' types.
 """
 
 from __future__ import annotations
@@ -62,11 +62,4 @@ def ptr(x) -> int:
     return x.data_ptr() if isinstance(x, torch.Tensor) else x.ctypes.data
 
 
-def num_threads() -> int:
-    """Threads a parallel kernel runs on: torch's intra-op threads (``torch.set_num_threads``), the OpenMP threads
-    both share."""
-    return torch.get_num_threads()
-
-
-__all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "num_threads", "ptr", "suffix",
-           "u64"]
+__all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "ptr", "suffix", "u64"]

@@ -34,7 +34,6 @@ def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
-
 def test_bench_model_refuses_rounds_it_cannot_time(tmp_path):
     """No timed step, or a negative warm-up, is refused in one line before the calibration or any launch."""
     for flags in (["--epochs", "0"], ["--warmup", "-1"]):
@@ -43,6 +42,7 @@ def test_bench_model_refuses_rounds_it_cannot_time(tmp_path):
         assert done.returncode == 2
         assert done.stderr.strip().splitlines()[-1].endswith("error: --epochs must be >= 1 and --warmup >= 0")
         assert not (tmp_path / "m-calibration.json").exists()
+
 
 def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
     """bench_ring at P = 3: a row per message size, each way timed --repeats times on rank 0 (the ring's rounds

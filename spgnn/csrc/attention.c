@@ -4,8 +4,8 @@
 #include "kernels.h"
 
 #define SPGNN_WEIGHTED_SUM(NAME, VAL)                                                                            \
-    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,              \
-                           const int64_t *cols, const VAL *v, VAL *out) {                                                                          \
+    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,             \
+                           const int64_t *cols, const VAL *v, VAL *out) {                                        \
         for (int64_t e = 0; e < nnz; e++)                                                                        \
             for (int64_t h = 0; h < heads; h++) {                                                                \
                 VAL w = p[e * heads + h];                                                                        \
@@ -18,8 +18,8 @@
 /* For out's gradient g: dp[e, h] = <g[rows[e], h], v[cols[e], h]> (summed in double) and
  * dv[cols[e], h, :] += p[e, h]·g[rows[e], h, :]. */
 #define SPGNN_WEIGHTED_SUM_GRAD(NAME, VAL)                                                                       \
-    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,              \
-                           const int64_t *cols, const VAL *v, const VAL *g, VAL *dp, VAL *dv) {                                                    \
+    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,             \
+                           const int64_t *cols, const VAL *v, const VAL *g, VAL *dp, VAL *dv) {                  \
         for (int64_t e = 0; e < nnz; e++)                                                                        \
             for (int64_t h = 0; h < heads; h++) {                                                                \
                 VAL w = p[e * heads + h];                                                                        \

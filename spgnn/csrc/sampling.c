@@ -123,7 +123,7 @@ SPGNN_UNIFORM_TOPK(uniform_topk_i64, int64_t)
         for (int64_t r = 0; r < nids; r++) {                                                                     \
             int64_t a = indptr[ids[r]], deg = indptr[ids[r] + 1] - a, o = out_ptr[r];                            \
             for (int64_t t = 0; t < deg; t++) out_indices[o + t] = (int64_t)indices[a + t];                      \
-            memcpy(out_data + o * itemsize, data + a * itemsize, (size_t)(deg * itemsize));                     \
+            memcpy(out_data + o * itemsize, data + a * itemsize, (size_t)(deg * itemsize));                      \
         }                                                                                                        \
     }
 
