@@ -38,7 +38,8 @@ def _ops(comm):
 def _threads_and_mark(comm):
     from spgnn import native
 
-    return torch.get_num_threads(), native.num_threads(), os.environ.get("SPGNN_TEST_MARK")
+    kernels = native.library().omp_get_max_threads()     # the OpenMP threads a region of spgnn's kernels gets
+    return torch.get_num_threads(), kernels, os.environ.get("SPGNN_TEST_MARK")
 
 
 def test_local_ranks_share_the_cores_and_see_the_environment_now(monkeypatch):
