@@ -90,6 +90,11 @@ def _matches(key, match) -> bool:
     return all(key[names.index(k)] == v for k, v in match.items())
 
 
+# torch.distributed's reduce-scatter of one tensor: reduce_scatter_single from torch 2.13, which warns that the
+# older name reduce_scatter_tensor (all that torch 2.4-2.12 have) is deprecated
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 class TorchTransport:
     """Moves tensors with torch.distributed (gloo on CPU, nccl on GPU)."""
 
@@ -139,7 +144,7 @@ class TorchTransport:
         return dist.all_reduce(t, group=group.pg, async_op=True)
 
     def reduce_scatter(self, out, inp, group):
-        dist.reduce_scatter_tensor(out, inp, group=group.pg)
+        _reduce_scatter(out, inp, group=group.pg)
 
     def all_gather_object(self, obj, group):
         out = [None] * group.size
