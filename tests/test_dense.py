@@ -153,3 +153,15 @@ def test_the_cli_refuses_an_unknown_backend_before_any_work(monkeypatch, capsys)
     monkeypatch.setenv("SPGNN_DENSE_BACKEND", "mkl")
     assert main(["train", "--dataset", "no-such-graph", "--epochs", "1"]) == 2
     assert capsys.readouterr().err.strip() == "spgnn: error: unknown dense backend 'mkl'; choose one of onednn, torch"
+
+
+@pytest.mark.parametrize("rows, cols", [(ROWS, 256), (1464, 767), (17, 33), (3, 1), (0, 5), (5, 0)])
+def test_a_transposed_block_equals_torchs_copy(rows, cols):
+    """`dense.transposed` (the C kernel for float32 row blocks) gives Xᵀ contiguous, bit for bit, for a block of rows
+    of a wider matrix (rows ld apart, starting past its first column), small and empty ones too; float64 and a
+    strided X take torch's copy, the same."""
+    gen = torch.Generator().manual_seed(rows + cols)
+    whole = torch.randn(rows + 9, cols + 4, generator=gen)
+    for x in (whole[3:3 + rows, 1:1 + cols], whole.double()[:rows, :cols], whole[:rows, :cols].t()):
+        out = dense.transposed(x)
+        assert out.is_contiguous() and out.dtype == x.dtype and torch.equal(out, x.t())
