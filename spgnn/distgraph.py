@@ -231,8 +231,9 @@ class DistGraph:
         tensor over this rank's rows): its value the global loss on every rank, its gradient this rank's share."""
         mine = self._mask(mask) & self.algo.label_rows(self.y, self.num_classes)
         first = self.columns(self.num_classes).start
-        local = F.nll_loss(self.log_softmax(logits)[mine], self.y[mine] - first, reduction="sum") \
-            / max(self._count(mask, mine), 1)
+        # row-wise: where a rank holds whole rows, of the rows counted only (2D/3D reduce every row along the grid row)
+        lsm = self.log_softmax(logits[mine]) if self.whole_rows else self.log_softmax(logits)[mine]
+        local = F.nll_loss(lsm, self.y[mine] - first, reduction="sum") / max(self._count(mask, mine), 1)
         return self.globally(local)
 
     def globally(self, local: torch.Tensor) -> torch.Tensor:
