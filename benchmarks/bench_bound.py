@@ -7,9 +7,11 @@
 
 One process set up as ``spgnn train`` sets up P = 1 (`spgnn.comm.launch.init`: every core's threads, freed memory
 kept), one `Trainer` per algorithm (dropout 0, Adam lr 0.01; ``ALGO:ORDER`` sets its --node-order, rcm when not
-given). One step of each is recorded first: every dense product it runs (``aten.mm``, ``aten.addmm``, oneDNN's
-``mkldnn._linear_pointwise``: shapes, strides) by a dispatch mode, and every SpMM (`spgnn.sparse.kernels.spmm`:
-nnz, index and value bytes, rows read, rows written, width). Then, in each of
+given, and ``ALGO:FIELD=VALUE`` any other `TrainConfig` field, e.g. ``sar:precompute=off``). One step of each is
+recorded first: every dense product it runs (``aten.mm``, ``aten.addmm``, oneDNN's ``mkldnn._linear_pointwise``:
+shapes, strides) by a dispatch mode, with the transposed copies of their operands that oneDNN's weight gradient
+needs (`spgnn.dense.transposed`; inside ``_linear_pointwise`` before they were spgnn's own), and every SpMM
+(`spgnn.sparse.kernels.spmm`: nnz, index and value bytes, rows read, rows written, width). Then, in each of
 --rounds interleaved rounds:
 
     step      one `Trainer.step` (forward + backward + Adam) of each algorithm
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from spgnn import dense
 from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
@@ -68,8 +71,10 @@ def spmm_bytes(a, h) -> int:
 
 
 def record_step(trainer) -> tuple[list, list, list]:
-    """(dense products, SpMM bytes of each call, SpMM replays) of one training step."""
-    spmms, calls, real = [], [], kernels.spmm
+    """(dense products and their operands' transposed copies, SpMM bytes of each call, SpMM replays) of one
+    training step."""
+    spmms, calls, real, transposed = [], [], kernels.spmm, dense.transposed
+    copies = []
 
     def counted(a, h, *args, **kw):
         spmms.append(spmm_bytes(a, h))
@@ -77,13 +82,17 @@ def record_step(trainer) -> tuple[list, list, list]:
         calls.append(lambda: real(a, operand))
         return real(a, h, *args, **kw)
 
-    kernels.spmm = counted
+    def copied(x):
+        copies.append((transposed, [(tuple(x.shape), x.stride())]))
+        return transposed(x)
+
+    kernels.spmm, dense.transposed = counted, copied
     try:
         with DenseRecorder() as rec:
             trainer.step(0)
     finally:
-        kernels.spmm = real
-    return rec.ops, spmms, calls
+        kernels.spmm, dense.transposed = real, transposed
+    return rec.ops + copies, spmms, calls
 
 
 def replay(ops) -> list:
@@ -93,6 +102,17 @@ def replay(ops) -> list:
         tensors = [torch.empty_strided(*a).normal_() if isinstance(a, tuple) else a for a in args]
         calls.append(lambda func=func, tensors=tensors: func(*tensors))
     return calls
+
+
+def spec(algo: str) -> dict:
+    """The `TrainConfig` fields of an --algos item: ALGO, then ``:rcm`` or ``:natural`` (its --node-order) and
+    ``:FIELD=VALUE`` items (``sar:natural:precompute=off``)."""
+    name, *items = algo.split(":")
+    out = {"algo": name, "node_order": "rcm"}
+    for item in items:
+        key, eq, value = item.partition("=")
+        out |= {key: value} if eq else {"node_order": item}
+    return out
 
 
 def timed(fn, *args) -> float:
@@ -118,9 +138,8 @@ def measure(g, args, comm) -> dict:
     """Per round: each algorithm's step, its dense products alone, the stream bandwidths."""
     trainers, dense, spmm, sparse = {}, {}, {}, {}
     for algo in args.algos:
-        name, _, order = algo.partition(":")
-        cfg = TrainConfig(dataset=g.name, algo=name, node_order=order or "rcm", model=args.model, layers=args.layers,
-                          hidden=args.hidden, dropout=0.0, lr=0.01, weight_decay=0.0)
+        cfg = TrainConfig(dataset=g.name, model=args.model, layers=args.layers, hidden=args.hidden, dropout=0.0,
+                          lr=0.01, weight_decay=0.0, **spec(algo))
         trainers[algo] = t = Trainer(cfg, comm, graph=g)
         t.step(0)
         ops, spmm[algo], sparse[algo] = record_step(t)
@@ -189,7 +208,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
     ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--algos", default="sar,1d-halo,sar:natural,1d-halo:natural",
-                    help="comma-separated algorithms, each ALGO or ALGO:NODE_ORDER (rcm or natural; default rcm)")
+                    help="comma-separated algorithms, each ALGO, then :NODE_ORDER (rcm or natural; default rcm) and "
+                    ":FIELD=VALUE items of the config (e.g. sar:precompute=off)")
     ap.add_argument("--model", default="sage", help="--model of the step")
     ap.add_argument("--layers", type=int, default=3, help="layers of the model")
     ap.add_argument("--hidden", type=int, default=256, help="hidden width")

@@ -1,15 +1,17 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
     python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 9] [--warmup 3]
-                                     [--hidden 64] [--calibration FILE[,FILE...]] [--rates file]
+                                     [--hidden 64] [--dropout 0.5] [--precompute on]
+                                     [--calibration FILE[,FILE...]] [--rates file]
                                      [--memory GRAPHS] [--out results/bench_model.json]
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, messages up to 16 MiB, as a layer's exchanges
 are), unless --calibration is given (several files: the first makes the tables, and the same steps are scored against
 each of the others too; "default" names the model's built-in rates and α-β). Then per dataset and P one launch of P
-processes trains a 2-layer GCN (--hidden) with every algorithm on its default grid (each layout once: at P = 1 every
-algorithm runs the same local product, so 1d-halo only), built one after another, then --warmup untimed rounds and
---epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load of a shared machine falls on
+processes trains a 2-layer GCN (--hidden, --dropout, --precompute) with every algorithm on its default grid (each
+layout once: at P = 1 every algorithm runs the same local product, so 1d-halo only), built one after another, then
+--warmup untimed rounds and --epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load
+of a shared machine falls on
 all alike (the first rounds after the builds are the slowest: at P = 8, 1.5d's first three steps took 1.2-2.7× its
 later ones); the median step of each beside the model's prediction, from the calibration's compute rates and α-β
 (``--rates live``: compute rates those processes measure first, `measure_compute`, under the load of the moment; its
@@ -73,7 +75,8 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     live = measure_compute(comm, repeats=3, scale=16) if args.rates == "live" else {}
     rates = [cost.with_measured(cost.load_rates(f), live) for f in files]
     trainers = [Trainer(TrainConfig(dataset=dataset, data_dir=args.data_dir, hidden=args.hidden, epochs=args.epochs,
-                                    eval_every=0, partition="metis" if args.metis else "random",
+                                    dropout=args.dropout, precompute=args.precompute, eval_every=0,
+                                    partition="metis" if args.metis else "random",
                                     calibration=files[0], **o), comm) for o in options]
     times = [[] for _ in trainers]
     for epoch in range(args.warmup + args.epochs):  # the first args.warmup rounds, untimed, after every layout is built
@@ -118,7 +121,8 @@ def memory(dataset, P, algo, args, folder) -> dict:
     """One ``spgnn train`` run of one epoch: peak RSS per rank against the predicted memory."""
     out = Path(folder) / "run.json"
     subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo,
-                    "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--partition",
+                    "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--dropout", str(args.dropout),
+                    "--precompute", args.precompute, "--partition",
                     "metis" if args.metis else "random", "--quiet", "--output", str(out),
                     *(["--calibration", args.files[0]] if args.files[0] else []),
                     *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
@@ -186,6 +190,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds of every layout before the timed ones "
                    "(the first steps after the builds run slower than the later ones)")
     p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--dropout", type=float, default=0.5, help="the model's dropout (at 0 the features' products are "
+                   "made once a run and kept: --precompute on)")
+    p.add_argument("--precompute", default="on", choices=["on", "off"], help="the run's --precompute")
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
     p.add_argument("--data-dir", default=None)
     p.add_argument("--calibration", default=None, help="spgnn calibrate --output files, comma-separated, or "

@@ -123,6 +123,10 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--epochs", type=int, default=d.epochs, help="training epochs")
     a("--seed", type=int, default=d.seed, help="seed for weights, dropout, random partitions and splits")
     a("--feature-norm", default=d.feature_norm, choices=["row", "none"], help="row-normalise features")
+    a("--precompute", default=d.precompute, choices=["on", "off"], help="on: where training does not drop out the "
+      "features (--dropout 0), make their sparse products once a run and keep them (GraphSAGE, GCN and GIN then "
+      "aggregate the features first, and no step multiplies or exchanges them again; one block of features more a "
+      "rank); off: every step makes them")
     a("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs (0: only at the end)")
     a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling.py; data-parallel, "
       "graph replicated on every rank unless --split-graph): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 "
@@ -424,6 +428,9 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--classes", type=int, default=128, help="output classes (--nodes mode)")
     a("--layers", type=int, default=3, help="GNN layers")
     a("--model", default="gcn", choices=sorted(LAYERS), help="the model (its layers must declare their costs)")
+    a("--dropout", type=float, default=TrainConfig.dropout, help="dropout probability before each layer (at 0, "
+      "--precompute on keeps the features' products: none of the first layer's product is in a step)")
+    a("--precompute", default=TrainConfig.precompute, choices=["on", "off"], help="as spgnn train's")
     a("--calibration", default=None, help="α-β and compute figures from spgnn calibrate --output (default: this "
       "project's 2-core machine); with --dataset all P processes share one such machine, with --nodes one a core")
     a("--memory-per-rank", default=None, help="leave out the layouts whose predicted peak memory per rank exceeds "
@@ -451,18 +458,20 @@ def cost_command(args, argv) -> int:
                         ("--classes", args.classes)):
         if value < 1:
             raise SpgnnError(f"{flag} must be at least 1, got {value}")
+    model_options = {"model": args.model, "hidden": args.hidden, "layers": args.layers, "dropout": args.dropout,
+                     "precompute": args.precompute}
+    TrainConfig(**model_options).validate()
     _check_files(args.output, args.calibration)
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     if args.dataset:
-        cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
-                          layers=args.layers, partition=args.partition, node_order=args.node_order)
+        cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, partition=args.partition,
+                          node_order=args.node_order, **model_options)
         graph = plan(cfg, 1).graph
         model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit)
     elif args.nodes and args.nnz:
-        cfg = TrainConfig(model=args.model, hidden=args.hidden, layers=args.layers)
-        model = cost.ModelCost.of_config(cfg, args.features, args.classes)
+        model = cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes)
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
                                ordered=args.node_order == "rcm")
     else:

@@ -21,13 +21,13 @@ figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a mod
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
-from torch import nn
 
 from . import spmm
 from .comm.comm import Ledger, ring_words
@@ -103,14 +103,17 @@ class ModelCost:
     dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
 
     @classmethod
-    def of(cls, model) -> ModelCost:
+    def of(cls, model, precompute: bool = True) -> ModelCost:
         """The costs `model` declares: a `spgnn.layers.GNN` (its layers and batch norms), or any module made of
-        `spgnn.layers.Layer`s applied once each in the order they were registered. SpgnnError naming the first
-        layer that declares no cost, or a module with parameters outside any layer."""
-        from .layers.registry import Layer
+        `spgnn.layers.Layer`s applied once each in the order they were registered. With `precompute` (``--precompute
+        on``) and a first layer whose input training does not drop out, that input is the graph's features: the
+        layer declares what it runs then (``costs(False, features=True)``, where it takes that keyword), and its
+        sparse products without a backward, of the features, are made once a run (`Spmm.once`; `DistGraph.spmm`
+        keeps them). SpgnnError naming the first layer that declares no cost, or a module with parameters outside
+        any layer."""
+        from .layers.registry import dropped_inputs, layers_of
 
-        layers = list(model.layers) if hasattr(model, "layers") and isinstance(model.layers, nn.ModuleList) \
-            else [m for m in model.modules() if isinstance(m, Layer)]
+        layers = layers_of(model)
         norms = list(getattr(model, "norms", None) or [])
         covered = {id(p) for m in layers + norms for p in m.parameters()}
         stray = next((k for k, p in model.named_parameters() if id(p) not in covered), None)
@@ -118,20 +121,23 @@ class ModelCost:
             raise SpgnnError(f"the cost model cannot see {'parameter ' + repr(stray) if stray else 'any layer'} of "
                              f"{type(model).__name__}: build it from spgnn.layers.Layer modules (e.g. spgnn.layers."
                              "Linear for a dense product) that declare costs()")
+        dropped = dropped_inputs(model, layers)
+        features = bool(precompute and layers and not dropped[0])
         out, grad = [], False
         for i, layer in enumerate(layers):
-            ops = layer.costs(grad)
+            takes = i == 0 and features and "features" in inspect.signature(layer.costs).parameters
+            ops = layer.costs(grad, features=True) if takes else layer.costs(grad)
             if ops is None:
                 raise SpgnnError(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
                                  "declares no cost (Layer.costs), so the cost model cannot predict it: --algo auto and "
                                  "spgnn cost need a model whose layers declare theirs; name an --algo to train it")
+            if i == 0 and features:
+                ops = [replace(op, once=True) if isinstance(op, Spmm) and not op.backward else op for op in ops]
             if i < len(norms):
                 ops = list(ops) + norms[i].costs(True)
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
-        rate = getattr(model, "dropout", 0.0)          # a `spgnn.layers.GNN`'s; a module of its own drops out none
-        dropped = tuple(isinstance(rate, float | int) and rate > 0 and layer.dropout_before for layer in layers)
         return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
                    dropped)
 
@@ -141,7 +147,7 @@ class ModelCost:
         from .layers.stack import config_model
 
         with torch.random.fork_rng():
-            return cls.of(config_model(cfg, f_in, classes))
+            return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")
 
     @property
     def adjacencies(self) -> list[str]:
@@ -149,11 +155,18 @@ class ModelCost:
         return list(dict.fromkeys(op.adjacency for ops in self.layers for op in ops if isinstance(op, Spmm)))
 
 
+def once(op) -> bool:
+    """Whether a declared operation is a product made once a run and kept (`Spmm.once`), not a step's work."""
+    return isinstance(op, Spmm) and op.once
+
+
 def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, setup=True) -> Ledger:
     """The ledger `rank` records for the algorithm's setup, `epochs` training steps and `evals`
-    evaluations of `model`, keyed like `Comm`'s: per layer each declared operation forward and backward, the
-    log-softmax and the loss sum, then the gradient all-reduce; an evaluation is the forward, the argmax and
-    the accuracy sums. `stats`: the block statistics of A under each adjacency the model uses ({name: BlockStats})."""
+    evaluations of `model`, keyed like `Comm`'s: per layer each declared operation forward and backward (a product
+    made once a run, `Spmm.once`, in the first step's forward only), the log-softmax and the loss sum, then the
+    gradient all-reduce; an evaluation is the forward, the argmax and the accuracy sums. `setup`: the run's one-time
+    exchanges too, the layout's set-up and the products made once (else steady epochs, as a long run's). `stats`:
+    the block statistics of A under each adjacency the model uses ({name: BlockStats})."""
     ledger = Ledger()
     first = next(iter(stats.values()))
     memo = {}
@@ -182,19 +195,20 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
     def all_reduce(phase, words, itemsize):
         record(phase, None, reduce_calls(words, itemsize))
 
-    def forward(phase):
+    def forward(phase, first=False):                    # a product made once a run: in the first step's forward
         for layer, ops in enumerate(model.layers):
             for op in ops:
-                calls = cost(op)
-                record(phase, layer, calls["eval"] if phase == "eval" and "eval" in calls else calls["forward"])
+                if first or not once(op):
+                    calls = cost(op)
+                    record(phase, layer, calls["eval"] if phase == "eval" and "eval" in calls else calls["forward"])
 
     softmax = cls.dense_cost(first, shape, rank, "log_softmax", model.classes)
     argmax = cls.dense_cost(first, shape, rank, "argmax", model.classes)
     if setup:
         for name, s in stats.items():
             record("setup", None, setup_cost(cls, s, shape, rank, name))
-    for _ in range(epochs):
-        forward("forward")
+    for epoch in range(epochs):
+        forward("forward", first=setup and epoch == 0)
         record("forward", None, softmax["forward"])
         all_reduce("forward", 1, 8)                     # the loss sum (Comm.all_sum: float64)
         record("backward", None, softmax["backward"])
@@ -682,6 +696,8 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             if layer:                                       # and dH = dY ⊙ mask, the mask made again
                 add(("backward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped))
         for op in ops:
+            if once(op):                                    # made in the first step only
+                continue
             if isinstance(op, Spmm):
                 s = shares[op.adjacency]
                 b = 4 * s.width(op.width) * (s.nnz + s.out_rows * (2 * s.passes - 1))     # adds read and write
@@ -739,7 +755,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
         latency = {op: (a, 0.0) for op, (a, _) in ab.items()}
         shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
         for ops in model.layers:
-            for op in (o for o in ops if isinstance(o, Spmm)):
+            for op in (o for o in ops if isinstance(o, Spmm) and not o.once):
                 s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
                 o, w = min(s.overlap_nnz, s.ordered_nnz), 4 * s.width(op.width)     # the own block among them
                 during = (rates.spmm_s(s.overlap_nnz - o, w * (s.overlap_nnz - o))
@@ -771,8 +787,9 @@ def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, ra
 
 # A rank's peak memory, reached early in the backward: the runtime (a process with torch and spgnn imported and its
 # kernels loaded), the graph it holds (its blocks of Â as the layout stores them, exactly as
-# `spgnn.DistGraph.graph_bytes` counts them, and its node data), what autograd keeps for the backward at the end of
-# the forward, the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM,
+# `spgnn.DistGraph.graph_bytes` counts them, and its node data), the products of its features it keeps (``--precompute
+# on``), what autograd keeps for the backward at the end of the forward (less the features and kept products among it,
+# held already), the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM,
 # and beside them one gradient of the widest activation (a layer's output), or, where more, a column-split layout's
 # (2d, 3d on C > 1 columns) dense product in the forward: its full-width partial sum H_j·W_j, the contiguous copy the
 # reduce-scatter takes and the column block it returns (rmat:20, 2d on 2x2: 320 MiB against 64). The set-up's peak
@@ -823,23 +840,51 @@ def _widths(ops) -> tuple[int, int]:
 
 def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
-    peak): per layer each dense product's input (once for products of the same input) and weight, the activation's
-    output (all but the last layer), and the log-softmax output. A dropout keeps no mask (`spgnn.hashing.dropout`
-    makes it again in the backward)."""
+    peak): per layer each dense product's input (once for products of the same input; a layer with kept products
+    of its input, `Spmm.once`, multiplies them and the input itself: up to one input more a kept product) and
+    weight, the activation's output (all but the last layer), and the log-softmax output. A dropout keeps no mask
+    (`spgnn.hashing.dropout` makes it again in the backward)."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     total = 4 * s.rows * s.width(model.classes)
     for layer, ops in enumerate(model.layers):
         f_in, f_out = _widths(ops)
         dense = [op for op in ops if isinstance(op, Dense)]
-        total += sum(4 * s.rows * s.width(f) for f in {op.f_in for op in dense})        # products of one H keep it once
+        total += sum(4 * s.rows * s.width(f) * k for f, k in _inputs(ops).items())
         total += sum(4 * op.f_in * op.f_out for op in dense)
         total += 4 * s.rows * s.width(f_out) if layer < len(model.layers) - 1 else 0
     return int(total)
 
 
+def kept_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
+    """Bytes of the products of the features made once a run and kept (`Spmm.once`, `spgnn.DistGraph.kept_bytes`):
+    each as the rank's block of the features, float32."""
+    s = local_share(cls, next(iter(stats.values())), shape, rank)
+    return sum(4 * s.rows * s.width(op.width) for ops in model.layers for op in ops if once(op))
+
+
+def _inputs(ops) -> dict:
+    """{width: how many distinct inputs of that width} of a layer's dense products: products of one H share it;
+    a layer with kept products of its input (`Spmm.once`) multiplies them and the input itself."""
+    dense = [op.f_in for op in ops if isinstance(op, Dense)]
+    kept = [op.width for op in ops if once(op)]
+    return {f: min(dense.count(f), 1 + kept.count(f)) for f in set(dense)}
+
+
+def held_inputs(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
+    """Of `saved_bytes`, what the rank holds anyway: where training does not drop out the features, the first
+    layer's dense products of their width take the features and their kept products (in `graph_bytes` and
+    `kept_bytes`), not copies."""
+    if not model.layers or (model.dropped and model.dropped[0]):
+        return 0
+    s = local_share(cls, next(iter(stats.values())), shape, rank)
+    return 4 * s.rows * s.width(model.features) * _inputs(model.layers[0]).get(model.features, 0)
+
+
 def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: bool = True) -> int:
     """The exchange buffers of the widest SpMM: per call what arrives (a broadcast's block) or what is sent and
-    received (the others), the largest call, twice when ``overlap`` keeps the next one in flight."""
+    received (the others), the largest call, twice when ``overlap`` keeps the next one in flight. A product made once
+    a run counts too: it is the features' width, often the widest, and the C allocator keeps what it frees (RSS does
+    not fall back after it; measured: amazon-computers' 2-layer GCN at P = 4, 55 MiB above ``--precompute off``)."""
     out = 0
     for op in (o for ops in model.layers for o in ops if isinstance(o, Spmm)):
         calls = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)["forward"]
@@ -863,7 +908,9 @@ def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Ra
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     widest = max([model.classes, *(_widths(ops)[1] for ops in model.layers)])
     out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
-           "saved": saved_bytes(cls, stats, shape, rank, model), "params": 16 * model.n_params,
+           "kept": kept_bytes(cls, stats, shape, rank, model),
+           "saved": saved_bytes(cls, stats, shape, rank, model) - held_inputs(cls, stats, shape, rank, model),
+           "params": 16 * model.n_params,
            "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
            "working": working_bytes(s, model, widest)}
     return out | {"total": int(sum(out.values()))}

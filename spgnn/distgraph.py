@@ -88,6 +88,8 @@ class DistGraph:
         self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in SPLITS}
         self.counts = dict(self.info.counts)
         self._pending, self._prepared = set(), {}
+        self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
+        self._kept, self._kept_x = {}, None    # (adjacency, id of H) → (H, Â·H, its version); (x, its version) then
 
     # -- what it holds ----------------------------------------------------------------------------------
     @property
@@ -130,7 +132,7 @@ class DistGraph:
         if self._costs is None:
             from .cost import ModelCost
 
-            self._costs = ModelCost.of(self._built(info))
+            self._costs = ModelCost.of(self._built(info), self.cfg.precompute == "on")
         return self._costs
 
     def _adjacencies(self, adjacency) -> list[str]:
@@ -158,8 +160,39 @@ class DistGraph:
         return self.layouts[name]
 
     def spmm(self, h: torch.Tensor, adjacency="gcn") -> torch.Tensor:
-        """Z = Â·H for this rank's rows (and columns), Â the `adjacency`; differentiable."""
-        return self.layout(adjacency).spmm(h)
+        """Z = Â·H for this rank's rows (and columns), Â the `adjacency`; differentiable. Where `kept` (H is the
+        graph's features `x`, or such a product, and `precompute` is on), the product is made at the first call and
+        kept: later calls return the same tensor, with no work and no communication."""
+        if not self.kept(h, adjacency):
+            return self.layout(adjacency).spmm(h)
+        key = (get_adjacency(adjacency).name, id(h))
+        if key not in self._kept:
+            self._kept_x = (self.x, self.x._version)
+            z = self.layout(adjacency).spmm(h)
+            self._kept[key] = (h, z, z._version)          # h held: its id is not reused while the product is kept
+        _, z, version = self._kept[key]
+        if z._version != version:
+            raise SpgnnError(f"the product of the features that DistGraph keeps (adjacency {key[0]!r}) was changed "
+                             "in place: change a copy (g.spmm(x, ...).clone()), or keep nothing with "
+                             "precompute='off' (--precompute off)")
+        return z
+
+    def kept(self, h: torch.Tensor, adjacency="gcn") -> bool:
+        """Whether ``spmm(h, adjacency)`` returns a product made once and kept: with `precompute` on, for H this
+        rank's block of the graph's features `x` (or a product of them kept: Â·(Â·X) too), which needs no gradient.
+        A layer can then aggregate first at no cost after the first step (GraphSAGE and GCN on their first layer:
+        (Â·X)·W instead of Â·(X·W), the product's forward and backward gone from every step). `prepare` turns it
+        off for a model that drops out its input in training; `x` replaced or changed in place drops what was
+        kept."""
+        if not self.precompute or h.requires_grad:
+            return False
+        if self._kept and (self._kept_x[0] is not self.x or self._kept_x[1] != self.x._version):
+            self._kept.clear()
+        return h is self.x or any(h is z for _, z, _ in self._kept.values())
+
+    def kept_bytes(self) -> int:
+        """Bytes of the products of the features this rank keeps (`kept`)."""
+        return sum(z.numel() * z.element_size() for _, z, _ in self._kept.values())
 
     def attend(self, v, s_src, s_dst, slope: float, dropout: float = 0.0, key: int = 0, adjacency="self-loops"):
         """Attention over the pattern of `adjacency` (`spgnn.spmm.DistSpMM.attend`); refused by layouts without it."""
@@ -346,10 +379,16 @@ class DistGraph:
         """`model` on this layout's device, checked once: its layers' needs are offered and their adjacencies laid
         out, and its parameters are equal on every rank (else one line naming the first that differs). From then on
         a step of `optimizer` (any ``torch.optim.Optimizer``) whose gradients were not summed by `sync_gradients`
-        is refused with one line."""
-        from .layers.registry import Layer
+        is refused with one line. A model that drops out its first layer's input in training (a `spgnn.layers.GNN`
+        with dropout) keeps no products of the features (`precompute` off): its evaluations would keep them for no
+        step's use, and its steps could not."""
+        from .layers.registry import Layer, dropped_inputs, layers_of
 
         model = model.to(self.device)
+        layers = layers_of(model)
+        if layers and dropped_inputs(model, layers)[0]:
+            self.precompute = False
+            self._kept.clear()
         for name, module in model.named_modules():
             if isinstance(module, Layer):
                 for need in sorted(module.needs):

@@ -58,3 +58,22 @@ def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
                                                                                  "all_to_all_single", "spgnn"}
         assert r["ratio"] == r["all_to_all_single_ms"] / r["point_to_point_ms"] > 0
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_bench_bound_takes_config_fields_per_algorithm(tmp_path):
+    """bench_bound on a small synthetic graph with ``ALGO:ORDER:FIELD=VALUE`` items: a row each, the JSON and PNG
+    written, and the fields applied: with --precompute on (the default, dropout 0) a step of a 2-layer GraphSAGE
+    makes its second layer's product and its transpose (2 SpMMs), with ``precompute=off`` the first layer's too (4)."""
+    out = tmp_path / "bound.json"
+    done = subprocess.run([sys.executable, "benchmarks/bench_bound.py", "--dataset", "sbm:400:4", "--layers", "2",
+                           "--hidden", "8", "--rounds", "2", "--algos", "sar,sar:natural:precompute=off",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    rows = {r["algo"]: r for r in report["rows"]}
+    assert list(rows) == ["sar", "sar:natural:precompute=off"]
+    assert rows["sar"]["spmm_calls"] == 2 and rows["sar:natural:precompute=off"]["spmm_calls"] == 4
+    for r in rows.values():
+        assert r["step_ms"] > 0 and r["dense_ms"] > 0 and r["bound_ms"] >= r["dense_ms"] and r["step_over_bound"] > 0
+        assert len(report["raw"][r["algo"]]["step_s"]) == 2
+    assert out.with_suffix(".png").stat().st_size > 0

@@ -21,6 +21,6 @@ class GCNConv(Layer):
     def forward(self, g, h):
         return aggregate_then_transform(g, h, self.weight, self.bias, self.adjacency)
 
-    def costs(self, grad_in):
-        w = spmm_width(self.f_in, self.f_out)
+    def costs(self, grad_in, features=False):
+        w = self.f_in if features else spmm_width(self.f_in, self.f_out)
         return [Spmm(w, self.adjacency, grad_in or w < self.f_in), Dense(self.f_in, self.f_out)]

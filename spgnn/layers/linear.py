@@ -18,8 +18,9 @@ def spmm_width(f_in: int, f_out: int) -> int:
 
 
 def aggregate_then_transform(g, h, w, b, adjacency):
-    """Â·H·W (+ b), multiplying in the order that keeps the sparse product narrow (`spmm_width`)."""
-    if spmm_width(*w.shape) < w.shape[0]:
+    """Â·H·W (+ b), multiplying in the order that keeps the sparse product narrow (`spmm_width`), or aggregating
+    first where the layout keeps Â·H (`DistGraph.kept`: H the graph's features, aggregated once a run)."""
+    if spmm_width(*w.shape) < w.shape[0] and not g.kept(h, adjacency):
         z = g.spmm(g.linear(h, w), adjacency)
         return z if b is None else z + g.cols(b)
     return g.linear(g.spmm(h, adjacency), w, b)

@@ -8,7 +8,9 @@ layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-
     sampled         whether it runs on sampled minibatch blocks
     draw            its initial parameters as PyG ("pyg") and DGL ("dgl") draw them; `default_init` for "auto"
     costs(grad_in)  what one application moves and multiplies: its sparse products (`Spmm`) and dense products
-                    (`Dense`), for the cost model; None when undeclared (then the cost model refuses it)
+                    (`Dense`), for the cost model; None when undeclared (then the cost model refuses it). A layer
+                    that multiplies in another order when the products of its input are kept (`DistGraph.kept`:
+                    the input is the graph's features) takes ``costs(grad_in, features=True)`` for that case
     options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags
     stack(...)      the layers of the model ``--model NAME`` builds (default: L layers of this kind)
 
@@ -36,11 +38,13 @@ ENTRY_POINT_GROUP = "spgnn.layers"
 @dataclass(frozen=True)
 class Spmm:
     """One sparse product Z = Â·H of `width` columns over adjacency `adjacency`; `backward`: its input needs a
-    gradient, so the backward runs dH = Âᵀ·dZ."""
+    gradient, so the backward runs dH = Âᵀ·dZ; `once`: a product of the graph's constant features, made once a run
+    and kept (`spgnn.DistGraph.spmm`; the cost model marks these, `spgnn.cost.ModelCost.of`)."""
 
     width: int
     adjacency: str
     backward: bool
+    once: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,8 @@ class Layer(nn.Module):
 
     def costs(self, grad_in: bool) -> list | None:
         """The operations one application runs, in order (`Spmm`, `Dense`); `grad_in`: its input needs a
-        gradient. None: not declared."""
+        gradient. None: not declared. A layer whose forward asks `g.kept` declares a keyword ``features`` too:
+        what it runs when its input is the graph's features, whose sparse products are kept."""
         return None
 
     @classmethod
@@ -108,6 +113,23 @@ class Layer(nn.Module):
         layer's own `options` (`dropout`: the model's, for layers that drop inside, e.g. attention)."""
         widths = [f_in] + [hidden] * (layers - 1) + [classes]
         return [cls(a, b, init=init, **options) for a, b in zip(widths[:-1], widths[1:])]
+
+
+def layers_of(model: nn.Module) -> list:
+    """The `Layer`s of `model` in the order it applies them: a stack's ``layers`` (an ``nn.ModuleList``, as
+    `spgnn.layers.GNN` holds them), else its `Layer` modules in the order they were registered."""
+    if isinstance(getattr(model, "layers", None), nn.ModuleList):
+        return list(model.layers)
+    return [m for m in model.modules() if isinstance(m, Layer)]
+
+
+def dropped_inputs(model: nn.Module, layers: list) -> tuple[bool, ...]:
+    """Per layer of `layers` (`layers_of(model)`), whether training drops out its input: the ``dropout`` of the
+    stack holding them (`model`, or its first module with ``layers``, as a link model's `spgnn.layers.GNN` encoder)
+    before each layer that takes it (`Layer.dropout_before`); none for a module of one's own."""
+    stack = next((m for m in model.modules() if isinstance(getattr(m, "layers", None), nn.ModuleList)), model)
+    rate = getattr(stack, "dropout", 0.0)
+    return tuple(isinstance(rate, float | int) and rate > 0 and layer.dropout_before for layer in layers)
 
 
 def adjacencies_of(model: nn.Module) -> list[str]:

@@ -91,6 +91,11 @@ class RowLayout:
         """H·W (+ b) with W (f_in×f_out) replicated: this rank's rows of the product."""
         return matmul(h, w, b)
 
+    def kept(self, h: torch.Tensor, adjacency=None) -> bool:
+        """Whether ``spmm(h, adjacency)`` returns a product made once and kept (`spgnn.DistGraph.kept`): never on a
+        bare layout, which keeps nothing."""
+        return False
+
     def columns(self, f: int) -> slice:
         """The columns of an n×f dense matrix that this rank holds."""
         return slice(0, f)

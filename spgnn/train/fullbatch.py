@@ -41,7 +41,7 @@ class Trainer(Run):
         self.costs = None       # the model's costs and block statistics for the prediction, on rank 0
         if comm.rank == 0 and type(self.algo).has_cost_model():
             try:
-                model = cost.ModelCost.of(self.model)
+                model = cost.ModelCost.of(self.model, self.g.precompute)
             except SpgnnError:          # a layer that declares no cost: no prediction in the report
                 model = None
             self.costs = model and (model, {a: self.parts.stats(a) for a in model.adjacencies})
@@ -109,7 +109,8 @@ class Trainer(Run):
 
     def rank_report(self) -> dict:
         mine = super().rank_report()
-        mine["memory"] |= {"graph_bytes": self.graph_bytes(), "saved_for_backward_bytes": self.meter.peak_bytes}
+        mine["memory"] |= {"graph_bytes": self.graph_bytes(), "kept_bytes": self.g.kept_bytes(),
+                           "saved_for_backward_bytes": self.meter.peak_bytes}
         return mine
 
     def graph_report(self) -> dict:
