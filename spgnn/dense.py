@@ -24,8 +24,10 @@ The weight gradient goes through oneDNN only where W has at least `WIDE` entries
 - in blocks, a block's copies are all it holds at once (with H whole, a P = 1 GraphSAGE step on amazon-computers
   peaked about 50 MiB higher), and over n = 131072 rows in one pass it took 125 ms against MKL's 84 at
   f_in = f_out = 256 (in blocks, 81);
-- at f_in = f_out = 128 MKL stays faster on 2 threads (24 against 30 ms); at n = 13752, f_in = 767, f_out = 64
-  oneDNN is faster (4.5 against 7.6 ms).
+- with the C kernel's copies oneDNN is the faster from about 2¹³ entries of W (2 threads, n = 131072: 11.2 against
+  MKL's 13.9 ms at f_in = 128, f_out = 64, 19.1 against 25.6 at 128×128; at 64×64 7.9 against 7.4, at 32×32 3.1
+  against 2.2; n = 13752: 1.8 against 3.5 ms at 767×16, 0.49 against 0.60 at 64×64); with torch's copies MKL had
+  stayed faster at 128×128 (24 against 30 ms).
 
 ``set_backend("torch")``, or ``SPGNN_DENSE_BACKEND=torch`` in the environment, keeps every product torch's own.
 
@@ -46,7 +48,7 @@ from .errors import SpgnnError
 
 NARROW = 16        # dY with fewer columns than this (and fewer than H's) takes dW as (dYᵀ·H)ᵀ
 SMALL = 1 << 20    # multiply-adds below which a product stays torch's own
-WIDE = 1 << 15     # entries of W from which dW goes through oneDNN
+WIDE = 1 << 13     # entries of W from which dW goes through oneDNN
 ROWS = 1 << 12     # rows of H a block of oneDNN's dW
 
 _BACKENDS = ("onednn", "torch")
