@@ -187,7 +187,7 @@ class DistGraph:
         if not self.precompute or h.requires_grad:
             return False
         if self._kept and (self._kept_x[0] is not self.x or self._kept_x[1] != self.x._version):
-            self._kept.clear()
+            self._kept.clear()                  # x replaced or changed in place: what was kept is stale
         return h is self.x or any(h is z for _, z, _ in self._kept.values())
 
     def kept_bytes(self) -> int:

@@ -245,9 +245,12 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     host, port = rendezvous_address(url)
     if name == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (iface := interface_to(host)):
         os.environ["GLOO_SOCKET_IFNAME"] = iface
-    join(lambda: dist.init_process_group(name, init_method=url, rank=launch.rank, world_size=launch.world_size,
-                                         timeout=datetime.timedelta(seconds=timeout_s)),
-         launch.rank, f"{host}:{port}", timeout_s)
+    def connect():
+        dist.init_process_group(name, init_method=url, rank=launch.rank, world_size=launch.world_size,
+                                timeout=datetime.timedelta(seconds=timeout_s))
+        if name == "gloo":          # a mesh wired wrong can pass the set-up (ranks on different hosts each dialling
+            dist.all_reduce(torch.zeros(1))     # its own loopback): its first message fails here, as joining
+    join(connect, launch.rank, f"{host}:{port}", timeout_s)
     return Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
 
 
