@@ -19,7 +19,8 @@ least `SMALL` multiply-adds goes through oneDNN (below it, oneDNN's fixed 11 µs
 The weight gradient goes through oneDNN only where W has at least `WIDE` entries, as Xᵀ·V summed over blocks of
 `ROWS` rows, X the narrower of H and dY:
 - oneDNN takes its first operand contiguous, so each block of Xᵀ is copied first (`transposed`: spgnn's tiled C
-  kernel, 0.19 ms for 256×4096 and 0.33 for 512×4096 on 2 threads, against torch's own copy's 0.46 and 0.98); at
+  kernel, from memory 0.39 ms for 256×4096 and 0.74 for 512×4096 on 2 threads, against torch's own copy's 0.98 and
+  1.72; in cache 0.19 and 0.33 against 0.46 and 0.98); at
   n = 13752, f_in = 256, f_out = 512 the product took 10.8 ms as Hᵀ·dY and 14.3 as (dYᵀ·H)ᵀ (with torch's copies);
 - in blocks, a block's copies are all it holds at once (with H whole, a P = 1 GraphSAGE step on amazon-computers
   peaked about 50 MiB higher), and over n = 131072 rows in one pass it took 125 ms against MKL's 84 at
