@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spgnn import dense
+from spgnn import dense as dense_products
 from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
@@ -73,7 +73,7 @@ def spmm_bytes(a, h) -> int:
 def record_step(trainer) -> tuple[list, list, list]:
     """(dense products and their operands' transposed copies, SpMM bytes of each call, SpMM replays) of one
     training step."""
-    spmms, calls, real, transposed = [], [], kernels.spmm, dense.transposed
+    spmms, calls, real, transposed = [], [], kernels.spmm, dense_products.transposed
     copies = []
 
     def counted(a, h, *args, **kw):
@@ -86,12 +86,12 @@ def record_step(trainer) -> tuple[list, list, list]:
         copies.append((transposed, [(tuple(x.shape), x.stride())]))
         return transposed(x)
 
-    kernels.spmm, dense.transposed = counted, copied
+    kernels.spmm, dense_products.transposed = counted, copied
     try:
         with DenseRecorder() as rec:
             trainer.step(0)
     finally:
-        kernels.spmm, dense.transposed = real, transposed
+        kernels.spmm, dense_products.transposed = real, transposed
     return rec.ops + copies, spmms, calls
 
 

@@ -111,7 +111,7 @@ class ModelCost:
         sparse products without a backward, of the features, are made once a run (`Spmm.once`; `DistGraph.spmm`
         keeps them). SpgnnError naming the first layer that declares no cost, or a module with parameters outside
         any layer."""
-        from .layers.registry import dropped_inputs, layers_of
+        from .layers.registry import dropped_inputs, drops_features, layers_of
 
         layers = layers_of(model)
         norms = list(getattr(model, "norms", None) or [])
@@ -121,8 +121,7 @@ class ModelCost:
             raise SpgnnError(f"the cost model cannot see {'parameter ' + repr(stray) if stray else 'any layer'} of "
                              f"{type(model).__name__}: build it from spgnn.layers.Layer modules (e.g. spgnn.layers."
                              "Linear for a dense product) that declare costs()")
-        dropped = dropped_inputs(model, layers)
-        features = bool(precompute and layers and not dropped[0])
+        features = precompute and not drops_features(model)
         out, grad = [], False
         for i, layer in enumerate(layers):
             takes = i == 0 and features and "features" in inspect.signature(layer.costs).parameters
@@ -139,7 +138,7 @@ class ModelCost:
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
         return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
-                   dropped)
+                   dropped_inputs(model, layers))
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -755,7 +754,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
         latency = {op: (a, 0.0) for op, (a, _) in ab.items()}
         shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
         for ops in model.layers:
-            for op in (o for o in ops if isinstance(o, Spmm) and not o.once):
+            for op in (o for o in ops if isinstance(o, Spmm) and not once(o)):
                 s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
                 o, w = min(s.overlap_nnz, s.ordered_nnz), 4 * s.width(op.width)     # the own block among them
                 during = (rates.spmm_s(s.overlap_nnz - o, w * (s.overlap_nnz - o))

@@ -382,11 +382,10 @@ class DistGraph:
         is refused with one line. A model that drops out its first layer's input in training (a `spgnn.layers.GNN`
         with dropout) keeps no products of the features (`precompute` off): its evaluations would keep them for no
         step's use, and its steps could not."""
-        from .layers.registry import Layer, dropped_inputs, layers_of
+        from .layers.registry import Layer, drops_features
 
         model = model.to(self.device)
-        layers = layers_of(model)
-        if layers and dropped_inputs(model, layers)[0]:
+        if drops_features(model):
             self.precompute = False
             self._kept.clear()
         for name, module in model.named_modules():

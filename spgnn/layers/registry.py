@@ -132,6 +132,13 @@ def dropped_inputs(model: nn.Module, layers: list) -> tuple[bool, ...]:
     return tuple(isinstance(rate, float | int) and rate > 0 and layer.dropout_before for layer in layers)
 
 
+def drops_features(model: nn.Module) -> bool:
+    """Whether training drops out the input of the first of the `Layer`s of `model` (`dropped_inputs`): then that
+    layer is not given the graph's features as they are."""
+    layers = layers_of(model)
+    return bool(layers) and dropped_inputs(model, layers)[0]
+
+
 def adjacencies_of(model: nn.Module) -> list[str]:
     """The adjacencies the `Layer`s of `model` aggregate with, in the order they were registered, each once."""
     return list(dict.fromkeys(m.adjacency for m in model.modules() if isinstance(m, Layer) and m.adjacency))
