@@ -44,6 +44,9 @@ SHAPES = [  # m, k, density, f
     (60, 50, 0.1, 16),
     (40, 70, 0.6, 33),  # long rows: the 8-nonzeros-per-pass loop and its tail
     (30, 20, 0.2, 1),
+    (50, 60, 0.4, 10),  # AVX-512: one masked vector
+    (50, 60, 0.4, 256),  # one whole tile of 16 vectors
+    (40, 70, 0.6, 300),  # a tile and a masked remainder
     (30, 20, 0.2, 0),
     (8, 9, 0.0, 4),  # nnz = 0
     (0, 5, 0.0, 3),  # m = 0

@@ -3,6 +3,7 @@ the OpenMP runtime torch loaded; a run loads no JIT compiler; and where the kern
 back to torch and asking for them says how to build them."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,6 +39,41 @@ def test_chunks_on_threads_equal_one_thread(threads, monkeypatch):
     for n in (2, 3):
         assert all(torch.equal(x, y) for x, y in zip(out[1], out[n]))
     assert torch.allclose(out[1][0], torch.from_numpy(a.to_scipy() @ h.numpy()), atol=1e-5)
+
+
+AVX512 = Path("/proc/cpuinfo").exists() and " avx512f" in Path("/proc/cpuinfo").read_text()
+
+
+@pytest.mark.skipif(not AVX512, reason="the CPU has no AVX-512: only the portable SpMM loop runs here")
+def test_avx512_spmm_equals_the_portable_loop(tmp_path):
+    """The SpMM's AVX-512 register tiles (float32) against its portable loop (SPGNN_NO_AVX512, in a fresh process),
+    int32 and int64 indices, written and accumulated, at widths below, at and past one tile (256 columns): equal to
+    float rounding (their sums run in different orders), and both equal to scipy's."""
+    code = ("import sys, numpy as np, scipy.sparse as sp, torch\nfrom spgnn.sparse import kernels\n"
+            "from spgnn.sparse.csr import CSR\nout = {}\n"
+            "for idx in (np.int32, np.int64):\n"
+            "    for f in (1, 10, 16, 33, 256, 300, 530):\n"
+            "        a = CSR.from_scipy(sp.random(300, 200, density=0.15, format='csr', random_state=f, dtype=np.float32))\n"
+            "        a.indices = a.indices.astype(idx)\n"
+            "        h = torch.from_numpy(np.random.default_rng(f).standard_normal((200, f), np.float32))\n"
+            "        z = torch.ones(300, f)\n"
+            "        kernels.spmm(a, h, out=z, accumulate=True)\n"
+            "        out[f'{idx.__name__} {f}'] = np.stack([kernels.spmm(a, h).numpy(), z.numpy(), a.to_scipy() @ h.numpy()])\n"
+            "np.savez(sys.argv[1], **out)\n")
+    env = {**os.environ, "SPGNN_SPMM_BACKEND": "native"}
+    for name, extra in (("tiles", {}), ("loop", {"SPGNN_NO_AVX512": "1"})):
+        res = subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], env=env | extra, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr[-3000:]
+    tiles, loop = np.load(tmp_path / "tiles.npz"), np.load(tmp_path / "loop.npz")
+    assert len(tiles.files) == 14
+    for key in tiles.files:
+        (z_t, acc_t, ref), (z_l, acc_l, _) = tiles[key], loop[key]
+        for z in (z_t, z_l):
+            np.testing.assert_allclose(z, ref, rtol=1e-5, atol=1e-5, err_msg=key)
+        for acc in (acc_t, acc_l):
+            np.testing.assert_allclose(acc, ref + 1, rtol=1e-5, atol=1e-5, err_msg=key)
+        assert not np.array_equal(z_t, z_l) or key.endswith(" 1"), f"{key}: the two paths ran the same code"
 
 
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc")

@@ -22,6 +22,27 @@
 #define SPGNN_CLONES
 #endif
 
+/* A kernel written for AVX-512 (intrinsics, compiled for it alone) where gcc builds for x86-64; it runs where
+ * spgnn_avx512() says the CPU has it, the portable loop elsewhere. SPGNN_NO_AVX512 in the environment turns it off
+ * (to compare the two). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SPGNN_AVX512 1
+#else
+#define SPGNN_AVX512 0
+#endif
+
+#include <stdlib.h>
+
+static inline int spgnn_avx512(void) {
+#if SPGNN_AVX512
+    static int has = -1;
+    if (has < 0) has = __builtin_cpu_supports("avx512f") && !getenv("SPGNN_NO_AVX512");
+    return has;
+#else
+    return 0;
+#endif
+}
+
 #define SPGNN_GOLDEN 0x9E3779B97F4A7C15ULL
 
 /* splitmix64's finaliser. */
