@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +50,22 @@ def test_avx512_spmm_equals_the_portable_loop(tmp_path):
     """The SpMM's AVX-512 register tiles (float32) against its portable loop (SPGNN_NO_AVX512, in a fresh process),
     int32 and int64 indices, written and accumulated, at widths below, at and past one tile (256 columns): equal to
     float rounding (their sums run in different orders), and both equal to scipy's."""
-    code = ("import sys, numpy as np, scipy.sparse as sp, torch\nfrom spgnn.sparse import kernels\n"
-            "from spgnn.sparse.csr import CSR\nout = {}\n"
-            "for idx in (np.int32, np.int64):\n"
-            "    for f in (1, 10, 16, 33, 256, 300, 530):\n"
-            "        a = CSR.from_scipy(sp.random(300, 200, density=0.15, format='csr', random_state=f, dtype=np.float32))\n"
-            "        a.indices = a.indices.astype(idx)\n"
-            "        h = torch.from_numpy(np.random.default_rng(f).standard_normal((200, f), np.float32))\n"
-            "        z = torch.ones(300, f)\n"
-            "        kernels.spmm(a, h, out=z, accumulate=True)\n"
-            "        out[f'{idx.__name__} {f}'] = np.stack([kernels.spmm(a, h).numpy(), z.numpy(), a.to_scipy() @ h.numpy()])\n"
-            "np.savez(sys.argv[1], **out)\n")
+    code = textwrap.dedent("""
+        import sys, numpy as np, scipy.sparse as sp, torch
+        from spgnn.sparse import kernels
+        from spgnn.sparse.csr import CSR
+        out = {}
+        for idx in (np.int32, np.int64):
+            for f in (1, 10, 16, 33, 256, 300, 530):
+                a = CSR.from_scipy(sp.random(300, 200, density=0.15, format="csr", random_state=f, dtype=np.float32))
+                a.indices = a.indices.astype(idx)
+                h = torch.from_numpy(np.random.default_rng(f).standard_normal((200, f), np.float32))
+                z = torch.ones(300, f)
+                kernels.spmm(a, h, out=z, accumulate=True)
+                ref = a.to_scipy() @ h.numpy()
+                out[f"{idx.__name__} {f}"] = np.stack([kernels.spmm(a, h).numpy(), z.numpy(), ref])
+        np.savez(sys.argv[1], **out)
+    """)
     env = {**os.environ, "SPGNN_SPMM_BACKEND": "native"}
     for name, extra in (("tiles", {}), ("loop", {"SPGNN_NO_AVX512": "1"})):
         res = subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], env=env | extra, capture_output=True,
