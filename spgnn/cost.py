@@ -574,15 +574,18 @@ class Rates:
 # flops_per_s and dense_bytes_per_s (both), since `spgnn.dense` takes float32 products through oneDNN: the median of
 # seven later calibrations (each within 0.82-1.05× of it; torch's MKL had 102e9 and 15.7e9, alone 103e9 and 18.9e9).
 # runtime_bytes: three calibrations since the kernels are C (245.9-246.5 MiB; with numba's runtime and kernels: 355).
-_SHARING = Rates(spmm_bytes_per_s=22.7e9, spmm_nnz_s=2.12e-9, spmm_ordered_bytes_per_s=26.2e9,
-                 spmm_ordered_nnz_s=1.95e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
+# The SpMM's four rates (both), since its float32 kernel holds rows in AVX-512 registers: the median of seven later
+# calibrations (each within 0.71-1.60× of it; the portable loop's had 22.7e9, 2.12e-9, 26.2e9 and 1.95e-9, alone
+# 31.7e9, 2.02e-9, 39.1e9 and 2.03e-9).
+_SHARING = Rates(spmm_bytes_per_s=44.0e9, spmm_nnz_s=1.85e-9, spmm_ordered_bytes_per_s=45.1e9,
+                 spmm_ordered_nnz_s=1.47e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
                  dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=246 * 2**20,
                  sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
 # SpMM's gathers 1.4-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
 # within 25%, against 41)
 DEFAULT_RATES = replace(_SHARING, alone=replace(
-    _SHARING, spmm_bytes_per_s=31.7e9, spmm_nnz_s=2.02e-9, spmm_ordered_bytes_per_s=39.1e9, spmm_ordered_nnz_s=2.03e-9,
+    _SHARING, spmm_bytes_per_s=57.7e9, spmm_nnz_s=1.63e-9, spmm_ordered_bytes_per_s=56.7e9, spmm_ordered_nnz_s=1.16e-9,
     flops_per_s=250e9, dense_bytes_per_s=39.3e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
     op_s=5.8e-6))
 

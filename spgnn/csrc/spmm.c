@@ -49,6 +49,7 @@ static int64_t row_at(const int64_t *indptr, int64_t m, int64_t t) {
                                                        float *out, int accumulate) {                             \
         for (int64_t i = lo; i < hi; i++) {                                                                      \
             int64_t start = indptr[i], end = indptr[i + 1];                                                      \
+            if (accumulate && start == end) continue;                  /* nothing to add (a halo block's row) */ \
             for (int64_t k0 = 0; k0 < f; k0 += 16 * SPGNN_TILE) {                                                \
                 int64_t width = f - k0 < 16 * SPGNN_TILE ? f - k0 : 16 * SPGNN_TILE;                             \
                 int nv = (int)(width / 16), masked = width % 16 != 0;                                            \
