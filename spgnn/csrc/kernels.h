@@ -23,8 +23,8 @@
 #endif
 
 /* A kernel written for AVX-512 (intrinsics, compiled for it alone) where gcc builds for x86-64; it runs where
- * spgnn_avx512() says the CPU has it, the portable loop elsewhere. SPGNN_NO_AVX512 in the environment turns it off
- * (to compare the two). */
+ * spgnn_avx512() says the CPU has it, the portable loop elsewhere. SPGNN_NO_AVX512 set in the environment (to
+ * anything but "" or "0") turns it off, to compare the two. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define SPGNN_AVX512 1
 #else
@@ -32,11 +32,15 @@
 #endif
 
 #include <stdlib.h>
+#include <string.h>
 
 static inline int spgnn_avx512(void) {
 #if SPGNN_AVX512
     static int has = -1;
-    if (has < 0) has = __builtin_cpu_supports("avx512f") && !getenv("SPGNN_NO_AVX512");
+    if (has < 0) {
+        const char *off = getenv("SPGNN_NO_AVX512");
+        has = __builtin_cpu_supports("avx512f") && !(off && *off && strcmp(off, "0"));
+    }
     return has;
 #else
     return 0;

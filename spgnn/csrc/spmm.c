@@ -41,8 +41,8 @@ static int64_t row_at(const int64_t *indptr, int64_t m, int64_t t) {
 
 /* out (+)= A·h for float32 rows [lo, hi), each output row's columns 256 at a time in registers: its tile is
  * loaded (or zeroed) and stored once, and each nonzero costs a load and a multiply-add per 16 columns. On a 2-core
- * AMD EPYC, amazon-computers (491,722 nonzeros) at f = 256, 64, 10: 2.45, 0.46, 0.28 ms against the portable loop's
- * 3.2, 0.66, 0.40. */
+ * AMD EPYC, amazon-computers (491,722 nonzeros) at f = 256, 64, 10: 2.5, 0.46, 0.28 ms against the portable loop's
+ * 3.4, 0.66, 0.43. */
 #define SPGNN_SPMM_AVX512(NAME, IDX)                                                                             \
     __attribute__((target("avx512f"))) static void NAME(int64_t lo, int64_t hi, int64_t f, const int64_t *indptr, \
                                                        const IDX *indices, const float *data, const float *h,     \
