@@ -33,6 +33,7 @@ from . import spmm
 from .comm.comm import Ledger, ring_words
 from .comm.grid import format_grid
 from .comm.halo import Halo
+from .dense import blocked
 from .errors import SpgnnError
 from .graph import graph as graphs
 from .graph.adjacency import get_adjacency
@@ -476,7 +477,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              the rank's own block in a locality order (`LocalShare.ordered_nnz`) and their rows at
 #                              `spmm_ordered_nnz_s`, `spmm_ordered_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
-#                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same)
+#                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same; where
+#                              dW goes by blocks through oneDNN, `spgnn.dense.blocked`, also the transposed copies of
+#                              the narrower operand's blocks, 8·rows·min(f_in,r, f_out) bytes at the same rate)
 #     a layer's input dropout  where the model drops it out (`ModelCost.dropped`): one pass, 8·rows·f_in,r bytes at
 #                              `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask in the backward, the mask
 #                              made again (evaluation: no dropout)
@@ -717,7 +720,9 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                     fresh_bytes=fresh(out, out))
                 k = 2 if layer else 1
                 dx = 4 * first.rows * first.width(op.f_in) if layer else 0
-                add(("backward",), flops=flops * k, dense_bytes=dense * k, elementwise_bytes=out, ops=1,
+                f_in = first.width(op.f_in)
+                copies = 8 * first.rows * min(f_in, op.f_out) if blocked(f_in, op.f_out) else 0
+                add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh(out, dx))
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)

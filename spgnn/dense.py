@@ -78,6 +78,12 @@ def narrow(f_in: int, f_out: int) -> bool:
     return f_out < min(NARROW, f_in)
 
 
+def blocked(f_in: int, f_out: int) -> bool:
+    """Whether the weight gradient of an f_in×f_out W goes by row blocks through oneDNN, the narrower operand's
+    blocks copied transposed (module docstring), where its operands are float32 CPU tensors and oneDNN's."""
+    return not narrow(f_in, f_out) and f_in * f_out >= WIDE
+
+
 def onednn(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether A·B (A n×k, B k×m) goes through oneDNN: float32 on CPU, at least `SMALL` multiply-adds."""
     return (_ONEDNN and a.device.type == "cpu" and get_backend() == "onednn" and a.dtype == b.dtype == torch.float32
@@ -104,7 +110,7 @@ def weight_grad(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     f_in, f_out = h.shape[1], g.shape[1]
     if narrow(f_in, f_out):
         return (g.t() @ h).t()
-    if f_in * f_out < WIDE or not onednn(g.t(), h):
+    if not blocked(f_in, f_out) or not onednn(g.t(), h):
         return h.t() @ g
     x, v = (h, g) if f_in < f_out else (g, h)        # Xᵀ is copied contiguous: the narrower of the two
     dw = _linear(transposed(x[:ROWS]), v[:ROWS].t())

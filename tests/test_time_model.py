@@ -404,6 +404,25 @@ def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
     assert all(w[ph]["fresh_bytes"] == 0 for w in halves for ph in cost.PHASES)
 
 
+def test_the_blocked_weight_gradients_copies_are_charged():
+    """The backward of a product whose weight gradient goes by blocks through oneDNN (`spgnn.dense.blocked`: W of
+    WIDE entries or more, not narrow) also reads and writes the transposed copies of the narrower operand's blocks,
+    8·rows·min(f_in, f_out) bytes; a smaller W and a narrow one (f_out < NARROW) copy nothing."""
+    from spgnn.dense import NARROW, WIDE
+
+    n = 1000
+    wide, small, narrow = cost.Dense(767, 64), cost.Dense(16, 16), cost.Dense(767, NARROW - 1)
+    assert 767 * 64 >= WIDE > 16 * 16 and 767 * (NARROW - 1) >= WIDE
+    stats = {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}
+    cls = spmm.get("1d-halo")
+    for layers, copies in ((((wide,), (small,)), 8 * n * 64), (((small,), (narrow,)), 0)):
+        mc = cost.ModelCost(layers, classes=8, n_params=0, dropped=(False, False))
+        work = cost.compute_work(cls, stats, (1,), 0, mc)
+        dense = [d for ops in layers for d in ops]
+        plain = sum(4 * n * (d.f_in + d.f_out) * (2 if layer else 1) for layer, d in enumerate(dense))
+        assert work["backward"]["dense_bytes"] == plain + copies
+
+
 def test_a_column_split_products_partial_sum_is_the_working_memory():
     """In 2d on 2x2 the forward's H·W holds a full-width partial sum, its contiguous copy for the reduce-scatter
     and the column block it returns; in a row layout the working memory stays one gradient of the widest
