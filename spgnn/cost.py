@@ -585,7 +585,7 @@ _SHARING = Rates(spmm_bytes_per_s=44.0e9, spmm_nnz_s=1.85e-9, spmm_ordered_bytes
                  dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=246 * 2**20,
                  sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
-# SpMM's gathers 1.4-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
+# SpMM's gathers 1.3-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
 # within 25%, against 41)
 DEFAULT_RATES = replace(_SHARING, alone=replace(
     _SHARING, spmm_bytes_per_s=57.7e9, spmm_nnz_s=1.63e-9, spmm_ordered_bytes_per_s=56.7e9, spmm_ordered_nnz_s=1.16e-9,

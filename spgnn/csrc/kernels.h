@@ -11,6 +11,8 @@
 
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define SPGNN_PARALLEL_WORK (1 << 15)
 
@@ -30,9 +32,6 @@
 #else
 #define SPGNN_AVX512 0
 #endif
-
-#include <stdlib.h>
-#include <string.h>
 
 static inline int spgnn_avx512(void) {
 #if SPGNN_AVX512
