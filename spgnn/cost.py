@@ -713,14 +713,14 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 add(("backward",) if op.backward else (), **sparse, ops=1,
                     fresh_bytes=fresh(4 * s.rows * s.width(op.width)))
             elif isinstance(op, Dense):
-                flops = 2 * first.rows * first.width(op.f_in) * op.f_out
-                dense = 4 * first.rows * (first.width(op.f_in) + op.f_out)
+                f_in = first.width(op.f_in)
+                flops = 2 * first.rows * f_in * op.f_out
+                dense = 4 * first.rows * (f_in + op.f_out)
                 out = 4 * first.rows * first.width(op.f_out)        # bias and activation
                 add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh(out, out))
                 k = 2 if layer else 1
-                dx = 4 * first.rows * first.width(op.f_in) if layer else 0
-                f_in = first.width(op.f_in)
+                dx = 4 * first.rows * f_in if layer else 0
                 copies = 8 * first.rows * min(f_in, op.f_out) if blocked(f_in, op.f_out) else 0
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh(out, dx))
