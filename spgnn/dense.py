@@ -132,7 +132,7 @@ def transposed(x: torch.Tensor) -> torch.Tensor:
 
 
 class _Product(torch.autograd.Function):
-    """Y_k = H·W_k (+ C, with one W) for each W_k, each its own product (a contiguous n×f_k result); the backward
+    """Y_k = H·W_k for each W_k, each its own product (a contiguous n×f_k result), C added to the last; the backward
     takes them as one product H·[W_1 | … | W_k] of dY = [dY_1 | … | dY_k]."""
 
     @staticmethod
@@ -141,7 +141,7 @@ class _Product(torch.autograd.Function):
         ctx.save_for_backward(h if any(need_w) else None, *(ws if need_h else ()))  # what torch's own mm keeps
         ctx.bias = c is not None and c.dim() == 1
         ctx.widths = [w.shape[1] for w in ws]
-        return tuple(product(h, w, c) for w in ws)
+        return tuple(product(h, w, c if k == len(ws) - 1 else None) for k, w in enumerate(ws))
 
     @staticmethod
     def backward(ctx, *gs):
@@ -150,7 +150,7 @@ class _Product(torch.autograd.Function):
         g = torch.cat(gs, 1) if len(gs) > 1 else gs[0]
         dh = product(g, (torch.cat(ws, 1) if len(ws) > 1 else ws[0]).t()) if need_h else None
         dws = weight_grad(h, g).split(ctx.widths, 1) if any(need_w) else [None] * len(gs)
-        dc = (g.sum(0) if ctx.bias else g) if need_c else None
+        dc = (gs[-1].sum(0) if ctx.bias else gs[-1]) if need_c else None
         return dh, dc, *(d if need else None for d, need in zip(dws, need_w))
 
 
@@ -169,11 +169,15 @@ def matmul(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> t
     return _Product.apply(h, c, w)[0] if _own(h, (w,), c) else product(h, w, c)
 
 
-def matmuls(h: torch.Tensor, ws) -> tuple[torch.Tensor, ...]:
-    """The products H·W_1, …, H·W_k of one H (n×f_in, W_k f_in×f_k), differentiable as `matmul`: each its own
-    product, so each result is a contiguous n×f_k tensor (not a column block of one n×Σf_k result), and one backward
-    for all, dH = [dY_1 | … | dY_k]·[W_1 | … | W_k]ᵀ and [dW_1 | … | dW_k] = Hᵀ·[dY_1 | … | dY_k]. GraphSAGE's two
-    products of H (n = 13752, f_in = 767, f_k = 256, oneDNN) take as long as the one H·[W_n | W_s], and a P = 1 step
-    peaked 40-100 MiB lower than with that product split in two column blocks."""
+def matmuls(h: torch.Tensor, ws, c: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """The products H·W_1, …, H·W_k + C of one H (n×f_in, W_k f_in×f_k; C None, a bias of f_k or an n×f_k addend,
+    added to the last), differentiable as `matmul`: each its own product, so each result is a contiguous n×f_k
+    tensor (not a column block of one n×Σf_k result), and one backward for all, dH = [dY_1 | … | dY_k]·[W_1 | … |
+    W_k]ᵀ and [dW_1 | … | dW_k] = Hᵀ·[dY_1 | … | dY_k]. GraphSAGE's two products of H (n = 13752, f_in = 767,
+    f_k = 256, oneDNN) take as long as the one H·[W_n | W_s], and a P = 1 step peaked 40-100 MiB lower than with
+    that product split in two column blocks. A bias goes into oneDNN's product (3.6 against 4.1 ms with a separate
+    add at f_in = f_k = 256)."""
     ws = tuple(ws)
-    return _Product.apply(h, None, *ws) if _own(h, ws, None) else tuple(product(h, w) for w in ws)
+    if _own(h, ws, c):
+        return _Product.apply(h, c, *ws)
+    return tuple(product(h, w, c if k == len(ws) - 1 else None) for k, w in enumerate(ws))

@@ -90,23 +90,28 @@ def test_large_products_equal_float64_in_either_backend(f_in, f_out, addend, bac
 
 @pytest.mark.parametrize("n, f_in, widths", [(300, 24, (NARROW - 1, 40)), (2 * ROWS + 100, 300, (256, 200))])
 @pytest.mark.parametrize("h_grad", [True, False])
-def test_products_of_one_h_and_their_gradients_equal_float64(n, f_in, widths, h_grad, backend):
-    """matmuls(H, (W_1, W_2)): each H·W_k a contiguous tensor equal to the float64 product, and dH, dW_1, dW_2 (one
-    backward over [W_1 | W_2]: small and narrow, or past SMALL with blocked weight gradients) equal float64's."""
+@pytest.mark.parametrize("bias", [False, True])
+def test_products_of_one_h_and_their_gradients_equal_float64(n, f_in, widths, h_grad, bias, backend):
+    """matmuls(H, (W_1, W_2)[, b]): each H·W_k (+ b, the last) a contiguous tensor equal to the float64 product, and
+    dH, dW_1, dW_2 (one backward over [W_1 | W_2]: small and narrow, or past SMALL with blocked weight gradients) and
+    db equal float64's."""
     gen = torch.Generator().manual_seed(n + widths[0])
     h = torch.randn(n, f_in, generator=gen, requires_grad=h_grad)
     ws = [torch.randn(f_in, f, generator=gen, requires_grad=True) for f in widths]
+    b = torch.randn(widths[-1], generator=gen, requires_grad=True) if bias else None
     dys = [torch.randn(n, f, generator=gen) for f in widths]
-    leaves = [h, *ws] if h_grad else ws
-    ys = matmuls(h, ws)
-    exact = [t.detach().double().requires_grad_() for t in leaves]
-    ys64 = [(exact[0] if h_grad else h.double()) @ w for w in exact[-2:]]
+    leaves = ([h] if h_grad else []) + ws + ([b] if bias else [])
+    ys = matmuls(h, ws, b)
+    exact = {id(t): t.detach().double().requires_grad_() for t in leaves}
+    h64, (w1, w2) = exact.get(id(h), h.double()), (exact[id(w)] for w in ws)
+    ys64 = [h64 @ w1, h64 @ w2 + exact[id(b)] if bias else h64 @ w2]
     for y, y64 in zip(ys, ys64):
         assert y.is_contiguous()
         torch.testing.assert_close(y.double(), y64, rtol=1e-5, atol=1e-4)
     mine = torch.autograd.grad(ys, leaves, dys)
-    for a, b in zip(mine, torch.autograd.grad(ys64, exact, [d.double() for d in dys])):
-        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-3)
+    theirs = torch.autograd.grad(ys64, [exact[id(t)] for t in leaves], [d.double() for d in dys])
+    for a, b64 in zip(mine, theirs):
+        torch.testing.assert_close(a.double(), b64, rtol=1e-5, atol=1e-3)
 
 
 def test_an_unused_product_of_one_h_has_a_zero_gradient(backend):

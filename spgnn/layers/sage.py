@@ -2,10 +2,10 @@
 (PyG's SAGEConv(aggr="mean", root_weight=True), DGL's SAGEConv("mean")).
 
 The mean is linear, so (D⁻¹A)·H·W_n = (D⁻¹A)·(H·W_n): when f_out ≤ f_in the layer multiplies first, and on a
-full-batch layout holding whole rows it makes both products of H together (`spgnn.dense.matmuls`: H·W_n and H·W_s
-each a contiguous n×f_out result, one backward for H·[W_n | W_s]), then aggregates H·W_n. Otherwise, or where the
-layout keeps the aggregation of H (`DistGraph.kept`: H the graph's features, aggregated once a run), it aggregates
-first (f_in columns) and adds H·W_s by addmm.
+full-batch layout holding whole rows it makes both products of H together (`spgnn.dense.matmuls`: H·W_n and
+H·W_s + b each a contiguous n×f_out result, one backward for H·[W_n | W_s]), then aggregates H·W_n. Otherwise, or
+where the layout keeps the aggregation of H (`DistGraph.kept`: H the graph's features, aggregated once a run), it
+aggregates first (f_in columns) and adds H·W_s by addmm.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class SAGEConv(Layer):
         wn, ws, b, adj = self.weight_neigh, self.weight_self, self.bias, self.adjacency
         first = self.transform_first and not g.kept(h, adj)
         if first and _full_rows(g, h):
-            y_n, y_s = matmuls(h, (wn, ws))
-            return g.spmm(y_n, adj).add_(y_s).add_(b)
+            y_n, y_s = matmuls(h, (wn, ws), b)
+            return g.spmm(y_n, adj).add_(y_s)
         z = g.spmm(g.linear(h, wn), adj) + g.cols(b) if first else g.linear(g.spmm(h, adj), wn, b)
         h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
         return matmul(h_self, ws, z) if g.whole_rows else z + g.linear(h_self, ws)
