@@ -420,7 +420,8 @@ class DistGraph:
                                      "optimizer.step()")
 
     def sync_gradients(self, model: torch.nn.Module) -> None:
-        """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce)."""
+        """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce); a gradient
+        the backward left missing becomes zero, on one rank as on several."""
         all_reduce_gradients(model, self.comm, self.grad_group())
         self._pending.difference_update(id(p) for p in model.parameters())
 
@@ -458,11 +459,15 @@ class DistGraph:
 
 
 def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
-    """Sum the parameter gradients over `group` in one flat all-reduce (missing gradients count as zero)."""
+    """Sum the parameter gradients over `group` in one flat all-reduce. A missing gradient counts as zero and is set
+    to zero, in a group of one too, so that an optimizer steps the same parameters at every P."""
+    params = list(model.parameters())
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
     if group.size == 1:
         return
-    params = list(model.parameters())
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
     comm.all_reduce(flat, group)
     offset = 0
     for p in params:

@@ -167,3 +167,30 @@ def test_a_users_model_and_optimizer_resume_on_another_p(tmp_path):
         g = spgnn.DistGraph(Comm(0, 1), dataset="cora")
         other = _program().JKResGCN(g.num_features, 4, g.num_classes)
         g.load_checkpoint(tmp_path / "ckpt", other, torch.optim.Adam(other.parameters()))
+
+
+def _unused_in_second_step(comm):
+    """Two Adam steps of the user's model plus a parameter only the first step's loss uses: its parameters after."""
+    g = spgnn.DistGraph(comm, dataset="cora", algo="1d-halo")
+    torch.manual_seed(0)
+    model = _program().JKResGCN(g.num_features, 8, g.num_classes)
+    model.extra = torch.nn.Parameter(torch.ones(3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = g.prepare(model, opt)
+    for step in range(2):
+        opt.zero_grad()
+        loss = g.cross_entropy(model(g, g.x))
+        (loss + model.extra.sum() / comm.world_size if step == 0 else loss).backward()
+        g.sync_gradients(model)
+        opt.step()
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_a_missing_gradient_is_zero_at_every_p():
+    """sync_gradients sets a gradient the backward left missing to zero on one process as on several, so Adam steps
+    the same parameters at every P (here `extra` moves by its momentum in the second step)."""
+    one = _unused_in_second_step(Comm(0, 1))
+    two = run_local(_unused_in_second_step, 2, timeout_s=300)[0]
+    assert not torch.equal(one["extra"], torch.ones(3) - 0.01)      # where the first step alone left it
+    for name, p in one.items():
+        torch.testing.assert_close(two[name], p, rtol=2e-5, atol=1e-6)

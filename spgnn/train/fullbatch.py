@@ -64,7 +64,7 @@ class Trainer(Run):
         """Forward with dropout, backward of the global mean loss, gradients summed over ranks.
         Returns (the global mean training loss, this rank's logits)."""
         self.model.train()
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad()
         with self.comm.phase("forward"), self.meter.hooks():
             logits = self.logits(epoch)
             loss = self.g.loss(logits, "train")

@@ -188,7 +188,7 @@ class LinkTrainer(Run):
 
     def epoch(self, epoch: int) -> float:
         """One forward, backward and Adam step; returns the global mean training loss."""
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad()
         loss, _ = self.forward(epoch)
         loss.backward()
         with self.comm.phase("optimizer"):

@@ -182,7 +182,7 @@ class MinibatchTrainer(Run):
         """Forward and backward of this rank's minibatch (none: a zero gradient), gradient all-reduce, Adam.
         Returns this rank's loss sum."""
         self.model.train()
-        self.opt.zero_grad(set_to_none=False)
+        self.opt.zero_grad()
         loss_sum = torch.zeros(())
         inputs = mb.inputs if mb is not None else np.zeros(0, np.int64)     # split: a collective, so every rank
         x = self._timed("features", "gather", lambda: self.features(inputs))
