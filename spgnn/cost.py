@@ -102,6 +102,8 @@ class ModelCost:
     needs: frozenset = frozenset()
     features: int = 0           # the width of its input (the memory model's feature rows)
     dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
+    in_place: tuple = ()        # per layer, whether its bias and activation change its result in place (no new
+                                # result after its products: `Layer.fresh_output` in a stack without batch norm)
 
     @classmethod
     def of(cls, model, precompute: bool = True) -> ModelCost:
@@ -113,6 +115,7 @@ class ModelCost:
         keeps them). SpgnnError naming the first layer that declares no cost, or a module with parameters outside
         any layer."""
         from .layers.registry import dropped_inputs, drops_features, layers_of
+        from .layers.stack import GNN, IN_PLACE
 
         layers = layers_of(model)
         norms = list(getattr(model, "norms", None) or [])
@@ -138,8 +141,11 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
+        in_place = tuple(isinstance(model, GNN) and not norms and getattr(layer, "fresh_output", False)
+                         and (i == len(layers) - 1 or layer.activation in (None, *IN_PLACE))
+                         for i, layer in enumerate(layers))
         return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
-                   dropped_inputs(model, layers))
+                   dropped_inputs(model, layers), in_place)
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -489,7 +495,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     a fresh block            each result of LARGE_BYTES or more (the C allocator maps it anew at every step, and
 #                              the kernel page-faults and zeroes it: glibc's mmap threshold is at most 32 MiB) is
 #                              also touched at `fresh_bytes_per_s`: an SpMM's output (backward: its dH), a dense
-#                              product's and the elementwise result after it (backward: their gradients, and dX past
+#                              product's and the elementwise result after it (none where the layer's bias and
+#                              activation work in place, `ModelCost.in_place`; backward: their gradients, and dX past
 #                              layer 0), a hidden input's dropout (backward: its gradient), the loss's; not the
 #                              features' dropout, whose block is kept (`spgnn.memory.empty`)
 #
@@ -717,8 +724,9 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 flops = 2 * first.rows * f_in * op.f_out
                 dense = 4 * first.rows * (f_in + op.f_out)
                 out = 4 * first.rows * first.width(op.f_out)        # bias and activation
+                own = layer < len(model.in_place) and model.in_place[layer]
                 add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1,
-                    fresh_bytes=fresh(out, out))
+                    fresh_bytes=fresh(out, 0 if own else out))
                 k = 2 if layer else 1
                 dx = 4 * first.rows * f_in if layer else 0
                 copies = 8 * first.rows * min(f_in, op.f_out) if blocked(f_in, op.f_out) else 0

@@ -210,3 +210,23 @@ def test_an_adjacency_of_ones_own():
         assert not np.allclose(theirs, normalize(G.adj, "mean") @ x.numpy())     # not another normalisation
     finally:
         ADJACENCIES.pop("random-walk")
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_a_stack_applies_relu_in_place_to_a_result_of_its_own(name, monkeypatch):
+    """GCN's and GraphSAGE's outputs are their own (`Layer.fresh_output`): the stack's ReLU overwrites the first
+    layer's result, and the logits and gradients are those of the ReLU out of place, bit for bit."""
+    from spgnn.comm.comm import Comm
+
+    out = {}
+    for own in (True, False):
+        monkeypatch.setattr(LAYERS[name], "fresh_output", own)
+        cfg = TrainConfig(model=name, layers=3, hidden=6, dropout=0.0, seed=3, feature_norm="none")
+        t = Trainer(cfg, Comm(0, 1), graph=G)
+        results = []
+        t.model.layers[0].register_forward_hook(lambda module, args, result, seen=results: seen.append(result))
+        _, logits = t.forward_backward(epoch=0)
+        out[own] = (logits, [p.grad.clone() for p in t.model.parameters()], results[0].detach().min().item())
+    assert out[True][2] >= 0 > out[False][2]
+    assert torch.equal(out[True][0], out[False][0])
+    assert all(torch.equal(a, b) for a, b in zip(out[True][1], out[False][1]))

@@ -386,7 +386,7 @@ def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
     P = 1 with 2^17 rows of width 64 (exactly 32 MiB), forward: layer 0's product and the elementwise result after
     it, its SpMM, layer 1's dropped input (no mask is made apart; the features' dropout is kept); backward: the
     gradients of layer 0's result and SpMM, of layer 1's dropped input, and layer 1's dX. Half the rows a rank
-    (P = 2): none."""
+    (P = 2): none. Layers whose bias and activation work in place: no elementwise result."""
     from spgnn.memory import LARGE_BYTES
 
     n, block = LARGE_BYTES // 4 // 64, LARGE_BYTES
@@ -402,6 +402,23 @@ def test_fresh_bytes_are_the_results_of_blocks_mapped_anew():
         work["forward"], dataclasses.replace(rates, fresh_bytes_per_s=math.inf), 1) == pytest.approx(4 * block / 1e9)
     halves = [cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 2)}, (2,), r, mc) for r in (0, 1)]
     assert all(w[ph]["fresh_bytes"] == 0 for w in halves for ph in cost.PHASES)
+    # where layer 0's bias and activation work in place (`ModelCost.in_place`), no result follows its product
+    own = cost.compute_work(cls, {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}, (1,), 0,
+                            dataclasses.replace(mc, in_place=(True, True)))
+    assert own["forward"]["fresh_bytes"] == 3 * block and own["eval"]["fresh_bytes"] == 2 * block
+    assert own["backward"]["fresh_bytes"] == 4 * block
+
+
+def test_a_gcn_or_sage_stack_changes_its_results_in_place():
+    """GCN and SAGE layers return results of their own (`Layer.fresh_output`), so a stack without batch norm applies
+    their ReLU in place and the cost model knows it; GIN's, and any stack with batch norm, as before."""
+    from spgnn.config import TrainConfig
+
+    def in_place(**kw):
+        return cost.ModelCost.of_config(TrainConfig(hidden=16, layers=3, **kw), 20, 4).in_place
+
+    assert in_place(model="gcn") == in_place(model="sage") == (True, True, True)
+    assert in_place(model="gin") == in_place(model="gcn", batch_norm=True) == (False, False, False)
 
 
 def test_the_blocked_weight_gradients_copies_are_charged():

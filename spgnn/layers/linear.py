@@ -22,7 +22,7 @@ def aggregate_then_transform(g, h, w, b, adjacency):
     first where the layout keeps Â·H (`DistGraph.kept`: H the graph's features, aggregated once a run)."""
     if spmm_width(*w.shape) < w.shape[0] and not g.kept(h, adjacency):
         z = g.spmm(g.linear(h, w), adjacency)
-        return z if b is None else z + g.cols(b)
+        return z if b is None else z.add_(g.cols(b))        # in place: the product is new, and kept by no one
     return g.linear(g.spmm(h, adjacency), w, b)
 
 

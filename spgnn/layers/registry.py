@@ -12,6 +12,8 @@ layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-
                     that multiplies in another order when the products of its input are kept (`DistGraph.kept`:
                     the input is the graph's features) takes ``costs(grad_in, features=True)`` for that case
     options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags
+    activation      what a stack applies after it but the last (ReLU; None: nothing); with ``fresh_output`` (its
+                    forward returns a tensor of its own that no backward keeps) a ReLU is applied in place
     stack(...)      the layers of the model ``--model NAME`` builds (default: L layers of this kind)
 
 It is registered with the ``@register_layer`` decorator, or published by another package under the entry-point
@@ -78,6 +80,8 @@ class Layer(nn.Module):
     options: tuple = ()
     default_init = "pyg"
     activation = staticmethod(torch.relu)   # what a stack applies after this layer (unless it is the last)
+    fresh_output = False                    # forward returns a tensor of its own that no backward keeps, so a stack
+                                            # may apply the activation to it in place (`spgnn.layers.stack.IN_PLACE`)
     dropout_before = True                   # a stack's dropout applies to this layer's input
     keyed = False                           # forward takes key= (a hash key for its own random draws)
     initial = False                         # forward takes h0= (the stack's first layer's output)

@@ -26,6 +26,7 @@ class SAGEConv(Layer):
     """H' = mean_{j→i} H_j·W_n + b + H_i·W_s; W_n, W_s f_in×f_out."""
 
     name, summary, adjacency, sampled = "sage", "GraphSAGE, mean over in-neighbours plus a root weight", "mean", True
+    fresh_output = True
     default_init = "dgl"
     draw = staticmethod(lambda scheme, f_in, f_out: inits.sage(f_in, f_out, scheme))
 
@@ -44,7 +45,7 @@ class SAGEConv(Layer):
         if first and _full_rows(g, h):
             y_n, y_s = matmuls(h, (wn, ws), b)
             return g.spmm(y_n, adj).add_(y_s)
-        z = g.spmm(g.linear(h, wn), adj) + g.cols(b) if first else g.linear(g.spmm(h, adj), wn, b)
+        z = g.spmm(g.linear(h, wn), adj).add_(g.cols(b)) if first else g.linear(g.spmm(h, adj), wn, b)
         h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
         return matmul(h_self, ws, z) if g.whole_rows else z + g.linear(h_self, ws)
 
