@@ -47,7 +47,7 @@ class SAGEConv(Layer):
             return g.spmm(y_n, adj).add_(y_s)
         z = g.spmm(g.linear(h, wn), adj).add_(g.cols(b)) if first else g.linear(g.spmm(h, adj), wn, b)
         h_self = h if h.shape[0] == z.shape[0] else h[:z.shape[0]]     # a sampled block's outputs lead its inputs
-        return matmul(h_self, ws, z) if g.whole_rows else z + g.linear(h_self, ws)
+        return matmul(h_self, ws, z) if g.whole_rows else z.add_(g.linear(h_self, ws))
 
     def costs(self, grad_in, features=False):
         first = self.transform_first and not features
