@@ -402,7 +402,8 @@ class DistGraph:
                              "before building the model, the same on every rank")
         for name, p in model.named_parameters():
             self._prepared[id(p)] = name
-            p.register_post_accumulate_grad_hook(lambda p: self._pending.add(id(p)))
+            if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
+                p.register_post_accumulate_grad_hook(lambda p: self._pending.add(id(p)))
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt))
         return model
@@ -459,17 +460,19 @@ class DistGraph:
 
 
 def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
-    """Sum the parameter gradients over `group` in one flat all-reduce. A missing gradient counts as zero and is set
-    to zero, in a group of one too, so that an optimizer steps the same parameters at every P."""
+    """Sum the parameter gradients over `group` in one flat all-reduce (every parameter's words, as the cost model
+    counts them). A trained parameter's missing gradient counts as zero and is set to zero, in a group of one too, so
+    that an optimizer steps the same parameters at every P; a frozen one (``requires_grad=False``) gets none."""
     params = list(model.parameters())
     for p in params:
-        if p.grad is None:
+        if p.grad is None and p.requires_grad:
             p.grad = torch.zeros_like(p)
     if group.size == 1:
         return
-    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
     comm.all_reduce(flat, group)
     offset = 0
     for p in params:
-        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        if p.requires_grad:
+            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
         offset += p.numel()

@@ -175,7 +175,8 @@ def _unused_in_second_step(comm):
     torch.manual_seed(0)
     model = _program().JKResGCN(g.num_features, 8, g.num_classes)
     model.extra = torch.nn.Parameter(torch.ones(3))
-    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1)
     model = g.prepare(model, opt)
     for step in range(2):
         opt.zero_grad()
@@ -188,9 +189,11 @@ def _unused_in_second_step(comm):
 
 def test_a_missing_gradient_is_zero_at_every_p():
     """sync_gradients sets a gradient the backward left missing to zero on one process as on several, so Adam steps
-    the same parameters at every P (here `extra` moves by its momentum in the second step)."""
+    the same parameters at every P (here `extra` moves by its momentum in the second step); a frozen parameter gets
+    no gradient, so weight decay leaves it as it was."""
     one = _unused_in_second_step(Comm(0, 1))
     two = run_local(_unused_in_second_step, 2, timeout_s=300)[0]
     assert not torch.equal(one["extra"], torch.ones(3) - 0.01)      # where the first step alone left it
+    assert torch.equal(one["frozen"], torch.ones(2)) and torch.equal(two["frozen"], torch.ones(2))
     for name, p in one.items():
         torch.testing.assert_close(two[name], p, rtol=2e-5, atol=1e-6)
