@@ -189,8 +189,8 @@ def _unused_in_second_step(comm):
 
 def test_a_missing_gradient_is_zero_at_every_p():
     """sync_gradients sets a gradient the backward left missing to zero on one process as on several, so Adam steps
-    the same parameters at every P (here `extra` moves by its momentum in the second step); a frozen parameter gets
-    no gradient, so weight decay leaves it as it was."""
+    the same parameters at every P (here `extra`, which the second step's loss does not reach, still moves by its
+    momentum and weight decay); a frozen parameter gets no gradient, so weight decay leaves it as it was."""
     one = _unused_in_second_step(Comm(0, 1))
     two = run_local(_unused_in_second_step, 2, timeout_s=300)[0]
     assert not torch.equal(one["extra"], torch.ones(3) - 0.01)      # where the first step alone left it
