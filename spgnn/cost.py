@@ -103,7 +103,7 @@ class ModelCost:
     features: int = 0           # the width of its input (the memory model's feature rows)
     dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
     in_place: tuple = ()        # per layer, whether its bias and activation change its result in place (no new
-                                # result after its products: `Layer.fresh_output` in a stack without batch norm)
+                                # result after its products: `spgnn.layers.stack.in_place`)
 
     @classmethod
     def of(cls, model, precompute: bool = True) -> ModelCost:
@@ -115,7 +115,7 @@ class ModelCost:
         keeps them). SpgnnError naming the first layer that declares no cost, or a module with parameters outside
         any layer."""
         from .layers.registry import dropped_inputs, drops_features, layers_of
-        from .layers.stack import GNN, IN_PLACE
+        from .layers.stack import GNN, in_place
 
         layers = layers_of(model)
         norms = list(getattr(model, "norms", None) or [])
@@ -141,11 +141,10 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
-        in_place = tuple(isinstance(model, GNN) and not norms and getattr(layer, "fresh_output", False)
-                         and (i == len(layers) - 1 or layer.activation in (None, *IN_PLACE))
-                         for i, layer in enumerate(layers))
+        own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, bool(norms))
+                    for i, layer in enumerate(layers))
         return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
-                   dropped_inputs(model, layers), in_place)
+                   dropped_inputs(model, layers), own)
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:

@@ -81,7 +81,7 @@ class Layer(nn.Module):
     default_init = "pyg"
     activation = staticmethod(torch.relu)   # what a stack applies after this layer (unless it is the last)
     fresh_output = False                    # forward returns a tensor of its own that no backward keeps, so a stack
-                                            # may apply the activation to it in place (`spgnn.layers.stack.IN_PLACE`)
+                                            # may apply the activation to it in place (`spgnn.layers.stack.in_place`)
     dropout_before = True                   # a stack's dropout applies to this layer's input
     keyed = False                           # forward takes key= (a hash key for its own random draws)
     initial = False                         # forward takes h0= (the stack's first layer's output)

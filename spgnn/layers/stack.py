@@ -19,13 +19,14 @@ from .registry import adjacencies_of, get_layer
 IN_PLACE = {torch.relu: torch.relu_, F.relu: torch.relu_}     # activations with an in-place form
 
 
-def activate(layer, h, in_place: bool = True):
-    """`layer`'s activation of h, its output: in place where `in_place`, the activation has an in-place form and the
-    layer declares its output its own (`Layer.fresh_output`), so that a large h is not followed by another as large,
-    new to the allocator (a block of 32 MiB or more is mapped anew and page-faulted at every step: rmat:17's 2-layer
-    GCN step at P = 1 went from 104-120 to 96-104 ms)."""
-    fn = layer.activation
-    return IN_PLACE[fn](h) if in_place and getattr(layer, "fresh_output", False) and fn in IN_PLACE else fn(h)
+def in_place(layer, last: bool = False, norm: bool = False) -> bool:
+    """Whether a stack changes `layer`'s result in place after its products, so that a large result is not followed
+    by another as large, new to the allocator (a block of 32 MiB or more is mapped anew and page-faulted at every
+    step: rmat:17's 2-layer GCN step at P = 1 went from 104-120 to 96-104 ms): the layer's output is its own
+    (`Layer.fresh_output`), no batch norm (`norm`) follows it, and its activation, none after the `last` layer, has
+    an in-place form."""
+    return (getattr(layer, "fresh_output", False) and not norm
+            and (last or layer.activation is None or layer.activation in IN_PLACE))
 
 
 class GNN(nn.Module):
@@ -69,7 +70,9 @@ class GNN(nn.Module):
                 h = layer(g, h, **extra)
                 if i < n - 1:
                     h = h if self.norms is None else self.norms[i](g, h)
-                    h = h if layer.activation is None else activate(layer, h, in_place=self.norms is None)
+                    if layer.activation is not None:
+                        own = in_place(layer, norm=self.norms is not None)
+                        h = IN_PLACE[layer.activation](h) if own else layer.activation(h)
             if i == 0:
                 h0 = h
         return h
