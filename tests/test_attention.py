@@ -100,3 +100,34 @@ def test_weighted_sum_backward_takes_a_strided_gradient(n, nnz, heads, f):
         by[name] = torch.autograd.grad((out().transpose(0, 2) * w).sum(), (p, v))
     for what, got, ref in zip(("dp", "dV"), by["kernel"], by["gather"]):
         assert_close(got.numpy(), ref.numpy(), f"{what} n={n}", rtol=1e-5)
+
+
+@pytest.mark.parametrize("order", ["by row", "any"])
+def test_weighted_sum_is_the_same_on_any_number_of_threads(order):
+    """Each row of out and of dV is summed by one thread over its edges in their order, so the C kernels give the
+    same bits on 1, 2 or 3 threads (3 on fewer cores: runs owned unevenly), with edges sorted by row or in any order
+    and one row holding a third of them."""
+    from spgnn.sparse import attention
+
+    n, nnz, heads, f = 5000, 60000, 4, 16
+    g = torch.Generator().manual_seed(3)
+    rows, cols = torch.randint(0, n, (nnz,), generator=g), torch.randint(0, n, (nnz,), generator=g)
+    rows[: nnz // 3], cols[nnz // 3: 2 * nnz // 3] = 7, 11            # a heavy row of out and of dV
+    if order == "by row":
+        rows = rows.sort().values
+    p = torch.rand(nnz, heads, generator=g, requires_grad=True)
+    v = torch.randn(n, heads, f, generator=g, requires_grad=True)
+    w = torch.randn(n, heads, f, generator=g)
+    threads, by = torch.get_num_threads(), []
+    try:
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            out = attention.weighted_sum(p, rows, cols, v, n)
+            by.append((out.detach(), *torch.autograd.grad((out * w).sum(), (p, v))))
+    finally:
+        torch.set_num_threads(threads)
+    for t, got in zip((2, 3), by[1:]):
+        for what, a, b in zip(("out", "dp", "dV"), by[0], got):
+            assert torch.equal(a, b), f"{what} on {t} threads differs from 1 thread ({order})"
+    ref = attention.segment_sum(p.detach().unsqueeze(-1) * attention.gather(v.detach(), cols), rows, n)
+    assert_close(by[0][0].numpy(), ref.numpy(), "out", rtol=1e-5)

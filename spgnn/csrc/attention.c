@@ -1,37 +1,91 @@
 /* Graph attention's weighted sum over an edge list e = (cols[e] -> rows[e]) with H heads of F features:
  * out[rows[e], h, :] += p[e, h]·v[cols[e], h, :], and its adjoints (`spgnn.sparse.attention.weighted_sum`).
- * Serial: rows (and cols) may repeat. */
+ *
+ * Rows (and cols) may repeat and come in any order. A sum into a row of out (or of dv) is made by one thread, the
+ * row's owner, over the edges in their order, so the result is the serial loop's whatever the number of threads:
+ * each thread owns a run of rows holding about an equal share of the edges (`owned`, from a sample), scans every
+ * edge's index and takes the edges into its rows. The scan costs a thread 8 bytes an edge against the H·F
+ * multiply-adds of the edges it takes. On 2 threads, 505,000 edges sorted by row, 8 heads of 64: forward 21-25 ms
+ * against the serial loop's 48, backward below. */
 #include "kernels.h"
 
+#define SPGNN_MAX_THREADS 1024
+#define SPGNN_SAMPLES 64        /* edges a thread's share is sampled by */
+
+static int by_value(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* bounds[c], bounds[c + 1]: the rows [0, n) of `idx` (nnz row indices) that thread c of t owns, each run about
+ * nnz / t edges: the quantiles of SPGNN_SAMPLES·t edges evenly spaced. One thread (bounds 0, n) when the work is
+ * below SPGNN_PARALLEL_WORK. Returns t. */
+static int owned(int64_t nnz, int64_t work, const int64_t *idx, int64_t n, int64_t *bounds) {
+    int t = work < SPGNN_PARALLEL_WORK ? 1 : omp_get_max_threads() < SPGNN_MAX_THREADS ? omp_get_max_threads()
+                                                                                   : SPGNN_MAX_THREADS;
+    int64_t k = (int64_t)SPGNN_SAMPLES * t, *sample = t > 1 ? malloc((size_t)k * sizeof(int64_t)) : NULL;
+    bounds[0] = 0;
+    for (int c = 1; c <= t; c++) bounds[c] = n;
+    if (!sample) return 1;
+    for (int64_t j = 0; j < k; j++) sample[j] = idx[(int64_t)((double)nnz * j / k)];
+    qsort(sample, (size_t)k, sizeof(int64_t), by_value);
+    for (int c = 1; c < t; c++) bounds[c] = sample[c * SPGNN_SAMPLES];
+    free(sample);
+    return t;
+}
+
+/* The rows [lo, hi) of each run this thread owns: run c is thread c's, or c mod the team's size where the runtime
+ * gave fewer threads than asked. */
+#define SPGNN_OWN(T, BOUNDS, LO, HI)                                                                             \
+    for (int64_t c = omp_get_thread_num(), LO, HI; c < (T) && (LO = (BOUNDS)[c], HI = (BOUNDS)[c + 1], 1);       \
+         c += omp_get_num_threads())
+
 #define SPGNN_WEIGHTED_SUM(NAME, VAL)                                                                            \
-    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,             \
+    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, int64_t n, const VAL *p, const int64_t *rows,  \
                            const int64_t *cols, const VAL *v, VAL *out) {                                        \
-        for (int64_t e = 0; e < nnz; e++)                                                                        \
-            for (int64_t h = 0; h < heads; h++) {                                                                \
-                VAL w = p[e * heads + h];                                                                        \
-                VAL *o = out + (rows[e] * heads + h) * f;                                                        \
-                const VAL *x = v + (cols[e] * heads + h) * f;                                                    \
-                for (int64_t k = 0; k < f; k++) o[k] += w * x[k];                                                \
+        int64_t bounds[SPGNN_MAX_THREADS + 1];                                                                   \
+        int t = owned(nnz, nnz * heads * f, rows, n, bounds);                                                    \
+        _Pragma("omp parallel num_threads(t) if (t > 1)") {                                                      \
+            SPGNN_OWN(t, bounds, lo, hi) for (int64_t e = 0; e < nnz; e++) {                                     \
+                if (rows[e] < lo || rows[e] >= hi) continue;                                                     \
+                for (int64_t h = 0; h < heads; h++) {                                                            \
+                    VAL w = p[e * heads + h];                                                                    \
+                    VAL *o = out + (rows[e] * heads + h) * f;                                                    \
+                    const VAL *x = v + (cols[e] * heads + h) * f;                                                \
+                    for (int64_t k = 0; k < f; k++) o[k] += w * x[k];                                            \
+                }                                                                                                \
             }                                                                                                    \
+        }                                                                                                        \
     }
 
-/* For out's gradient g: dp[e, h] = <g[rows[e], h], v[cols[e], h]> (summed in double) and
- * dv[cols[e], h, :] += p[e, h]·g[rows[e], h, :]. */
+/* For out's gradient g: dp[e, h] = <g[rows[e], h], v[cols[e], h]> (each edge's own, in parallel over the edges;
+ * the sum in double, its lanes added in any order), then dv[cols[e], h, :] += p[e, h]·g[rows[e], h, :] by the
+ * owners of v's rows. On 2 threads, 505,000 edges, 8 heads of 64: 67 ms against 85-90 with both in the owners'
+ * one pass, and 309 for the serial loop. */
 #define SPGNN_WEIGHTED_SUM_GRAD(NAME, VAL)                                                                       \
-    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, const VAL *p, const int64_t *rows,             \
-                           const int64_t *cols, const VAL *v, const VAL *g, VAL *dp, VAL *dv) {                  \
-        for (int64_t e = 0; e < nnz; e++)                                                                        \
-            for (int64_t h = 0; h < heads; h++) {                                                                \
-                VAL w = p[e * heads + h];                                                                        \
-                double acc = 0;                                                                                  \
-                const VAL *gi = g + (rows[e] * heads + h) * f, *x = v + (cols[e] * heads + h) * f;               \
-                VAL *d = dv + (cols[e] * heads + h) * f;                                                         \
-                for (int64_t k = 0; k < f; k++) {                                                                \
-                    acc += gi[k] * x[k];                                                                         \
-                    d[k] += w * gi[k];                                                                           \
+    SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, int64_t n_src, const VAL *p,                   \
+                           const int64_t *rows, const int64_t *cols, const VAL *v, const VAL *g, VAL *dp,        \
+                           VAL *dv) {                                                                            \
+        int64_t bounds[SPGNN_MAX_THREADS + 1];                                                                   \
+        int t = owned(nnz, nnz * heads * f, cols, n_src, bounds);                                                \
+        _Pragma("omp parallel num_threads(t) if (t > 1)") {                                                      \
+            _Pragma("omp for schedule(static)") for (int64_t e = 0; e < nnz; e++)                                \
+                for (int64_t h = 0; h < heads; h++) {                                                            \
+                    const VAL *gi = g + (rows[e] * heads + h) * f, *x = v + (cols[e] * heads + h) * f;           \
+                    double acc = 0;                                                                              \
+                    _Pragma("omp simd reduction(+ : acc)") for (int64_t k = 0; k < f; k++) acc += gi[k] * x[k]; \
+                    dp[e * heads + h] = (VAL)acc;                                                                \
                 }                                                                                                \
-                dp[e * heads + h] = (VAL)acc;                                                                    \
+            SPGNN_OWN(t, bounds, lo, hi) for (int64_t e = 0; e < nnz; e++) {                                     \
+                if (cols[e] < lo || cols[e] >= hi) continue;                                                     \
+                for (int64_t h = 0; h < heads; h++) {                                                            \
+                    VAL w = p[e * heads + h];                                                                    \
+                    const VAL *gi = g + (rows[e] * heads + h) * f;                                               \
+                    VAL *d = dv + (cols[e] * heads + h) * f;                                                     \
+                    for (int64_t k = 0; k < f; k++) d[k] += w * gi[k];                                           \
+                }                                                                                                \
             }                                                                                                    \
+        }                                                                                                        \
     }
 
 SPGNN_WEIGHTED_SUM(weighted_sum_f32, float)

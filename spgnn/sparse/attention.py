@@ -40,9 +40,10 @@ def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
 
 
 def _kernel(name: str, dtype: torch.dtype, arrays: int):
-    """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f) and `arrays` addresses."""
+    """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f, rows of the result it sums into)
+    and `arrays` addresses."""
     i64 = native.i64
-    return native.function(f"{name}_{native.suffix(dtype)}", i64, i64, i64, *[native.addr] * arrays)
+    return native.function(f"{name}_{native.suffix(dtype)}", i64, i64, i64, i64, *[native.addr] * arrays)
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -55,7 +56,7 @@ class _WeightedSum(torch.autograd.Function):
         ctx.save_for_backward(p, v)
         ctx.edges = rows, cols
         out = v.new_zeros((n, *v.shape[1:]))
-        _kernel("weighted_sum", v.dtype, 5)(*p.shape, v.shape[2], *map(native.ptr, (p, rows, cols, v, out)))
+        _kernel("weighted_sum", v.dtype, 5)(*p.shape, v.shape[2], n, *map(native.ptr, (p, rows, cols, v, out)))
         return out
 
     @staticmethod
@@ -63,7 +64,8 @@ class _WeightedSum(torch.autograd.Function):
         p, v = ctx.saved_tensors
         g = g.contiguous()              # held here: a copy made inside the call's arguments is freed before it runs
         dp, dv = torch.empty_like(p), torch.zeros_like(v)
-        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], *map(native.ptr, (p, *ctx.edges, v, g, dp, dv)))
+        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], v.shape[0],
+                                                 *map(native.ptr, (p, *ctx.edges, v, g, dp, dv)))
         return dp, None, None, dv, None
 
 
