@@ -10,6 +10,8 @@ import sys
 import traceback
 from pathlib import Path
 
+import numpy as np
+
 from . import dense, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
@@ -39,7 +41,10 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
 
 
 def json_safe(obj):
-    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None."""
+    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None, and numpy's scalars and
+    arrays as Python's numbers and lists (so that a figure computed in numpy never loses a run its report)."""
+    if isinstance(obj, np.generic | np.ndarray):
+        obj = obj.tolist()
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
