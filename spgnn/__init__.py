@@ -23,6 +23,7 @@ from .layers import (
                      APPNP,
                      GNN,
                      AllReduce,
+                     Attend,
                      BatchNorm,
                      Dense,
                      GATConv,
@@ -51,10 +52,10 @@ from .train.link import LinkTrainer
 
 __version__ = "0.1.0"
 
-__all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "BatchNorm", "Comm", "Dense", "DistGraph", "DistSpMM",
-           "EdgeSplit", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer", "Ledger",
-           "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset", "ProcessGrid",
-           "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer", "average_precision",
-           "build_model", "from_pyg", "launch", "make_partition", "make_parts", "partition_metrics", "register",
-           "register_adjacency", "register_algorithm", "register_layer", "register_task", "roc_auc", "run",
-           "save_partition", "to_pyg"]
+__all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "Attend", "BatchNorm", "Comm", "Dense", "DistGraph",
+           "DistSpMM", "EdgeSplit", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer",
+           "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset",
+           "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer",
+           "average_precision", "build_model", "from_pyg", "launch", "make_partition", "make_parts",
+           "partition_metrics", "register", "register_adjacency", "register_algorithm", "register_layer",
+           "register_task", "roc_auc", "run", "save_partition", "to_pyg"]

@@ -37,7 +37,7 @@ from .dense import blocked
 from .errors import SpgnnError
 from .graph import graph as graphs
 from .graph.adjacency import get_adjacency
-from .layers.registry import Dense, Spmm
+from .layers.registry import Attend, Dense, Spmm
 from .memory import LARGE_BYTES
 
 # Seconds per latency step and per byte for torch.distributed/gloo over loopback at P = 2 on the 2-core development
@@ -155,9 +155,18 @@ class ModelCost:
             return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")
 
     @property
+    def attends(self) -> bool:
+        """Whether a layer attends (`Attend`): the layout must state `attend_cost` too."""
+        return any(isinstance(op, Attend) for ops in self.layers for op in ops)
+
+    def modelled_on(self, cls) -> bool:
+        """Whether the layout of algorithm `cls` offers what the layers need and states the costs they run."""
+        return all(getattr(cls, need) for need in self.needs) and cls.has_cost_model(self.attends)
+
+    @property
     def adjacencies(self) -> list[str]:
-        """The adjacencies its sparse products multiply by, in order of first use."""
-        return list(dict.fromkeys(op.adjacency for ops in self.layers for op in ops if isinstance(op, Spmm)))
+        """The adjacencies its sparse products and attention multiply by, in order of first use."""
+        return list(dict.fromkeys(op.adjacency for ops in self.layers for op in ops if isinstance(op, Spmm | Attend)))
 
 
 def once(op) -> bool:
@@ -187,6 +196,8 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
                 memo[op] = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
             elif isinstance(op, Dense):
                 memo[op] = cls.dense_cost(first, shape, rank, "linear", op.f_in, op.f_out)
+            elif isinstance(op, Attend):
+                memo[op] = cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout)
             else:
                 call = reduce_calls(op.words, op.itemsize)
                 memo[op] = {"forward": call, "backward": call if op.backward else [], "eval": [] if op.train_only
@@ -212,6 +223,11 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
     if setup:
         for name, s in stats.items():
             record("setup", None, setup_cost(cls, s, shape, rank, name))
+        if epochs:                                      # what attention fetches once, at the first training step
+            once_a_run = {op.adjacency: cost(op)["setup"] for ops in model.layers for op in ops
+                          if isinstance(op, Attend) and op.dropout}
+            for calls in once_a_run.values():
+                record("setup", None, calls)
     for epoch in range(epochs):
         forward("forward", first=setup and epoch == 0)
         record("forward", None, softmax["forward"])
@@ -397,13 +413,13 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
     `model` among those whose predicted peak memory fits cfg.memory_per_rank, and the table of what was compared
     (those dropped for memory marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics
     of A under that adjacency} for that layout, or None when the layout does not fit the data (not compared).
-    Layouts that do not offer what the model needs are not compared. `hint` ends the error when nothing fits. A
-    row's "seconds" is the epoch's, the ranking key."""
+    Layouts that do not offer what the model needs or state its costs are not compared. `hint` ends the error when
+    nothing fits. A row's "seconds" is the epoch's, the ranking key."""
     rates, limit = load_rates(getattr(cfg, "calibration", None)), memory_limit(getattr(cfg, "memory_per_rank", None))
     table = []
     for option in candidates(P):
         cls = spmm.get(option["algo"])
-        if any(not getattr(cls, need) for need in model.needs):
+        if not model.modelled_on(cls):
             continue
         shape = cls.grid_for(P, **option)
         stats = stats_of(cls, shape, model.adjacencies)
@@ -442,13 +458,15 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
     """`predict_layout` of every modelled algorithm and grid at each P in `Ps` (`stats_of(cls, shape)`: {adjacency:
     BlockStats}), over the first `ranks` ranks (default all), with `ranks_per_node` processes sharing each machine
     like the calibrated one (default all P); "seconds" is the communication's (CAGNET's comparison), "epoch_s" the
-    whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"}
-    (SpgnnError when none fits at some P)."""
+    whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"} (SpgnnError when none fits at
+    some P). Layouts that do not offer what the model needs or state its costs are not compared."""
     rows = []
     for P in Ps:
         table = []
         for option in candidates(P):
             cls = spmm.get(option["algo"])
+            if not model.modelled_on(cls):
+                continue
             shape = cls.grid_for(P, **option)
             row = predict_layout(cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
                                  range(min(P, ranks or P)), min(P, ranks_per_node or P))
@@ -488,6 +506,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     a layer's input dropout  where the model drops it out (`ModelCost.dropped`): one pass, 8·rows·f_in,r bytes at
 #                              `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask in the backward, the mask
 #                              made again (evaluation: no dropout)
+#     attention (`Attend`)     as the layout's `attend_work` says, forward and backward: its operations, bytes an
+#                              edge and an edge and head at `elementwise_bytes_per_s` (scores, softmax, gathers of
+#                              per-row terms), bytes a feature of the weighted sum gathers at `spmm_bytes_per_s`
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
@@ -731,6 +752,11 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 copies = 8 * first.rows * min(f_in, op.f_out) if blocked(f_in, op.f_out) else 0
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh(out, dx))
+            elif isinstance(op, Attend):
+                s, heads = shares[op.adjacency], op.heads
+                for way, (n_ops, edge, head, feature) in cls.attend_work.items():
+                    add(("forward", "eval") if way == "forward" else ("backward",), ops=n_ops,
+                        elementwise_bytes=s.nnz * (edge + head * heads), spmm_bytes=feature * s.nnz * heads * op.width)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
@@ -803,12 +829,13 @@ def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, ra
 # kernels loaded), the graph it holds (its blocks of Â as the layout stores them, exactly as
 # `spgnn.DistGraph.graph_bytes` counts them, and its node data), the products of its features it keeps (``--precompute
 # on``), what autograd keeps for the backward at the end of the forward (less the features and kept products among it,
-# held already), the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM,
-# and beside them one gradient of the widest activation (a layer's output), or, where more, a column-split layout's
-# (2d, 3d on C > 1 columns) dense product in the forward: its full-width partial sum H_j·W_j, the contiguous copy the
-# reduce-scatter takes and the column block it returns (rmat:20, 2d on 2x2: 320 MiB against 64). The set-up's peak
-# (a rank holds the part it read while it builds its layout) is not modelled; the run's report measures it apart
-# (`setup_peak_rss_bytes`).
+# held already), the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM
+# or attention, and beside them the largest of: one gradient of the widest activation (a layer's output), an
+# attention's working set (the layout's `attend_memory`: the gradients of its edges' tensors, rematerialized shards),
+# a column-split layout's (2d, 3d on C > 1 columns) dense product in the forward: its full-width partial sum H_j·W_j,
+# the contiguous copy the reduce-scatter takes and the column block it returns (rmat:20, 2d on 2x2: 320 MiB against
+# 64). The set-up's peak (a rank holds the part it read while it builds its layout) is not modelled; the run's report
+# measures it apart (`setup_peak_rss_bytes`).
 
 
 def _csr_bytes(blocks) -> int:
@@ -816,10 +843,11 @@ def _csr_bytes(blocks) -> int:
     return int(sum(8 * (m + 1) + 8 * z for m, z in blocks))
 
 
-def layout_bytes(cls, stats: BlockStats, shape, rank: int) -> int:
+def layout_bytes(cls, stats: BlockStats, shape, rank: int, backward: bool = True) -> int:
     """Bytes the layout of `cls` keeps for one adjacency (`DistSpMM.graph_bytes`): its blocks of Â (and of Âᵀ
-    where Â is not symmetric: kept by 1d, 1.5d, 2d, 3d; the transposes 1d-halo and sar cache at the first
-    backward), the packed copies 2d/3d broadcast, and the halo plan (int32 remote ids, int64 rows to send)."""
+    where Â is not symmetric: kept by 1d, 1.5d, 2d, 3d; the transposes 1d-halo and sar cache at an SpMM's first
+    backward, where an SpMM's `backward` runs on it), the packed copies 2d/3d broadcast, and the halo plan (int32
+    remote ids, int64 rows to send)."""
     from .spmm.halo import OneDHalo
     from .spmm.sar import SAR
 
@@ -828,7 +856,7 @@ def layout_bytes(cls, stats: BlockStats, shape, rank: int) -> int:
     if issubclass(cls, OneDHalo):
         p, R = cls.part_of(shape, tuple(int(x) for x in np.unravel_index(rank, shape))), stats.halo
         total += 4 * R[p].sum() + (8 * R[:, p].sum() if len(R) > 1 else 0)
-        if not stats.symmetric:
+        if not stats.symmetric and backward:
             cols = np.where(np.arange(len(R)) == p, s.rows, R[p]) if issubclass(cls, SAR) else [s.rows, R[p].sum()]
             total += _csr_bytes(zip(cols, (z for _, z in s.blocks)))
     elif not stats.symmetric:
@@ -841,8 +869,9 @@ def graph_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     """What `spgnn.DistGraph.graph_bytes` reports on `rank`: each adjacency's `layout_bytes`, and its part's node
     data (float32 feature columns it holds, int64 labels and ids, three boolean masks)."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
-    return sum(layout_bytes(cls, st, shape, rank) for st in stats.values()) + s.rows * (4 * s.width(model.features)
-                                                                                      + 8 + 8 + 3)
+    backward = {op.adjacency for ops in model.layers for op in ops if isinstance(op, Spmm) and op.backward}
+    return sum(layout_bytes(cls, st, shape, rank, name in backward) for name, st in stats.items()) \
+        + s.rows * (4 * s.width(model.features) + 8 + 8 + 3)
 
 
 def _widths(ops) -> tuple[int, int]:
@@ -856,8 +885,8 @@ def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
     peak): per layer each dense product's input (once for products of the same input; a layer with kept products
     of its input, `Spmm.once`, multiplies them and the input itself: up to one input more a kept product) and
-    weight, the activation's output (all but the last layer), and the log-softmax output. A dropout keeps no mask
-    (`spgnn.hashing.dropout` makes it again in the backward)."""
+    weight, what each attention keeps (`attend_memory`), the activation's output (all but the last layer), and the
+    log-softmax output. A dropout keeps no mask (`spgnn.hashing.dropout` makes it again in the backward)."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     total = 4 * s.rows * s.width(model.classes)
     for layer, ops in enumerate(model.layers):
@@ -865,8 +894,15 @@ def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
         dense = [op for op in ops if isinstance(op, Dense)]
         total += sum(4 * s.rows * s.width(f) * k for f, k in _inputs(ops).items())
         total += sum(4 * op.f_in * op.f_out for op in dense)
+        total += sum(attend_memory(cls, stats, shape, rank, op)["saved"] for op in ops if isinstance(op, Attend))
         total += 4 * s.rows * s.width(f_out) if layer < len(model.layers) - 1 else 0
     return int(total)
+
+
+def attend_memory(cls, stats: dict, shape, rank: int, op: Attend) -> dict:
+    """The layout's `attend_memory` of attention `op` on `rank`."""
+    return cls.attend_memory(stats[op.adjacency], local_share(cls, stats[op.adjacency], shape, rank), rank, op.heads,
+                             op.width, op.dropout)
 
 
 def kept_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
@@ -895,13 +931,15 @@ def held_inputs(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
 
 
 def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: bool = True) -> int:
-    """The exchange buffers of the widest SpMM: per call what arrives (a broadcast's block) or what is sent and
-    received (the others), the largest call, twice when ``overlap`` keeps the next one in flight. A product made once
-    a run counts too: it is the features' width, often the widest, and the C allocator keeps what it frees (RSS does
-    not fall back after it; measured: amazon-computers' 2-layer GCN at P = 4, 55 MiB above ``--precompute off``)."""
+    """The exchange buffers of the widest SpMM or attention: per call what arrives (a broadcast's block) or what is
+    sent and received (the others), the largest call, twice when ``overlap`` keeps the next one in flight. A product
+    made once a run counts too: it is the features' width, often the widest, and the C allocator keeps what it frees
+    (RSS does not fall back after it; measured: amazon-computers' 2-layer GCN at P = 4, 55 MiB above ``--precompute
+    off``)."""
     out = 0
-    for op in (o for ops in model.layers for o in ops if isinstance(o, Spmm)):
-        calls = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)["forward"]
+    for op in (o for ops in model.layers for o in ops if isinstance(o, Spmm | Attend)):
+        calls = (cls.spmm_cost(stats[op.adjacency], shape, rank, op.width) if isinstance(op, Spmm) else
+                 cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout))["forward"]
         each = [r if kind == "broadcast" else s + r for kind, _, s, r, _ in calls]
         out = max(out, max(each, default=0) * (2 if overlap and len(each) > 1 else 1))
     return int(out)
@@ -921,10 +959,12 @@ def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Ra
     rates = rates or DEFAULT_RATES
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     widest = max([model.classes, *(_widths(ops)[1] for ops in model.layers)])
+    attention = [attend_memory(cls, stats, shape, rank, op)["working"] for ops in model.layers for op in ops
+                 if isinstance(op, Attend)]
     out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
            "kept": kept_bytes(cls, stats, shape, rank, model),
            "saved": saved_bytes(cls, stats, shape, rank, model) - held_inputs(cls, stats, shape, rank, model),
            "params": 16 * model.n_params,
            "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
-           "working": working_bytes(s, model, widest)}
+           "working": max([working_bytes(s, model, widest), *attention])}
     return out | {"total": int(sum(out.values()))}

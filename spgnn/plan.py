@@ -98,6 +98,8 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
         model = model_cost(cfg, info, costs_of) if cls.has_cost_model() else None
     except SpgnnError:
         model = None
+    if model is not None and not model.modelled_on(cls):
+        model = None
     if model is None:
         raise SpgnnError(f"--memory-per-rank: the cost model cannot predict the memory of {what} (an algorithm or "
                          "layers that declare no cost): drop --memory-per-rank")

@@ -143,8 +143,10 @@ def test_registry_refuses_bad_declarations():
         TrainConfig(model="gat", algo="2d").validate()
     with pytest.raises(SpgnnError, match="--steps applies to --model appnp, not gcn"):
         TrainConfig(model="gcn", steps=3).validate()
-    with pytest.raises(SpgnnError, match="declares no cost"):
-        cost.ModelCost.of_config(TrainConfig(model="gat"), 5, 3)
+    silent = Layer(5, 3)                             # a layer that declares no cost (costs() returns None)
+    silent.weight = torch.nn.Parameter(torch.ones(5, 3))
+    with pytest.raises(SpgnnError, match=r"layer 0 \(Layer\) declares no cost"):
+        cost.ModelCost.of(torch.nn.Sequential(silent))
 
 
 def test_a_layer_registered_later_brings_its_options():

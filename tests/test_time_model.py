@@ -124,6 +124,26 @@ def test_the_own_block_in_rcm_order_at_its_own_rates():
     assert flat.spmm_s(10, 400, ordered=True) == flat.spmm_s(10, 400)
 
 
+def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
+    """GAT declares its attention (`spgnn.Attend`): its model is planned on 1d-halo and sar, which state
+    `attend_cost`, not on 2d (no attention) nor on a layout with attention that states only `spmm_cost` (GCN still
+    is); `spgnn cost --model gat` by statistics compares 1d-halo and sar alone, each with seconds and memory."""
+    gat = cost.ModelCost.of_config(TrainConfig(model="gat", heads=2), 5, 3)
+    gcn = cost.ModelCost.of_config(TrainConfig(model="gcn"), 5, 3)
+
+    class Unstated(spmm.get("1d-halo")):                # attention, but no attend_cost of its own
+        attend_cost = classmethod(spmm.DistSpMM.attend_cost.__func__)
+
+    assert gat.attends and not gcn.attends
+    assert gat.modelled_on(spmm.get("1d-halo")) and gat.modelled_on(spmm.get("sar"))
+    assert not gat.modelled_on(spmm.get("2d")) and gcn.modelled_on(spmm.get("2d"))
+    assert not gat.modelled_on(Unstated) and gcn.modelled_on(Unstated)
+    assert cli.main(["cost", "--nodes", "100000", "--nnz", "2000000", "--nprocs", "4", "--model", "gat"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("4 ")]
+    assert sorted(r[1] for r in rows) == ["1d-halo", "sar"]
+    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)         # s/epoch, GB/rank
+
+
 def test_planning_sees_the_node_order_it_plans_for(capsys):
     """``--algo auto`` and ``spgnn cost`` judge the layouts in the node order the run will use: the statistics of a
     graph in memory are of its partition in cfg's order, those of a graph known by n and nnz say the order they are
@@ -154,10 +174,12 @@ def test_planning_sees_the_node_order_it_plans_for(capsys):
 
 def _held(comm):
     out = []
-    for gname, model in (("sym", "gcn"), ("dir", "gcn"), ("dir", "sage")):
+    for gname, model in (("sym", "gcn"), ("dir", "gcn"), ("dir", "sage"), ("dir", "gat")):
         for algo, c, grid in LAYOUTS:
             if (model == "sage" and (grid or algo == "1d")) or (gname, model) == ("dir", "gcn") and not grid:
                 continue                # the directed row layouts' Âᵀ blocks and halo plans: by SAGE's two products
+            if model == "gat" and not spmm.get(algo).attention:
+                continue
             cfg = TrainConfig(model=model, algo=algo, replication=c, grid=grid, hidden=16, layers=3,
                               partition="random", feature_norm="none")
             t = Trainer(cfg, comm, graph=GRAPHS[gname])
@@ -169,8 +191,8 @@ def _held(comm):
 def test_memory_model_against_what_a_rank_holds():
     """After a training step, every rank's `graph_bytes` (its blocks of Â and Âᵀ, halo plans, packed copies, node
     data) equals the prediction to the byte, for every layout at P = 4 (1.5d c = 2, 2d 2x2, 3d 1x2x2), symmetric
-    and directed (GraphSAGE on the row layouts, GCN on the grids), in one launch; what autograd kept
-    (`SavedTensorMeter`'s peak) is within SAVED_TOLERANCE of `saved_bytes`."""
+    and directed (GraphSAGE on the row layouts, GCN on the grids, GAT on those with attention), in one launch; what
+    autograd kept (`SavedTensorMeter`'s peak) is within SAVED_TOLERANCE of `saved_bytes`."""
     worlds = run_worlds(_held, (4,))
     for P, ranks in worlds.items():
         assert not errors(ranks), errors(ranks)

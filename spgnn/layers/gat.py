@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from ..options import Option
 from . import init as inits
-from .registry import Layer, register_layer
+from .registry import Attend, Dense, Layer, register_layer
 
 
 @register_layer
@@ -36,6 +36,10 @@ class GATConv(Layer):
         out = g.attend(v, (v * self.att_src).sum(-1), (v * self.att_dst).sum(-1), self.negative_slope,
                        self.dropout if self.training else 0.0, key)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
+
+    def costs(self, grad_in):
+        return [Dense(self.f_in, self.heads * self.channels),
+                Attend(self.heads, self.channels, self.adjacency, self.dropout > 0)]
 
     @classmethod
     def stack(cls, f_in, hidden, classes, layers, init="auto", heads=8, out_heads=1, dropout=0.0, **options):

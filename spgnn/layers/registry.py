@@ -7,10 +7,11 @@ layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-
     needs           what it needs of the layout: "whole_rows" (not the column blocks of 2D/3D), "attention"
     sampled         whether it runs on sampled minibatch blocks
     draw            its initial parameters as PyG ("pyg") and DGL ("dgl") draw them; `default_init` for "auto"
-    costs(grad_in)  what one application moves and multiplies: its sparse products (`Spmm`) and dense products
-                    (`Dense`), for the cost model; None when undeclared (then the cost model refuses it). A layer
-                    that multiplies in another order when the products of its input are kept (`DistGraph.kept`:
-                    the input is the graph's features) takes ``costs(grad_in, features=True)`` for that case
+    costs(grad_in)  what one application moves and multiplies: its sparse products (`Spmm`), dense products
+                    (`Dense`), attention (`Attend`) and global sums (`AllReduce`), for the cost model; None when
+                    undeclared (then the cost model refuses it). A layer that multiplies in another order when the
+                    products of its input are kept (`DistGraph.kept`: the input is the graph's features) takes
+                    ``costs(grad_in, features=True)`` for that case
     options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags
     activation      what a stack applies after it but the last (ReLU; None: nothing); with ``fresh_output`` (its
                     forward returns a tensor of its own that no backward keeps) a ReLU is applied in place
@@ -55,6 +56,20 @@ class Dense:
 
     f_in: int
     f_out: int
+
+
+@dataclass(frozen=True)
+class Attend:
+    """Attention over the pattern of `adjacency` (`spgnn.DistGraph.attend`) with `heads` heads of `width` features:
+    scores, the softmax over each row's in-edges and the weighted sum of V's rows (n×heads×width). It moves rows of
+    [V | s_src] (heads·(width + 1) columns), as the layout's `attend_cost` says; its backward always runs (V = H·W
+    needs a gradient). `dropout`: attention dropout in training, whose mask a layout draws from the edges' original
+    ids, fetched once a run."""
+
+    heads: int
+    width: int
+    adjacency: str
+    dropout: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,9 +120,9 @@ class Layer(nn.Module):
             setattr(self, name, nn.Parameter(value.contiguous()))
 
     def costs(self, grad_in: bool) -> list | None:
-        """The operations one application runs, in order (`Spmm`, `Dense`); `grad_in`: its input needs a
-        gradient. None: not declared. A layer whose forward asks `g.kept` declares a keyword ``features`` too:
-        what it runs when its input is the graph's features, whose sparse products are kept."""
+        """The operations one application runs, in order (`Spmm`, `Dense`, `Attend`, `AllReduce`); `grad_in`: its
+        input needs a gradient. None: not declared. A layer whose forward asks `g.kept` declares a keyword
+        ``features`` too: what it runs when its input is the graph's features, whose sparse products are kept."""
         return None
 
     @classmethod

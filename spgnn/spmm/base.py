@@ -230,6 +230,22 @@ class DistSpMM(RowLayout):
         raise NotImplementedError(f"{cls.name} has no cost model")
 
     @classmethod
+    def attend_cost(cls, stats, shape: tuple, rank: int, heads: int, f: int, dropout: bool = False) -> dict:
+        """What `rank` moves for one attention (`attend`, `heads` heads of f features), in `spmm_cost`'s form, and
+        under "setup" what it moves once a run for attention `dropout` (the edges' original ids)."""
+        raise NotImplementedError(f"{cls.name} has no cost model for attention")
+
+    attend_work: dict = {}      # attention's compute: {"forward" | "backward": (operations, bytes an edge, an edge
+                                # and head, a feature gathered)}, `spgnn.cost.compute_work`
+
+    @classmethod
+    def attend_memory(cls, stats, share, rank: int, heads: int, f: int, dropout: bool = False) -> dict:
+        """What one attention holds on `rank` (`share`: its `spgnn.cost.LocalShare`): {"saved": bytes autograd
+        keeps for the backward, its V among them (which the products giving the scores keep too), "working": the
+        most its forward and backward hold beyond that at once}."""
+        raise NotImplementedError(f"{cls.name} has no memory model for attention")
+
+    @classmethod
     def setup_cost(cls, stats, shape: tuple, rank: int) -> list:
         """What `rank` moves to build its layout from its block row (beyond the `Halo` set-up and GCN's
         degrees, which `spgnn.cost` adds), in `spmm_cost`'s call form."""
@@ -243,10 +259,11 @@ class DistSpMM(RowLayout):
         return {"forward": [], "backward": []}
 
     @classmethod
-    def has_cost_model(cls) -> bool:
+    def has_cost_model(cls, attention: bool = False) -> bool:
         """Whether this algorithm states its `spmm_cost` (a subclass with another schedule resets it to
-        ``DistSpMM.spmm_cost``)."""
-        return cls.spmm_cost.__func__ is not DistSpMM.spmm_cost.__func__
+        ``DistSpMM.spmm_cost``), and with `attention` its `attend_cost` too."""
+        return cls.spmm_cost.__func__ is not DistSpMM.spmm_cost.__func__ and \
+            (not attention or cls.attend_cost.__func__ is not DistSpMM.attend_cost.__func__)
 
     @classmethod
     def member(cls, shape: tuple, group: str, rank: int) -> tuple[int, int]:

@@ -14,11 +14,14 @@ the backward starts returning A_i,haloᵀ·G_i and computes A_iiᵀ·G_i meanwhi
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import scipy.sparse as sp
 import torch
 
 from ..comm import autograd as autograd_comm
+from ..comm.halo import Halo
 from ..sparse import attention, kernels
 from ..sparse.csr import CSR, csr_bytes, row_ids
 from .base import DistSpMM
@@ -69,6 +72,29 @@ class OneDHalo(DistSpMM):
         forward = [("all_to_all", "part", give.sum() * f * 4, need.sum() * f * 4, np.count_nonzero(give))]
         return {"forward": forward, "backward": forward if stats.symmetric else
                 [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
+
+    # attention's work (`spgnn.cost.compute_work`): its torch operations (counted), and bytes an edge, an edge and
+    # head, and a feature gathered, charged at the elementwise, elementwise and SpMM rates (fitted to `attend` alone
+    # at P = 1 on amazon-computers, 8 heads of 64, 4 of 16, 1 of 10, on the development machine)
+    attend_work = {"forward": (51, 128, 48, 10), "backward": (37, 164, 68, 17)}
+
+    @classmethod
+    def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
+        """Saved: V, [V | s_src] with the halo's rows (X), three edges×heads tensors (E each; five with the dropout
+        mask), the edge lists (int64). Working: 3·X + 4·(E + V), fitted to the peak RSS of GAT (8 heads of 64) at
+        P = 1, 2, 4 on amazon-computers (the gradients of X, of the edges' tensors and of V, alive at once in the
+        backward)."""
+        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
+        e, v = 4 * share.nnz * heads, 4 * share.rows * heads * f
+        return {"saved": int(v + x + e * (3 + 2 * dropout) + 16 * share.nnz), "working": int(3 * x + 4 * (e + v))}
+
+    @classmethod
+    def attend_cost(cls, stats, shape, rank, heads, f, dropout=False):
+        """Forward, one halo exchange of [V | s_src] rows (heads·(f + 1) columns); backward, their gradients sent
+        home (the exchange's adjoint, whatever A's symmetry); once a run, for `dropout`, the halo's original ids."""
+        calls = cls.spmm_cost(replace(stats, symmetric=False), shape, rank, heads * (f + 1))
+        ids = Halo.gather_cost(stats.halo, rank, cls.parts_group, 8) if dropout else []
+        return calls | {"setup": ids}
 
     def _fold_halo(self, gx):
         """The adjoint of [H_i; H_halo]: halo rows' gradients returned to their owners and added in."""

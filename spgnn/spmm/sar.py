@@ -84,6 +84,24 @@ class SAR(OneDHalo):
         forward = ring(give, need, False)
         return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
+    attend_work = {"forward": (47, 112, 46, 8), "backward": (60, 184, 104, 23)}     # as 1d-halo's, found the same way
+
+    @classmethod
+    def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
+        """Saved: only local rows, V, the output, s_src, s_dst and the row log-sum-exps (the backward makes the
+        rest again, shard by shard). Working: X + 10·(E + V) (X, E, V as 1d-halo's), fitted the same way: the
+        rematerialized shards' graphs and gradients."""
+        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
+        e, v = 4 * share.nnz * heads, 4 * share.rows * heads * f
+        return {"saved": int(4 * share.rows * heads * (2 * f + 3)), "working": int(x + 10 * (e + v))}
+
+    @classmethod
+    def attend_cost(cls, stats, shape, rank, heads, f, dropout=False):
+        """1d-halo's bytes in rings, and the backward's rematerialization: the forward ring of [V | s_src] again
+        before the reverse ring of their gradients."""
+        calls = super().attend_cost(stats, shape, rank, heads, f, dropout)
+        return calls | {"backward": calls["forward"] + calls["backward"]}
+
     def _sent_to(self, j, device="cpu"):
         """Indices of the local rows owner j's shard A_ji touches (R_ji), on `device`."""
         return self.halo.send_idx_on(device)[self.send_offsets[j]:self.send_offsets[j + 1]]

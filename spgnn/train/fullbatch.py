@@ -44,6 +44,8 @@ class Trainer(Run):
                 model = cost.ModelCost.of(self.model, self.g.precompute)
             except SpgnnError:          # a layer that declares no cost: no prediction in the report
                 model = None
+            if model is not None and not model.modelled_on(type(self.algo)):    # attention it does not model
+                model = None
             self.costs = model and (model, {a: self.parts.stats(a) for a in model.adjacencies})
         self.meter = SavedTensorMeter()
 
