@@ -1,15 +1,16 @@
 """The cost model's epoch seconds and peak memory against measured runs, on this machine.
 
     python benchmarks/bench_model.py [--datasets amazon-computers,rmat:17] [--procs 1,2,4,8] [--epochs 9] [--warmup 3]
-                                     [--hidden 64] [--dropout 0.5] [--precompute on]
+                                     [--model gcn] [--hidden 64] [--dropout 0.5] [--precompute on]
                                      [--calibration FILE[,FILE...]] [--rates file]
                                      [--memory GRAPHS] [--out results/bench_model.json]
 
 First a calibration on this machine (``spgnn calibrate --nprocs 2``, messages up to 16 MiB, as a layer's exchanges
 are), unless --calibration is given (several files: the first makes the tables, and the same steps are scored against
 each of the others too; "default" names the model's built-in rates and α-β). Then per dataset and P one launch of P
-processes trains a 2-layer GCN (--hidden, --dropout, --precompute) with every algorithm on its default grid (each
-layout once: at P = 1 every algorithm runs the same local product, so 1d-halo only), built one after another, then
+processes trains a 2-layer GCN (--model another: GAT on the layouts with attention; --hidden, --dropout,
+--precompute) with every algorithm on its default grid (each layout once: at P = 1 every algorithm runs the same
+local product, so 1d-halo only), built one after another, then
 --warmup untimed rounds and --epochs timed steps each, interleaved (1d, 1d-halo, …, 1d, 1d-halo, …) so that the load
 of a shared machine falls on
 all alike (the first rounds after the builds are the slowest: at P = 8, 1.5d's first three steps took 1.2-2.7× its
@@ -39,6 +40,7 @@ import numpy as np
 
 from spgnn import cost, spmm
 from spgnn.comm.launch import run_local
+from spgnn.layers import LAYERS
 
 TIME_TARGET, AUTO_TARGET, MEMORY_TARGET = 0.25, 0.10, 0.15
 MEMORY_ALGOS = ("1d-halo", "sar", "2d")
@@ -49,14 +51,20 @@ def calibration_file(name: str) -> str | None:
     return None if name == "default" else name
 
 
-def layouts(P: int, algos) -> list[dict]:
-    """The options of each algorithm in `algos` on its default grid at P, each layout once (1d-halo alone at P = 1)."""
+def offers(algo: str, model: str) -> bool:
+    """Whether the layout of `algo` offers what the layers of `model` need (GAT: attention)."""
+    return all(getattr(spmm.get(algo), need) for need in LAYERS[model].needs)
+
+
+def layouts(P: int, algos, model: str = "gcn") -> list[dict]:
+    """The options of each algorithm in `algos` whose layout offers what `model` needs, on its default grid at P,
+    each layout once (1d-halo alone at P = 1)."""
     if P == 1:
         return [{"algo": "1d-halo"}]
     out, seen = [], set()
     for option in cost.candidates(P):
         key = (option["algo"], spmm.get(option["algo"]).grid_for(P, **option))
-        if option["algo"] in algos and key not in seen:
+        if option["algo"] in algos and offers(option["algo"], model) and key not in seen:
             seen.add(key)
             out.append(option)
     return out
@@ -74,7 +82,8 @@ def _timed(comm, dataset, options, args) -> list[dict]:
     files = args.files
     live = measure_compute(comm, repeats=3, scale=16) if args.rates == "live" else {}
     rates = [cost.with_measured(cost.load_rates(f), live) for f in files]
-    trainers = [Trainer(TrainConfig(dataset=dataset, data_dir=args.data_dir, hidden=args.hidden, epochs=args.epochs,
+    trainers = [Trainer(TrainConfig(dataset=dataset, data_dir=args.data_dir, model=args.model, hidden=args.hidden,
+                                    epochs=args.epochs,
                                     dropout=args.dropout, precompute=args.precompute, eval_every=0,
                                     partition="metis" if args.metis else "random",
                                     calibration=files[0], **o), comm) for o in options]
@@ -100,7 +109,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
 
 def timed(dataset, P, args) -> list[dict]:
     """The measured and predicted step seconds of every layout at P, from one launch."""
-    options = layouts(P, args.algos.split(","))
+    options = layouts(P, args.algos.split(","), args.model)
     rows = []
     for o, r in zip(options, run_local(_timed, P, dataset, options, args, timeout_s=600)[0]):
         p = r["predicted"][0]
@@ -121,8 +130,8 @@ def memory(dataset, P, algo, args, folder) -> dict:
     """One ``spgnn train`` run of one epoch: peak RSS per rank against the predicted memory."""
     out = Path(folder) / "run.json"
     subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", dataset, "--nprocs", str(P), "--algo", algo,
-                    "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden), "--dropout", str(args.dropout),
-                    "--precompute", args.precompute, "--partition",
+                    "--model", args.model, "--epochs", "1", "--eval-every", "0", "--hidden", str(args.hidden),
+                    "--dropout", str(args.dropout), "--precompute", args.precompute, "--partition",
                     "metis" if args.metis else "random", "--quiet", "--output", str(out),
                     *(["--calibration", args.files[0]] if args.files[0] else []),
                     *(["--data-dir", args.data_dir] if args.data_dir else [])], check=True,
@@ -189,6 +198,7 @@ def main() -> int:
     p.add_argument("--epochs", type=int, default=9, help="timed steps of each layout (after --warmup untimed rounds)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds of every layout before the timed ones "
                    "(the first steps after the builds run slower than the later ones)")
+    p.add_argument("--model", default="gcn", choices=sorted(LAYERS), help="the model trained (2 layers)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--dropout", type=float, default=0.5, help="the model's dropout (at 0 the features' products are "
                    "made once a run and kept: --precompute on)")
@@ -218,12 +228,13 @@ def main() -> int:
     for dataset in args.datasets.split(",") if not args.memory_only else []:
         for P in map(int, args.procs.split(",")):
             rows += timed(dataset, P, args)
-            for r in rows[-len(layouts(P, args.algos.split(","))):]:
+            for r in rows[-len(layouts(P, args.algos.split(","), args.model)):]:
                 print(f"{dataset} P={P} {r['algo']} {r['shape']}: measured {r['measured_s']:.4f} s, predicted "
                       f"{r['predicted_s']:.4f} s ({r['time_ratio']:.2f})", flush=True)
     with tempfile.TemporaryDirectory() as folder:
         mems = [memory(graph, P, algo, args, folder) for graph in filter(None, args.memory.split(","))
-                for P in (1, 2, 4) for algo in (MEMORY_ALGOS if P > 1 else MEMORY_ALGOS[:1])]
+                for P in (1, 2, 4) for algo in (MEMORY_ALGOS if P > 1 else MEMORY_ALGOS[:1])
+                if offers(algo, args.model)]
     autos = auto_rows(rows)
     if rows:
         print("\n| dataset | P | algo | grid | measured s | predicted s | ratio |\n|---|---|---|---|---|---|---|")
