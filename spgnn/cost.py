@@ -93,13 +93,15 @@ class BlockStats:
 @dataclass(frozen=True)
 class ModelCost:
     """What the cost model needs of a model: per layer (in ledger-layer order) the operations its layers declare
-    (`spgnn.layers.Layer.costs`: `Spmm`, `Dense`, `AllReduce`), the width of its output (the classes) and its
-    parameter count (the gradient all-reduce)."""
+    (`spgnn.layers.Layer.costs`: `Spmm`, `Dense`, `Attend`, `AllReduce`), the width of its output (the classes), its
+    trained parameters' count (the gradient all-reduce, Adam) and its frozen ones' (``requires_grad=False``: held,
+    with no gradient nor optimizer state)."""
 
     layers: tuple
     classes: int
     n_params: int
     needs: frozenset = frozenset()
+    frozen: int = 0
     features: int = 0           # the width of its input (the memory model's feature rows)
     dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
     in_place: tuple = ()        # per layer, whether its bias and activation change its result in place (no new
@@ -143,8 +145,9 @@ class ModelCost:
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
         own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, bool(norms))
                     for i, layer in enumerate(layers))
-        return cls(tuple(out), layers[-1].f_out, sum(p.numel() for p in model.parameters()), needs, layers[0].f_in,
-                   dropped_inputs(model, layers), own)
+        trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        return cls(tuple(out), layers[-1].f_out, trained, needs, sum(p.numel() for p in model.parameters()) - trained,
+                   layers[0].f_in, dropped_inputs(model, layers), own)
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -237,7 +240,7 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
             for op in ops:
                 if not isinstance(op, Spmm) or op.backward:
                     record("backward", layer, cost(op)["backward"])
-        if g > 1:                                       # all_reduce_gradients skips a group of one
+        if g > 1 and model.n_params:                    # all_reduce_gradients skips a group of one, and no words
             all_reduce("optimizer", model.n_params, 4)
     for _ in range(evals):
         forward("eval")
@@ -964,7 +967,7 @@ def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Ra
     out = {"runtime": rates.runtime_bytes, "graph": graph_bytes(cls, stats, shape, rank, model),
            "kept": kept_bytes(cls, stats, shape, rank, model),
            "saved": saved_bytes(cls, stats, shape, rank, model) - held_inputs(cls, stats, shape, rank, model),
-           "params": 16 * model.n_params,
+           "params": 16 * model.n_params + 4 * model.frozen,
            "buffers": buffer_bytes(cls, stats, shape, rank, model, overlap),
            "working": max([working_bytes(s, model, widest), *attention])}
     return out | {"total": int(sum(out.values()))}

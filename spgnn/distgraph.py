@@ -460,19 +460,19 @@ class DistGraph:
 
 
 def all_reduce_gradients(model: torch.nn.Module, comm: Comm, group) -> None:
-    """Sum the parameter gradients over `group` in one flat all-reduce (every parameter's words, as the cost model
-    counts them). A trained parameter's missing gradient counts as zero and is set to zero, in a group of one too, so
-    that an optimizer steps the same parameters at every P; a frozen one (``requires_grad=False``) gets none."""
-    params = list(model.parameters())
+    """Sum the trained parameters' gradients over `group` in one flat all-reduce (their words, as the cost model
+    counts them, `ModelCost.n_params`). A missing gradient counts as zero and is set to zero, in a group of one too,
+    so that an optimizer steps the same parameters at every P; a frozen parameter (``requires_grad=False``) gets none
+    and sends nothing."""
+    params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
-        if p.grad is None and p.requires_grad:
+        if p.grad is None:
             p.grad = torch.zeros_like(p)
-    if group.size == 1:
+    if group.size == 1 or not params:
         return
-    flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1) for p in params])
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
     comm.all_reduce(flat, group)
     offset = 0
     for p in params:
-        if p.requires_grad:
-            p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
+        p.grad = flat[offset:offset + p.numel()].view_as(p).clone()
         offset += p.numel()

@@ -10,7 +10,7 @@ import pytest
 
 from spgnn import cli, cost, plan, spmm
 from spgnn.comm.calibrate import SCHEMA, measure_compute
-from spgnn.comm.comm import Comm
+from spgnn.comm.comm import Comm, ring_words
 from spgnn.config import TrainConfig
 from spgnn.graph.adjacency import normalize
 from spgnn.train.fullbatch import Trainer
@@ -142,6 +142,26 @@ def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
     rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("4 ")]
     assert sorted(r[1] for r in rows) == ["1d-halo", "sar"]
     assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)         # s/epoch, GB/rank
+
+
+def test_a_frozen_parameter_is_held_not_trained():
+    """A frozen parameter (``requires_grad=False``) is out of the modelled gradient all-reduce and Adam's work, and
+    is held at 4 bytes a word, not the 16 of a trained one (weights, gradient, two moments)."""
+    from spgnn.layers.stack import config_model
+
+    model = config_model(TrainConfig(model="gcn", hidden=8), 5, 3)
+    whole = cost.ModelCost.of(model)
+    w = next(model.parameters())
+    w.requires_grad_(False)
+    part = cost.ModelCost.of(model)
+    assert (part.n_params, part.frozen) == (whole.n_params - w.numel(), w.numel()) and whole.frozen == 0
+    cls, stats = spmm.get("1d-halo"), {"gcn": cost.BlockStats.expected(100, 400, 2)}
+    for mc in (whole, part):
+        ledger = cost.epoch_ledger(cls, stats, (2,), 0, mc, evals=0, setup=False)
+        assert ledger.total("sent_bytes", phase="optimizer") == 4 * ring_words(mc.n_params, 2, 0)
+        assert cost.memory_bytes(cls, stats, (2,), 0, mc)["params"] == 16 * mc.n_params + 4 * mc.frozen
+    assert cost.compute_work(cls, stats, (2,), 0, part)["optimizer"]["elementwise_bytes"] < \
+        cost.compute_work(cls, stats, (2,), 0, whole)["optimizer"]["elementwise_bytes"]
 
 
 def test_planning_sees_the_node_order_it_plans_for(capsys):

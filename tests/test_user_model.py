@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import spgnn
-from spgnn.comm.comm import Comm
+from spgnn.comm.comm import Comm, ring_words
 from spgnn.comm.launch import run_local
 from spgnn.errors import SpgnnError
 from spgnn.graph.adjacency import normalize
@@ -178,19 +178,25 @@ def _unused_in_second_step(comm):
     model.frozen = torch.nn.Parameter(torch.ones(2), requires_grad=False)
     opt = torch.optim.Adam(model.parameters(), lr=0.01, weight_decay=0.1)
     model = g.prepare(model, opt)
+    sent = []
     for step in range(2):
         opt.zero_grad()
         loss = g.cross_entropy(model(g, g.x))
         (loss + model.extra.sum() / comm.world_size if step == 0 else loss).backward()
+        before = comm.ledger.total("sent_bytes", op="all_reduce")
         g.sync_gradients(model)
+        sent.append(comm.ledger.total("sent_bytes", op="all_reduce") - before)
         opt.step()
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert sent == [4 * ring_words(trained, comm.world_size, comm.rank)] * 2, "the all-reduce sends frozen words"
     return {name: p.detach().clone() for name, p in model.named_parameters()}
 
 
 def test_a_missing_gradient_is_zero_at_every_p():
     """sync_gradients sets a gradient the backward left missing to zero on one process as on several, so Adam steps
     the same parameters at every P (here `extra`, which the second step's loss does not reach, still moves by its
-    momentum and weight decay); a frozen parameter gets no gradient, so weight decay leaves it as it was."""
+    momentum and weight decay); a frozen parameter gets no gradient, so weight decay leaves it as it was, and the
+    all-reduce sends the trained parameters' words alone."""
     one = _unused_in_second_step(Comm(0, 1))
     two = run_local(_unused_in_second_step, 2, timeout_s=300)[0]
     assert not torch.equal(one["extra"], torch.ones(3) - 0.01)      # where the first step alone left it
