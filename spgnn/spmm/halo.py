@@ -78,15 +78,20 @@ class OneDHalo(DistSpMM):
     # at P = 1 on amazon-computers, 8 heads of 64, 4 of 16, 1 of 10, on the development machine)
     attend_work = {"forward": (51, 128, 48, 10), "backward": (37, 164, 68, 17)}
 
+    @staticmethod
+    def attend_sizes(stats, share, rank, heads, f) -> tuple[int, int, int]:
+        """Bytes (X, E, V) of one attention on `rank`: [V | s_src] with the halo's rows, an edges×heads tensor, V."""
+        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
+        return int(x), int(4 * share.nnz * heads), int(4 * share.rows * heads * f)
+
     @classmethod
     def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
         """Saved: V, [V | s_src] with the halo's rows (X), three edges×heads tensors (E each; five with the dropout
         mask), the edge lists (int64). Working: 3·X + 4·(E + V), fitted to the peak RSS of GAT (8 heads of 64) at
         P = 1, 2, 4 on amazon-computers (the gradients of X, of the edges' tensors and of V, alive at once in the
         backward)."""
-        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
-        e, v = 4 * share.nnz * heads, 4 * share.rows * heads * f
-        return {"saved": int(v + x + e * (3 + 2 * dropout) + 16 * share.nnz), "working": int(3 * x + 4 * (e + v))}
+        x, e, v = cls.attend_sizes(stats, share, rank, heads, f)
+        return {"saved": v + x + e * (3 + 2 * dropout) + 16 * int(share.nnz), "working": 3 * x + 4 * (e + v)}
 
     @classmethod
     def attend_cost(cls, stats, shape, rank, heads, f, dropout=False):

@@ -91,9 +91,8 @@ class SAR(OneDHalo):
         """Saved: only local rows, V, the output, s_src, s_dst and the row log-sum-exps (the backward makes the
         rest again, shard by shard). Working: X + 10·(E + V) (X, E, V as 1d-halo's), fitted the same way: the
         rematerialized shards' graphs and gradients."""
-        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
-        e, v = 4 * share.nnz * heads, 4 * share.rows * heads * f
-        return {"saved": int(4 * share.rows * heads * (2 * f + 3)), "working": int(x + 10 * (e + v))}
+        x, e, v = cls.attend_sizes(stats, share, rank, heads, f)
+        return {"saved": int(4 * share.rows * heads * (2 * f + 3)), "working": x + 10 * (e + v)}
 
     @classmethod
     def attend_cost(cls, stats, shape, rank, heads, f, dropout=False):
