@@ -24,6 +24,7 @@ from .graph.datasets import load_dataset
 from .graph.ogbl import ogbl_folder
 from .layers.init import SCHEMES
 from .layers.registry import CHOSEN, LAYERS
+from .layers.registry import options as layer_options
 from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.order import ORDERS
@@ -433,6 +434,8 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--classes", type=int, default=128, help="output classes (--nodes mode)")
     a("--layers", type=int, default=3, help="GNN layers")
     a("--model", default="gcn", choices=sorted(LAYERS), help="the model (its layers must declare their costs)")
+    for o in layer_options().values():                  # the layers' own options: GAT's heads, APPNP's steps, …
+        a(o.flag, type=o.type, default=o.default, help=o.help)
     a("--dropout", type=float, default=TrainConfig.dropout, help="dropout probability before each layer (at 0, "
       "--precompute on keeps the features' products: none of the first layer's product is in a step)")
     a("--precompute", default=TrainConfig.precompute, choices=["on", "off"], help="as spgnn train's")
@@ -464,7 +467,7 @@ def cost_command(args, argv) -> int:
         if value < 1:
             raise SpgnnError(f"{flag} must be at least 1, got {value}")
     model_options = {"model": args.model, "hidden": args.hidden, "layers": args.layers, "dropout": args.dropout,
-                     "precompute": args.precompute}
+                     "precompute": args.precompute} | {name: getattr(args, name) for name in layer_options()}
     TrainConfig(**model_options).validate()
     _check_files(args.output, args.calibration)
     ab = cost.load_calibration(args.calibration) if args.calibration else None

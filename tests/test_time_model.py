@@ -127,7 +127,8 @@ def test_the_own_block_in_rcm_order_at_its_own_rates():
 def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
     """GAT declares its attention (`spgnn.Attend`): its model is planned on 1d-halo and sar, which state
     `attend_cost`, not on 2d (no attention) nor on a layout with attention that states only `spmm_cost` (GCN still
-    is); `spgnn cost --model gat` by statistics compares 1d-halo and sar alone, each with seconds and memory."""
+    is); `spgnn cost --model gat` by statistics compares 1d-halo and sar alone, each with seconds and memory, and
+    takes the layer's --heads (fewer heads: fewer seconds and bytes)."""
     gat = cost.ModelCost.of_config(TrainConfig(model="gat", heads=2), 5, 3)
     gcn = cost.ModelCost.of_config(TrainConfig(model="gcn"), 5, 3)
 
@@ -138,10 +139,15 @@ def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
     assert gat.modelled_on(spmm.get("1d-halo")) and gat.modelled_on(spmm.get("sar"))
     assert not gat.modelled_on(spmm.get("2d")) and gcn.modelled_on(spmm.get("2d"))
     assert not gat.modelled_on(Unstated) and gcn.modelled_on(Unstated)
-    assert cli.main(["cost", "--nodes", "100000", "--nnz", "2000000", "--nprocs", "4", "--model", "gat"]) == 0
-    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("4 ")]
-    assert sorted(r[1] for r in rows) == ["1d-halo", "sar"]
-    assert all(float(r[4]) > 0 and float(r[5]) > 0 for r in rows)         # s/epoch, GB/rank
+    table = {}
+    for heads in ("8", "2"):                            # the layer's own options: --heads
+        assert cli.main(["cost", "--nodes", "100000", "--nnz", "2000000", "--nprocs", "4", "--model", "gat",
+                         "--heads", heads]) == 0
+        rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("4 ")]
+        assert sorted(r[1] for r in rows) == ["1d-halo", "sar"]
+        table[heads] = {r[1]: (float(r[4]), float(r[5])) for r in rows}     # s/epoch, GB/rank
+    for algo in ("1d-halo", "sar"):
+        assert all(a > b > 0 for a, b in zip(table["8"][algo], table["2"][algo])), table
 
 
 def test_a_frozen_parameter_is_held_not_trained():
