@@ -195,12 +195,10 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
 
     def cost(op) -> dict:
         if op not in memo:
-            if isinstance(op, Spmm):
-                memo[op] = cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
+            if isinstance(op, Spmm | Attend):
+                memo[op] = exchange(cls, stats, shape, rank, op)
             elif isinstance(op, Dense):
                 memo[op] = cls.dense_cost(first, shape, rank, "linear", op.f_in, op.f_out)
-            elif isinstance(op, Attend):
-                memo[op] = cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout)
             else:
                 call = reduce_calls(op.words, op.itemsize)
                 memo[op] = {"forward": call, "backward": call if op.backward else [], "eval": [] if op.train_only
@@ -247,6 +245,14 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
         record("eval", None, argmax["forward"])
         all_reduce("eval", 3, 8)                        # correct counts: train, validation, test
     return ledger
+
+
+def exchange(cls, stats: dict, shape, rank: int, op) -> dict:
+    """What `rank` moves for a declared sparse product or attention (`Spmm`, `Attend`), in `spmm_cost`'s form: the
+    layout's `spmm_cost` or `attend_cost` on the statistics of the op's adjacency."""
+    if isinstance(op, Spmm):
+        return cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
+    return cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout)
 
 
 def setup_cost(cls, stats, shape, rank, norm) -> list:
@@ -941,8 +947,7 @@ def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: 
     off``)."""
     out = 0
     for op in (o for ops in model.layers for o in ops if isinstance(o, Spmm | Attend)):
-        calls = (cls.spmm_cost(stats[op.adjacency], shape, rank, op.width) if isinstance(op, Spmm) else
-                 cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout))["forward"]
+        calls = exchange(cls, stats, shape, rank, op)["forward"]
         each = [r if kind == "broadcast" else s + r for kind, _, s, r, _ in calls]
         out = max(out, max(each, default=0) * (2 if overlap and len(each) > 1 else 1))
     return int(out)

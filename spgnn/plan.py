@@ -95,12 +95,10 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
         return
     cls, what = spmm.get(cfg.algo), f"--algo {cfg.algo} on grid {format_grid(shape)}"
     try:
-        model = model_cost(cfg, info, costs_of) if cls.has_cost_model() else None
+        model = model_cost(cfg, info, costs_of)
     except SpgnnError:
         model = None
-    if model is not None and not model.modelled_on(cls):
-        model = None
-    if model is None:
+    if model is None or not model.modelled_on(cls):
         raise SpgnnError(f"--memory-per-rank: the cost model cannot predict the memory of {what} (an algorithm or "
                          "layers that declare no cost): drop --memory-per-rank")
     stats = stats_of(cls, shape, model.adjacencies)

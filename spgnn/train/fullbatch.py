@@ -39,14 +39,13 @@ class Trainer(Run):
         self.build_model(self.info.num_features, self.g.num_outputs)
         self.model = self.g.prepare(self.model)
         self.costs = None       # the model's costs and block statistics for the prediction, on rank 0
-        if comm.rank == 0 and type(self.algo).has_cost_model():
+        if comm.rank == 0:
             try:
                 model = cost.ModelCost.of(self.model, self.g.precompute)
             except SpgnnError:          # a layer that declares no cost: no prediction in the report
                 model = None
-            if model is not None and not model.modelled_on(type(self.algo)):    # attention it does not model
-                model = None
-            self.costs = model and (model, {a: self.parts.stats(a) for a in model.adjacencies})
+            if model is not None and model.modelled_on(type(self.algo)):       # nor where the algorithm states none
+                self.costs = model, {a: self.parts.stats(a) for a in model.adjacencies}
         self.meter = SavedTensorMeter()
 
     x = property(lambda self: self.g.x, doc="This rank's block of the input features (`DistGraph.x`).")
