@@ -1,5 +1,7 @@
-/* Graph attention's weighted sum over an edge list e = (cols[e] -> rows[e]) with H heads of F features:
- * out[rows[e], h, :] += p[e, h]·v[cols[e], h, :], and its adjoints (`spgnn.sparse.attention.weighted_sum`).
+/* Graph attention's sums over an edge list e = (cols[e] -> rows[e]): the weighted sum of H heads of F features,
+ * out[rows[e], h, :] += p[e, h]·v[cols[e], h, :], and its adjoints (`spgnn.sparse.attention.weighted_sum`); the sum
+ * and the maximum of w values an edge into each row, out[rows[e], :] += x[e, :] and out[rows[e], :] max= x[e, :]
+ * (`spgnn.sparse.segment`: the softmax's row sums and maxima, and the adjoint of gathering rows by index).
  *
  * Rows (and cols) may repeat and come in any order. A sum into a row of out (or of dv) is made by one thread, the
  * row's owner, over the edges in their order, so the result is the serial loop's whatever the number of threads:
@@ -40,14 +42,17 @@ static int owned(int64_t nnz, int64_t work, const int64_t *idx, int64_t n, int64
     for (int64_t c = omp_get_thread_num(), LO, HI; c < (T) && (LO = (BOUNDS)[c], HI = (BOUNDS)[c + 1], 1);       \
          c += omp_get_num_threads())
 
+/* The edges e of [0, nnz), in order, whose idx[e] lies in a run of rows this thread owns. */
+#define SPGNN_OWNED_EDGES(T, BOUNDS, IDX, NNZ, E)                                                               \
+    SPGNN_OWN(T, BOUNDS, lo, hi) for (int64_t E = 0; E < (NNZ); E++) if ((IDX)[E] >= lo && (IDX)[E] < hi)
+
 #define SPGNN_WEIGHTED_SUM(NAME, VAL)                                                                            \
     SPGNN_CLONES void NAME(int64_t nnz, int64_t heads, int64_t f, int64_t n, const VAL *p, const int64_t *rows,  \
                            const int64_t *cols, const VAL *v, VAL *out) {                                        \
         int64_t bounds[SPGNN_MAX_THREADS + 1];                                                                   \
         int t = owned(nnz, nnz * heads * f, rows, n, bounds);                                                    \
         _Pragma("omp parallel num_threads(t) if (t > 1)") {                                                      \
-            SPGNN_OWN(t, bounds, lo, hi) for (int64_t e = 0; e < nnz; e++) {                                     \
-                if (rows[e] < lo || rows[e] >= hi) continue;                                                     \
+            SPGNN_OWNED_EDGES(t, bounds, rows, nnz, e) {                                                         \
                 for (int64_t h = 0; h < heads; h++) {                                                            \
                     VAL w = p[e * heads + h];                                                                    \
                     VAL *o = out + (rows[e] * heads + h) * f;                                                    \
@@ -76,8 +81,7 @@ static int owned(int64_t nnz, int64_t work, const int64_t *idx, int64_t n, int64
                     _Pragma("omp simd reduction(+ : acc)") for (int64_t k = 0; k < f; k++) acc += gi[k] * x[k]; \
                     dp[e * heads + h] = (VAL)acc;                                                                \
                 }                                                                                                \
-            SPGNN_OWN(t, bounds, lo, hi) for (int64_t e = 0; e < nnz; e++) {                                     \
-                if (cols[e] < lo || cols[e] >= hi) continue;                                                     \
+            SPGNN_OWNED_EDGES(t, bounds, cols, nnz, e) {                                                         \
                 for (int64_t h = 0; h < heads; h++) {                                                            \
                     VAL w = p[e * heads + h];                                                                    \
                     const VAL *gi = g + (rows[e] * heads + h) * f;                                               \
@@ -92,3 +96,26 @@ SPGNN_WEIGHTED_SUM(weighted_sum_f32, float)
 SPGNN_WEIGHTED_SUM(weighted_sum_f64, double)
 SPGNN_WEIGHTED_SUM_GRAD(weighted_sum_grad_f32, float)
 SPGNN_WEIGHTED_SUM_GRAD(weighted_sum_grad_f64, double)
+
+/* out[rows[e], :] (+= or max=) x[e, :] for x nnz×w, out n×w as the caller set it (zeros, −inf), by the owners of
+ * out's rows over the edges in their order: the sums are torch's serial index_add_'s, bit for bit. The maximum
+ * keeps a NaN as torch's scatter_reduce_("amax") does. */
+#define SPGNN_SEGMENT(NAME, VAL, COMBINE)                                                                        \
+    SPGNN_CLONES void NAME(int64_t nnz, int64_t w, int64_t n, const int64_t *rows, const VAL *x, VAL *out) {      \
+        int64_t bounds[SPGNN_MAX_THREADS + 1];                                                                   \
+        int t = owned(nnz, nnz * w, rows, n, bounds);                                                            \
+        _Pragma("omp parallel num_threads(t) if (t > 1)") {                                                      \
+            SPGNN_OWNED_EDGES(t, bounds, rows, nnz, e) {                                                         \
+                VAL *o = out + rows[e] * w;                                                                      \
+                const VAL *s = x + e * w;                                                                        \
+                for (int64_t k = 0; k < w; k++) COMBINE(o[k], s[k]);                                             \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+#define SPGNN_ADD(O, S) O += S
+#define SPGNN_MAX(O, S) O = S > O || S != S ? S : O
+
+SPGNN_SEGMENT(segment_sum_f32, float, SPGNN_ADD)
+SPGNN_SEGMENT(segment_sum_f64, double, SPGNN_ADD)
+SPGNN_SEGMENT(segment_max_f32, float, SPGNN_MAX)
+SPGNN_SEGMENT(segment_max_f64, double, SPGNN_MAX)

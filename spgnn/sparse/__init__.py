@@ -1,10 +1,7 @@
-"""Local sparse kernels: the `CSR` container (`csr`), Z = A·H on one process (`kernels`) and attention over a
-sparse pattern (`attention`); and `gather`, rows of a dense matrix by index."""
+"""Local sparse kernels: the `CSR` container (`csr`), Z = A·H on one process (`kernels`), rows by index and sums by
+index over an edge list (`segment`: `gather`, `segment_sum`, `segment_max`) and attention over a sparse pattern
+(`attention`)."""
 
-import torch
+from .segment import gather, segment_max, segment_sum
 
-
-def gather(x: torch.Tensor, index) -> torch.Tensor:
-    """x[index] along the first dimension by ``index_select``, whose backward sums in a fixed order (the backward
-    of ``x[index]`` on CPU adds with atomics, so repeated runs differ in the last bits)."""
-    return x.index_select(0, torch.as_tensor(index, device=x.device))
+__all__ = ["gather", "segment_max", "segment_sum"]

@@ -20,23 +20,12 @@ import torch.nn.functional as F
 
 from .. import native
 from ..hashing import dropout_mask
-from . import gather
+from .segment import gather, segment_max, segment_sum
 
 
 def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
     """e = LeakyReLU(s_src[cols] + s_dst[rows]), nnz×H."""
     return F.leaky_relu(gather(s_src, cols) + gather(s_dst, rows), slope)
-
-
-def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
-    """Σ over the edges into each of the n rows: out[i] = Σ_{e: rows[e]=i} x[e]."""
-    return x.new_zeros((n, *x.shape[1:])).index_add_(0, torch.as_tensor(rows, device=x.device), x)
-
-
-def segment_max(e: torch.Tensor, rows, n: int) -> torch.Tensor:
-    """max over the edges into each row (−inf for rows without edges), n×H; no gradient."""
-    e, rows = e.detach(), torch.as_tensor(rows, device=e.device)
-    return e.new_full((n, e.shape[1]), float("-inf")).scatter_reduce_(0, rows[:, None].expand_as(e), e, "amax")
 
 
 def _kernel(name: str, dtype: torch.dtype, arrays: int):
