@@ -164,14 +164,18 @@ def test_dropout_mask_statistics_and_keys():
     assert dropout_mask(np.zeros(0, np.int64), 7, 0.5, 1).shape == (0, 7)
 
 
-def test_dropout_mask_native_equals_torch(monkeypatch):
-    ids = np.concatenate([np.arange(50), [2**62, -1, -(2**63)]]).astype(np.int64)
-    for key in (0, 12345, -5, 2**64 - 1, np.uint64(7), mix_key(9, 9, 9)):
+@pytest.mark.parametrize("cols", [1, 4, 15, 16, 37])
+def test_dropout_mask_native_equals_torch(cols, monkeypatch):
+    """The C kernel's mask is the torch formula's, bit for bit: rows of 16 columns or more by the loop over a row's
+    columns, narrower ones (attention's heads) by blocks of rows, the last block partial, on threads past 40,000
+    entries."""
+    ids = np.concatenate([np.arange(50), [2**62, -1, -(2**63)], np.arange(10**9, 10**9 + 3000)]).astype(np.int64)
+    for key, first in ((0, 0), (12345, 3), (-5, 0), (2**64 - 1, 0), (np.uint64(7), 11), (mix_key(9, 9, 9), 0)):
         monkeypatch.setattr(kernels, "_backend", "native")
-        a = dropout_mask(ids, 37, 0.5, key)
+        a = dropout_mask(ids, cols, 0.5, key, first)
         monkeypatch.setattr(kernels, "_backend", "torch")
-        b = dropout_mask(torch.from_numpy(ids), 37, 0.5, key)
-        assert torch.equal(a, b)
+        b = dropout_mask(torch.from_numpy(ids), cols, 0.5, key, first)
+        assert torch.equal(a, b), (cols, key, first)
 
 
 @pytest.mark.parametrize("p", [-0.1, 1.0, 1.5, float("nan")])
@@ -190,22 +194,28 @@ def test_dropout_equals_the_mask_to_the_bit(impl, monkeypatch):
     monkeypatch.setattr(kernels, "_backend", impl)
     rng = np.random.default_rng(1)
     ids = rng.choice(10**9, size=200, replace=False).astype(np.int64)
+    for width in (29, 5):                            # a row's columns in one loop; narrow rows by blocks of rows
+        _dropout_is_the_mask(rng, ids, width)
     h = torch.from_numpy(rng.standard_normal((200, 29)).astype(np.float32))
+    assert dropout(h[:0], ids[:0], 0.5, 1).shape == (0, 29)
+    with pytest.raises(ValueError, match="node ids for"):
+        dropout(h, ids[:3], 0.5, 1)
+
+
+def _dropout_is_the_mask(rng, ids, width):
+    h = torch.from_numpy(rng.standard_normal((len(ids), width)).astype(np.float32))
     for p, key, first in ((0.5, mix_key(3, 1, 0), 0), (0.1, 2**64 - 1, 7), (0.0, 5, 0)):
-        mask = dropout_mask(ids, 29, p, key, first)
+        mask = dropout_mask(ids, width, p, key, first)
         want = h * mask
         got = dropout(h, ids, p, key, first)
         assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (p, key)
         x, saved = h.clone().requires_grad_(), []
         with torch.autograd.graph.saved_tensors_hooks(lambda t, kept=saved: kept.append(t) or t, lambda t: t):
             y = dropout(x, ids, p, key, first)
-        dy = torch.from_numpy(rng.standard_normal((200, 29)).astype(np.float32))
+        dy = torch.from_numpy(rng.standard_normal(h.shape).astype(np.float32))
         y.backward(dy)
-        assert torch.equal(y.detach(), want) and torch.equal(x.grad, dy * mask), (p, key)
-        assert saved == [], (p, key)
-    assert dropout(h[:0], ids[:0], 0.5, 1).shape == (0, 29)
-    with pytest.raises(ValueError, match="node ids for"):
-        dropout(h, ids[:3], 0.5, 1)
+        assert torch.equal(y.detach(), want) and torch.equal(x.grad, dy * mask), (p, key, width)
+        assert saved == [], (p, key, width)
 
 
 def test_dropout_under_the_profiler():
