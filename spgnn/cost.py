@@ -516,8 +516,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask in the backward, the mask
 #                              made again (evaluation: no dropout)
 #     attention (`Attend`)     as the layout's `attend_work` says, forward and backward: its operations, bytes an
-#                              edge and an edge and head at `elementwise_bytes_per_s` (scores, softmax, gathers of
-#                              per-row terms), bytes a feature of the weighted sum gathers at `spmm_bytes_per_s`
+#                              edge and an edge and head at `elementwise_bytes_per_s` (the scores' terms, scores,
+#                              softmax, gathers of per-row terms), bytes a feature of the weighted sum gathers at
+#                              `spmm_bytes_per_s`; in training with attention dropout also `attend_dropout_work`
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
@@ -762,10 +763,9 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh(out, dx))
             elif isinstance(op, Attend):
-                s, heads = shares[op.adjacency], op.heads
-                for way, (n_ops, edge, head, feature) in cls.attend_work.items():
-                    add(("forward", "eval") if way == "forward" else ("backward",), ops=n_ops,
-                        elementwise_bytes=s.nnz * (edge + head * heads), spmm_bytes=feature * s.nnz * heads * op.width)
+                for ph, amounts in attend_work(shares[op.adjacency], op, cls.attend_work,
+                                               cls.attend_dropout_work).items():
+                    add((ph,), **amounts)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
@@ -773,6 +773,22 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
     add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1, fresh_bytes=fresh(softmax // 2))
     add(("optimizer",), elementwise_bytes=4 * ADAM_WORDS * model.n_params, ops=2 * len(model.layers))
     return work
+
+
+def attend_work(share: LocalShare, op: Attend, work: dict, dropout_work: dict) -> dict:
+    """{phase: {amount: ...}} of attention `op` on a rank of `share` for a layout's constants (`DistSpMM.attend_work`
+    and `attend_dropout_work`, {"forward" | "backward": (operations, bytes an edge, an edge and head, a feature
+    gathered)}): `work` forward (and in evaluation) and backward, and in training, where `op` drops out, also
+    `dropout_work`."""
+    out = {ph: dict.fromkeys(WORK, 0) for ph in PHASES}
+    for table, phases in ((work, {"forward": ("forward", "eval"), "backward": ("backward",)}),
+                          (dropout_work if op.dropout else {}, {"forward": ("forward",), "backward": ("backward",)})):
+        for way, (n_ops, edge, head, feature) in table.items():
+            for ph in phases[way]:
+                out[ph]["ops"] += n_ops
+                out[ph]["elementwise_bytes"] += share.nnz * (edge + head * op.heads)
+                out[ph]["spmm_bytes"] += feature * share.nnz * op.heads * op.width
+    return out
 
 
 def compute_seconds(work: dict, rates: Rates, cores: float) -> float:

@@ -150,6 +150,27 @@ def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
         assert all(a > b > 0 for a, b in zip(table["8"][algo], table["2"][algo])), table
 
 
+def test_attention_dropout_is_charged_in_training_only():
+    """With attention dropout an attention also costs its layout's `attend_dropout_work` (the mask), in the training
+    forward and backward, not in evaluation; without it, nothing more."""
+    n, heads = 1000, 4
+    stats = {"self-loops": cost.BlockStats.expected(n, 16 * n, 1)}
+    for algo in ("1d-halo", "sar"):
+        cls = spmm.get(algo)
+        nnz = cost.local_share(cls, stats["self-loops"], (1,), 0).nnz
+        work = {}
+        for dropout in (False, True):
+            mc = cost.ModelCost(((cost.Attend(heads, 16, "self-loops", dropout),),), classes=8, n_params=0,
+                                dropped=(False,))
+            work[dropout] = cost.compute_work(cls, stats, (1,), 0, mc)
+        for phase in ("forward", "backward"):
+            ops, edge, head, feature = cls.attend_dropout_work[phase]
+            more = {k: work[True][phase][k] - work[False][phase][k] for k in work[True][phase]}
+            assert more["ops"] == ops and more["elementwise_bytes"] == nnz * (edge + head * heads), (algo, phase)
+            assert more["spmm_bytes"] == feature * nnz * heads * 16, (algo, phase)
+        assert work[True]["eval"] == work[False]["eval"] and any(cls.attend_dropout_work["forward"][1:])
+
+
 def test_a_frozen_parameter_is_held_not_trained():
     """A frozen parameter (``requires_grad=False``) is out of the modelled gradient all-reduce and Adam's work, and
     is held at 4 bytes a word, not the 16 of a trained one (weights, gradient, two moments)."""

@@ -32,10 +32,14 @@ class GATConv(Layer):
         self.initialise(init, f_in, f_out, heads, self.f_out)
 
     def forward(self, g, h, key: int = 0):
-        v = g.linear(h, self.weight).view(-1, self.heads, self.channels)
-        out = g.attend(v, (v * self.att_src).sum(-1), (v * self.att_dst).sum(-1), self.negative_slope,
-                       self.dropout if self.training else 0.0, key)
+        out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
+
+    def attend(self, g, v, key: int = 0):
+        """The layer's `Attend`: out (n×H×f_out) of V (n×H×f_out) by `g.attend`, with the scores' terms
+        s_src = Σ_f V·a_src and s_dst = Σ_f V·a_dst (n×H), attention dropout in training."""
+        return g.attend(v, (v * self.att_src).sum(-1), (v * self.att_dst).sum(-1), self.negative_slope,
+                        self.dropout if self.training else 0.0, key)
 
     def costs(self, grad_in):
         return [Dense(self.f_in, self.heads * self.channels),

@@ -235,8 +235,10 @@ class DistSpMM(RowLayout):
         under "setup" what it moves once a run for attention `dropout` (the edges' original ids)."""
         raise NotImplementedError(f"{cls.name} has no cost model for attention")
 
-    attend_work: dict = {}      # attention's compute: {"forward" | "backward": (operations, bytes an edge, an edge
-                                # and head, a feature gathered)}, `spgnn.cost.compute_work`
+    attend_work: dict = {}      # attention's compute, its scores' terms included: {"forward" | "backward":
+                                # (operations, bytes an edge, an edge and head, a feature gathered)}, as
+                                # `spgnn.cost.compute_work` charges them
+    attend_dropout_work: dict = {}  # what attention dropout adds in training, in the same form
 
     @classmethod
     def attend_memory(cls, stats, share, rank: int, heads: int, f: int, dropout: bool = False) -> dict:

@@ -73,10 +73,13 @@ class OneDHalo(DistSpMM):
         return {"forward": forward, "backward": forward if stats.symmetric else
                 [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
 
-    # attention's work (`spgnn.cost.compute_work`): its torch operations (counted), and bytes an edge, an edge and
-    # head, and a feature gathered, charged at the elementwise, elementwise and SpMM rates (fitted to `attend` alone
-    # at P = 1 on amazon-computers, 8 heads of 64, 4 of 16, 1 of 10, on the development machine)
-    attend_work = {"forward": (51, 128, 48, 10), "backward": (37, 164, 68, 17)}
+    # attention's work (`spgnn.cost.compute_work`), without and added by attention dropout: its torch operations
+    # (counted), and bytes an edge, an edge and head, and a feature gathered, charged at the elementwise, elementwise
+    # and SpMM rates (fitted to GAT's attention alone, its scores' terms included, at P = 1 on amazon-computers, 8
+    # heads of 64, 4 of 16, 1 of 10, on the development machine with the built-in rates: ``python
+    # benchmarks/fit_attention.py --rounds 15``)
+    attend_work = {"forward": (44, 126, 43, 6), "backward": (55, 136, 42, 17)}
+    attend_dropout_work = {"forward": (9, 65, 0, 0), "backward": (1, 3, 0, 0)}
 
     @staticmethod
     def attend_sizes(stats, share, rank, heads, f) -> tuple[int, int, int]:

@@ -84,7 +84,8 @@ class SAR(OneDHalo):
         forward = ring(give, need, False)
         return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
-    attend_work = {"forward": (47, 112, 46, 8), "backward": (60, 184, 104, 23)}     # as 1d-halo's, found the same way
+    attend_work = {"forward": (43, 110, 40, 6), "backward": (71, 196, 71, 22)}     # as 1d-halo's, found the same way
+    attend_dropout_work = {"forward": (9, 40, 5, 0), "backward": (10, 53, 4, 0)}   # the mask drawn again backward
 
     @classmethod
     def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
