@@ -511,7 +511,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
 #                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same; where
 #                              dW goes by blocks through oneDNN, `spgnn.dense.blocked`, also the transposed copies of
-#                              the narrower operand's blocks, 8·rows·min(f_in,r, f_out) bytes at the same rate)
+#                              the narrower operand's blocks, 8·rows·min(f_in,r, f_out) bytes at the same rate, and
+#                              oneDNN's packing of the wider one as its weight, 8·rows·max(f_in,r, f_out) bytes at
+#                              `pack_bytes_per_s`)
 #     a layer's input dropout  where the model drops it out (`ModelCost.dropped`): one pass, 8·rows·f_in,r bytes at
 #                              `dropout_bytes_per_s`; past layer 0 also dH = dY ⊙ mask in the backward, the mask
 #                              made again (evaluation: no dropout)
@@ -541,7 +543,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 # for each other at every collective, so a phase takes the slowest rank's time, and an epoch the sum of its phases.
 
 PHASES = ("forward", "backward", "optimizer", "eval")
-WORK = ("spmm_nnz", "spmm_bytes", "spmm_ordered_nnz", "spmm_ordered_bytes", "flops", "dense_bytes",
+WORK = ("spmm_nnz", "spmm_bytes", "spmm_ordered_nnz", "spmm_ordered_bytes", "flops", "dense_bytes", "pack_bytes",
         "elementwise_bytes", "dropout_bytes", "fresh_bytes", "ops")                                         # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
 
@@ -563,6 +565,7 @@ class Rates:
     sync_wait_s: float = 0.0        # seconds a call waits for its peers to come from their computation, a core each
     dropout_bytes_per_s: float = math.inf   # an input's one-pass dropout (`spgnn.hashing.dropout`): 8 bytes an element
     fresh_bytes_per_s: float = math.inf     # a fresh private mapping's first touch (page faults, zeroing), one core
+    pack_bytes_per_s: float = math.inf      # a weight gradient by blocks packing its wider operand, 8 bytes an element
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
     spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
     alone: Rates | None = None      # those of one process alone on a machine (None: these)
@@ -614,20 +617,21 @@ class Rates:
 # flops_per_s and dense_bytes_per_s (both), since `spgnn.dense` takes float32 products through oneDNN: the median of
 # seven later calibrations (each within 0.82-1.05× of it; torch's MKL had 102e9 and 15.7e9, alone 103e9 and 18.9e9).
 # runtime_bytes: three calibrations since the kernels are C (245.9-246.5 MiB; with numba's runtime and kernels: 355).
+# pack_bytes_per_s (both): the median of three calibrations (29.2-30.6e9; alone 25.4-26.7e9).
 # The SpMM's four rates (both), since its float32 kernel holds rows in AVX-512 registers: the median of seven later
 # calibrations (each within 0.71-1.60× of it; the portable loop's had 22.7e9, 2.12e-9, 26.2e9 and 1.95e-9, alone
 # 31.7e9, 2.02e-9, 39.1e9 and 2.03e-9).
 _SHARING = Rates(spmm_bytes_per_s=44.0e9, spmm_nnz_s=1.85e-9, spmm_ordered_bytes_per_s=45.1e9,
                  spmm_ordered_nnz_s=1.47e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
                  dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=246 * 2**20,
-                 sync_wait_s=0.82e-3, cores=2, comm_ranks=2)
+                 sync_wait_s=0.82e-3, pack_bytes_per_s=29.2e9, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
 # SpMM's gathers 1.3-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
 # within 25%, against 41)
 DEFAULT_RATES = replace(_SHARING, alone=replace(
     _SHARING, spmm_bytes_per_s=57.7e9, spmm_nnz_s=1.63e-9, spmm_ordered_bytes_per_s=56.7e9, spmm_ordered_nnz_s=1.16e-9,
     flops_per_s=250e9, dense_bytes_per_s=39.3e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
-    op_s=5.8e-6))
+    op_s=5.8e-6, pack_bytes_per_s=26.6e9))
 
 
 @dataclass(frozen=True)
@@ -759,9 +763,10 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                     fresh_bytes=fresh(out, 0 if own else out))
                 k = 2 if layer else 1
                 dx = 4 * first.rows * f_in if layer else 0
-                copies = 8 * first.rows * min(f_in, op.f_out) if blocked(f_in, op.f_out) else 0
-                add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, elementwise_bytes=out, ops=1,
-                    fresh_bytes=fresh(out, dx))
+                copies, pack = (8 * first.rows * min(f_in, op.f_out), 8 * first.rows * max(f_in, op.f_out)) \
+                    if blocked(f_in, op.f_out) else (0, 0)
+                add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, pack_bytes=pack,
+                    elementwise_bytes=out, ops=1, fresh_bytes=fresh(out, dx))
             elif isinstance(op, Attend):
                 for ph, amounts in attend_work(shares[op.adjacency], op, cls.attend_work,
                                                cls.attend_dropout_work).items():
@@ -796,6 +801,7 @@ def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
     return (rates.spmm_s(work["spmm_nnz"], work["spmm_bytes"])
             + rates.spmm_s(work["spmm_ordered_nnz"], work["spmm_ordered_bytes"], ordered=True)
             + work["flops"] / rates.flops_per_s + work["dense_bytes"] / rates.dense_bytes_per_s
+            + work["pack_bytes"] / rates.pack_bytes_per_s
             + work["elementwise_bytes"] / rates.elementwise_bytes_per_s
             + work["dropout_bytes"] / rates.dropout_bytes_per_s
             + work["fresh_bytes"] / rates.fresh_bytes_per_s) / cores + work["ops"] * rates.op_s

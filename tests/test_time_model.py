@@ -264,7 +264,7 @@ def test_calibration_file_round_trips(tmp_path):
     the default rates and its own world size; a schema-3 file, made before the rcm-order SpMM rates, charges every
     nonzero at its own SpMM rates (not the defaults' rcm-order ones); a schema-4 file, made before the sync wait was
     measured, has the default one; a schema-5 file, made before the rates of a process alone, has none (its own
-    rates hold for a process alone too)."""
+    rates hold for a process alone too); a file without the weight gradient's packing rate has the default one."""
     compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
     assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
     alone = compute["alone"]
@@ -284,6 +284,9 @@ def test_calibration_file_round_trips(tmp_path):
     four = {k: v for k, v in compute.items() if k != "sync_wait_s"}
     (tmp_path / "4").write_text(json.dumps(new | {"schema": "spgnn.calibration/4", "compute": four}))
     assert cost.load_rates(tmp_path / "4").sync_wait_s == cost.DEFAULT_RATES.sync_wait_s
+    unpacked = {k: v for k, v in compute.items() if k != "pack_bytes_per_s"}     # made before packing was timed
+    (tmp_path / "6").write_text(json.dumps(new | {"compute": unpacked}))
+    assert cost.load_rates(tmp_path / "6").pack_bytes_per_s == cost.DEFAULT_RATES.pack_bytes_per_s
     before = {k: v for k, v in four.items() if not k.startswith("spmm_ordered")}
     (tmp_path / "3").write_text(json.dumps(new | {"schema": "spgnn.calibration/3", "compute": before}))
     three = cost.load_rates(tmp_path / "3")
@@ -490,10 +493,11 @@ def test_a_gcn_or_sage_stack_changes_its_results_in_place():
     assert in_place(model="gin") == in_place(model="gcn", batch_norm=True) == (False, False, False)
 
 
-def test_the_blocked_weight_gradients_copies_are_charged():
+def test_the_blocked_weight_gradients_copies_and_packing_are_charged():
     """The backward of a product whose weight gradient goes by blocks through oneDNN (`spgnn.dense.blocked`: W of
     WIDE entries or more, not narrow) also reads and writes the transposed copies of the narrower operand's blocks,
-    8·rows·min(f_in, f_out) bytes; a smaller W and a narrow one (f_out < NARROW) copy nothing."""
+    8·rows·min(f_in, f_out) bytes, and oneDNN's packing of the wider one, 8·rows·max(f_in, f_out) bytes at its own
+    rate; a smaller W and a narrow one (f_out < NARROW) copy and pack nothing."""
     from spgnn.dense import NARROW, WIDE
 
     n = 1000
@@ -501,12 +505,17 @@ def test_the_blocked_weight_gradients_copies_are_charged():
     assert 767 * 64 >= WIDE > 16 * 16 and 767 * (NARROW - 1) >= WIDE
     stats = {"gcn": cost.BlockStats.expected(n, 16 * n, 1)}
     cls = spmm.get("1d-halo")
-    for layers, copies in ((((wide,), (small,)), 8 * n * 64), (((small,), (narrow,)), 0)):
+    for layers, copies, pack in ((((wide,), (small,)), 8 * n * 64, 8 * n * 767), (((small,), (narrow,)), 0, 0)):
         mc = cost.ModelCost(layers, classes=8, n_params=0, dropped=(False, False))
         work = cost.compute_work(cls, stats, (1,), 0, mc)
         dense = [d for ops in layers for d in ops]
         plain = sum(4 * n * (d.f_in + d.f_out) * (2 if layer else 1) for layer, d in enumerate(dense))
         assert work["backward"]["dense_bytes"] == plain + copies
+        assert work["backward"]["pack_bytes"] == pack and work["forward"]["pack_bytes"] == 0
+        rates = cost.DEFAULT_RATES
+        slower = dataclasses.replace(rates, pack_bytes_per_s=rates.pack_bytes_per_s / 2)
+        gained = cost.compute_seconds(work["backward"], slower, 1) - cost.compute_seconds(work["backward"], rates, 1)
+        assert gained == pytest.approx(pack / rates.pack_bytes_per_s)
 
 
 def test_a_column_split_products_partial_sum_is_the_working_memory():

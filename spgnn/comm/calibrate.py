@@ -20,14 +20,17 @@ and the large ones β.
 Compute (`measure_compute`), timed on every rank at once (so with the cores shared as in a run) and divided by
 the cores each rank has, then the median over ranks: a local SpMM (`spgnn.sparse.kernels.spmm` on a power-law
 R-MAT matrix at two widths: seconds a nonzero and 4·f·(nnz + rows) bytes a second), dense products (`spgnn.dense`:
-2·m·k·n flops in cache, and 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ), the elementwise work around
+2·m·k·n flops in cache, 4·m·(k + n) bytes over many rows for H·W, Hᵀ·G and G·Wᵀ, and the weight gradient by
+blocks' packing of its wider operand: 8 bytes an element of H, of Hᵀ·G less H·W and the narrower operand's copies,
+H 8192×1024 and G 8192×64), the elementwise work around
 a dense product (a dropout mask, bias and ReLU: 8 bytes an element in and out), an input's one-pass dropout
 (`spgnn.hashing.dropout`, 8 bytes an element), the first touch of a fresh mapping (page faults and zeroing), the
 fixed seconds of a tiny autograd operation, the resident bytes of this process (torch and spgnn imported, its
 kernels loaded, joined to its peers), and the wait of a collective entered from computation (`measure_sync_wait`);
 then the same rates of one process alone on the machine with every core ("alone").
 
-JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/6"; /5 files, without the rates of a
+JSON written by ``spgnn calibrate --output FILE`` (schema "spgnn.calibration/6"; files without
+"pack_bytes_per_s", written before it was measured, take the default's; /5 files, without the rates of a
 process alone, /4 files, also without the sync wait, /3 files, also without rcm-order SpMM rates, /2 files, whose
 broadcast β is a byte received, and /1 files, also without "compute" and "cores", are still read:
 `spgnn.cost.load_calibration`, `spgnn.cost.load_rates`):
@@ -51,6 +54,7 @@ broadcast β is a byte received, and /1 files, also without "compute" and "cores
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
                  "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
+                 "pack_bytes_per_s": ...,
                  "runtime_bytes": ..., "sync_wait_s": ...,                                      # one core
                  "alone": {"spmm_bytes_per_s": ..., ..., "op_s": ...}}}   # one process with every core, a core's;
                                                                                # not fresh_bytes_per_s
@@ -213,8 +217,10 @@ def _touch_fresh(nbytes: int) -> None:
         torch.frombuffer(m, dtype=torch.float32).fill_(1.0)
 
 
+PACK_ROWS, PACK_WIDTH = 1 << 13, 1024     # H of the weight gradient `pack_bytes_per_s` is timed on (32 MiB)
 RATE_KEYS = ("spmm_bytes_per_s", "spmm_nnz_s", "spmm_ordered_bytes_per_s", "spmm_ordered_nnz_s", "flops_per_s",
-             "dense_bytes_per_s", "elementwise_bytes_per_s", "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s")
+             "dense_bytes_per_s", "elementwise_bytes_per_s", "dropout_bytes_per_s", "fresh_bytes_per_s", "op_s",
+             "pack_bytes_per_s")
 
 
 def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
@@ -249,6 +255,11 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
     dense_s = sum(timed(fn) for fn in (lambda: dense.product(half, w), lambda: dense.weight_grad(half, g),
                                        lambda: dense.product(g, w.t())))
     dense_s = max(dense_s - 3 * 2 * (n // 2) * f * narrow / flops, 1e-3 * dense_s)
+    wide, tall, w_wide = torch.rand(PACK_ROWS, PACK_WIDTH), torch.rand(PACK_ROWS, f), torch.rand(PACK_WIDTH, f)
+    dense_bytes_s = 3 * 4 * (n // 2) * (f + narrow) / dense_s          # the process's, all its cores
+    grad_s = timed(lambda: dense.weight_grad(wide, tall))
+    pack_s = max(grad_s - timed(lambda: dense.product(wide, w_wide)) - 8 * PACK_ROWS * f / dense_bytes_s,
+                 1e-3 * grad_s)
     elementwise_s = timed(lambda: torch.relu(half * dropout_mask(ids[: n // 2], f, 0.5, 1) + b))
     dropout_s = timed(lambda: dropout(h, ids, 0.5, 1))
     x = torch.rand(4, 4, requires_grad=True)
@@ -258,8 +269,9 @@ def kernel_rates(timed, cores: float, seed: int = 0, scale: int = 17, degree: in
     fresh_s = max(timed(lambda: _touch_fresh(fresh)) - timed(lambda: resident.fill_(1.0)), 1e-9)
     return dict(zip(RATE_KEYS, (1 / max(per_byte, 1e-15) / cores, nnz_s * cores,
                                 1 / max(ordered_per_byte, 1e-15) / cores, ordered_nnz_s * cores, flops / cores,
-                                3 * 4 * (n // 2) * (f + narrow) / dense_s / cores, 4 * n * f / elementwise_s / cores,
-                                8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s)))
+                                dense_bytes_s / cores, 4 * n * f / elementwise_s / cores,
+                                8 * n * f / dropout_s / cores, fresh / fresh_s / cores, op_s,
+                                8 * PACK_ROWS * PACK_WIDTH / pack_s / cores)))
 
 
 def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
@@ -360,7 +372,8 @@ def format_table(result: dict) -> str:
                      f"{c.get('spmm_ordered_bytes_per_s', math.nan) / 1e9:.2f} GB/s and "
                      f"{c.get('spmm_ordered_nnz_s', math.nan) * 1e9:.1f} ns), "
                      f"dense {c['flops_per_s'] / 1e9:.1f} GFlop/s and "
-                     f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s, elementwise "
+                     f"{c.get('dense_bytes_per_s', math.inf) / 1e9:.2f} GB/s (a blocked weight gradient's packing "
+                     f"{c.get('pack_bytes_per_s', math.inf) / 1e9:.2f} GB/s), elementwise "
                      f"{c['elementwise_bytes_per_s'] / 1e9:.2f} GB/s, an input's dropout "
                      f"{c.get('dropout_bytes_per_s', math.inf) / 1e9:.2f} GB/s, a fresh mapping's first touch "
                      f"{c.get('fresh_bytes_per_s', math.inf) / 1e9:.2f} GB/s, {c['op_s'] * 1e6:.0f} µs an operation; "
