@@ -139,8 +139,9 @@ class OneDHalo(DistSpMM):
         e_own = attention.scores(rows[:own], cols[:own], s_src, s_dst, slope)
         x = autograd_comm.linear_map(x_own, self.comm, lambda t: torch.cat([t, halo.wait()]),
                                      lambda g: self._fold_halo(g.clone()))
-        e = torch.cat([e_own, attention.scores(rows[own:], cols[own:], x[:, -heads:], s_dst, slope)])
-        return attention.aggregate(e, rows, cols, x[:, :-heads].view(-1, heads, f), n_i, mask)
+        v_x, s_x = x.split([heads * f, heads], 1)           # one backward (a cat), not two zero-filled copies
+        e = torch.cat([e_own, attention.scores(rows[own:], cols[own:], s_x, s_dst, slope)])
+        return attention.aggregate(e, rows, cols, v_x.view(-1, heads, f), n_i, mask)
 
     def _edge_lists(self, device="cpu"):
         """(rows, cols) of the edges of [A_ii A_i,halo], A_ii's first, as int64 tensors on `device` (local

@@ -198,9 +198,10 @@ class SAR(OneDHalo):
             rows, cols, mask = self._edges(j, heads, dropout, key, v.dtype, v.device)
             with torch.enable_grad():
                 x_j, s_d = x_j.detach().requires_grad_(), s_dst.detach().requires_grad_()
-                alpha = torch.exp(attention.scores(rows, cols, x_j[:, -heads:], s_d, slope) - lse[rows])
+                v_x, s_x = x_j.split([heads * f, heads], 1)      # one backward (a cat), not two zero-filled copies
+                alpha = torch.exp(attention.scores(rows, cols, s_x, s_d, slope) - lse[rows])
                 c = attention.weighted_sum(alpha if mask is None else alpha * mask, rows, cols,
-                                           x_j[:, :-heads].view(-1, heads, f), n_i)
+                                           v_x.view(-1, heads, f), n_i)
                 surrogate = (c * d_out).sum() - (attention.segment_sum(alpha, rows, n_i) * d_norm).sum()
                 dx_j, ds_d = torch.autograd.grad(surrogate, (x_j, s_d))
             ds_dst.add_(ds_d)
