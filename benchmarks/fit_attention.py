@@ -49,33 +49,41 @@ WAYS = ("forward", "backward")
 
 
 class OpCounter(TorchDispatchMode):
-    """Counts the torch operations dispatched."""
+    """Counts the torch operations dispatched, and their results of `sizes` elements (of each size)."""
 
-    def __init__(self):
+    def __init__(self, sizes: tuple):
         super().__init__()
-        self.n = 0
+        self.n, self.sizes, self.results = 0, sizes, [0] * len(sizes)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.n += 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        given = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+        for t in out if isinstance(out, tuple | list) else (out,):      # new tensors, not views or in-place results
+            if isinstance(t, torch.Tensor) and t.numel() in self.sizes and t.untyped_storage().data_ptr() not in given:
+                self.results[self.sizes.index(t.numel())] += 1
+        return out
 
 
 def once(graph, layer, v, key: int = 0, count: bool = False) -> dict:
-    """Seconds (or, with `count`, torch operations) of `layer`'s attention of V, forward and backward."""
+    """Seconds of `layer`'s attention of V (n×H×F), forward and backward; with `count`, (torch operations, results of
+    V's size, results of X's, n×H×(F + 1)) instead."""
     v.grad = None
-    out = {}
+    n, heads, f = v.shape
+    out, y, seed = {}, None, None
     for way in WAYS:
-        counter = OpCounter() if count else None
+        counter = OpCounter((n * heads * f, n * heads * (f + 1))) if count else None
         t0 = time.perf_counter()
         if counter:
             counter.__enter__()
         if way == "forward":
             y = layer.attend(graph, v, key)
         else:
-            y.backward(torch.ones_like(y))
+            y.backward(seed)
         if counter:
             counter.__exit__(None, None, None)
-        out[way] = counter.n if counter else time.perf_counter() - t0
+        out[way] = (counter.n, *counter.results) if counter else time.perf_counter() - t0
+        seed = torch.ones_like(y)                          # the gradient arriving from above, made untimed
     return out
 
 
@@ -92,12 +100,10 @@ def fit(rows, rates, cores, seconds, ops) -> dict:
     return out
 
 
-def predicted(share, heads: int, f: int, dropout: bool, tables: dict, rates, cores) -> dict:
-    """Each direction's seconds of an attention of `heads` heads of f on a rank of `share` as the time model charges
-    it (`spgnn.cost.attend_work`, `spgnn.cost.compute_seconds`), for the constants `tables` (attend_work,
-    attend_dropout_work)."""
-    work = cost.attend_work(share, cost.Attend(heads, f, "self-loops", dropout), tables["attend_work"],
-                            tables["attend_dropout_work"])
+def predicted(cls, stats, shape, heads: int, f: int, dropout: bool, tables: dict, rates, cores) -> dict:
+    """Each direction's seconds of an attention of `heads` heads of f on rank 0 as the time model charges it
+    (`spgnn.cost.attend_work`, `spgnn.cost.compute_seconds`), for the constants `tables`."""
+    work = cost.attend_work(cls, stats, shape, 0, cost.Attend(heads, f, "self-loops", dropout), tables)
     return {way: cost.compute_seconds(work[way], rates, cores) for way in WAYS}
 
 
@@ -122,8 +128,7 @@ def main(argv=None) -> int:
     for algo in args.algos.split(","):
         t = Trainer(TrainConfig(dataset=g.name, model="gat", algo=algo, dropout=0.0), comm, graph=g)
         model, stats = t.costs
-        share = cost.local_share(type(t.algo), stats["self-loops"], t.grid.shape, 0)
-        n, nnz = t.g.node_ids.shape[0], share.nnz
+        n, nnz = t.g.node_ids.shape[0], cost.local_share(type(t.algo), stats["self-loops"], t.grid.shape, 0).nnz
         rows = []
         for heads, f in shapes:
             layers = {d: GATConv(1, f, heads, dropout=d).train() for d in cases}
@@ -131,7 +136,7 @@ def main(argv=None) -> int:
             for d in cases:
                 once(t.g, layers[d], v)                             # warm-up
             rows.append({"heads": heads, "f": f, "nnz": int(nnz), "layers": layers, "v": v,
-                         "ops": {d: once(t.g, layers[d], v, count=True) for d in cases},
+                         "counts": {d: once(t.g, layers[d], v, count=True) for d in cases},
                          "runs": {d: {way: [] for way in WAYS} for d in cases}})
         for r in range(args.rounds):
             for row in rows if r % 2 == 0 else rows[::-1]:
@@ -142,10 +147,11 @@ def main(argv=None) -> int:
             del row["layers"], row["v"]
             row["seconds"] = {d: {way: float(np.median(row["runs"][d][way])) for way in WAYS} for d in cases}
         fitted = {"attend_work": fit(rows, rates, cores, lambda r, w: r["seconds"][0.0][w],
-                                     lambda r, w: r["ops"][0.0][w]),
+                                     lambda r, w: r["counts"][0.0][w][0]),
                   "attend_dropout_work": fit(rows, rates, cores,
                                              lambda r, w: r["seconds"][drop][w] - r["seconds"][0.0][w],
-                                             lambda r, w: r["ops"][drop][w] - r["ops"][0.0][w])}
+                                             lambda r, w: r["counts"][drop][w][0] - r["counts"][0.0][w][0]),
+                  "attend_fresh": {w: tuple(rows[0]["counts"][0.0][w][1:]) for w in WAYS}}     # the first shape's
         cls = type(t.algo)
         stated = {name: getattr(cls, name) for name in fitted}
         result[algo] = {"stated": stated, "fitted": fitted, "rows": rows}
@@ -153,7 +159,8 @@ def main(argv=None) -> int:
             lines += [f"{algo} {name}: stated {stated[name]}", f"{algo} {name}: fitted {fitted[name]}"]
         for row in rows:
             for case in cases:
-                parts = {label: predicted(share, row["heads"], row["f"], case > 0, tables, rates, cores)
+                parts = {label: predicted(cls, stats, t.grid.shape, row["heads"], row["f"], case > 0, tables, rates,
+                                          cores)
                          for label, tables in (("stated", stated), ("fitted", fitted))}
                 lines.append(f"  {row['heads']}x{row['f']} dropout {case}: " + "; ".join(
                     f"{way} {1e3 * row['seconds'][case][way]:.2f} ms, predicted / measured stated "

@@ -529,7 +529,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              also touched at `fresh_bytes_per_s`: an SpMM's output (backward: its dH), a dense
 #                              product's and the elementwise result after it (none where the layer's bias and
 #                              activation work in place, `ModelCost.in_place`; backward: their gradients, and dX past
-#                              layer 0), a hidden input's dropout (backward: its gradient), the loss's; not the
+#                              layer 0), a hidden input's dropout (backward: its gradient), the loss's, an
+#                              attention's results of the size of V and of X (the layout's `attend_fresh`); not the
 #                              features' dropout, whose block is kept (`spgnn.memory.empty`)
 #
 # (nnz_r, rows, f_r: what the rank multiplies, `LocalShare`), at the calibrated one-core rates times its cores
@@ -768,8 +769,7 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, pack_bytes=pack,
                     elementwise_bytes=out, ops=1, fresh_bytes=fresh(out, dx))
             elif isinstance(op, Attend):
-                for ph, amounts in attend_work(shares[op.adjacency], op, cls.attend_work,
-                                               cls.attend_dropout_work).items():
+                for ph, amounts in attend_work(cls, stats, shape, rank, op).items():
                     add((ph,), **amounts)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
@@ -780,19 +780,29 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
     return work
 
 
-def attend_work(share: LocalShare, op: Attend, work: dict, dropout_work: dict) -> dict:
-    """{phase: {amount: ...}} of attention `op` on a rank of `share` for a layout's constants (`DistSpMM.attend_work`
-    and `attend_dropout_work`, {"forward" | "backward": (operations, bytes an edge, an edge and head, a feature
-    gathered)}): `work` forward (and in evaluation) and backward, and in training, where `op` drops out, also
-    `dropout_work`."""
+ATTEND_TABLES = ("attend_work", "attend_dropout_work", "attend_fresh")     # a layout's constants of attention
+
+
+def attend_work(cls, stats: dict, shape, rank: int, op: Attend, tables: dict | None = None) -> dict:
+    """{phase: {amount: ...}} of attention `op` on `rank`, from the layout's constants (`ATTEND_TABLES`, or
+    `tables`): `attend_work`'s operations and bytes forward (and in evaluation) and backward, in training where `op`
+    drops out also `attend_dropout_work`'s, and the first touch of its results of the size of V and of X that are
+    LARGE_BYTES or more (`attend_fresh`; the evaluation's forward as training's)."""
+    tables = tables or {name: getattr(cls, name) for name in ATTEND_TABLES}
+    share = local_share(cls, stats[op.adjacency], shape, rank)
+    x, _, v = cls.attend_sizes(stats[op.adjacency], share, rank, op.heads, op.width)
     out = {ph: dict.fromkeys(WORK, 0) for ph in PHASES}
-    for table, phases in ((work, {"forward": ("forward", "eval"), "backward": ("backward",)}),
-                          (dropout_work if op.dropout else {}, {"forward": ("forward",), "backward": ("backward",)})):
+    ways = {"forward": ("forward", "eval"), "backward": ("backward",)}
+    for table, phases in ((tables["attend_work"], ways), (tables["attend_dropout_work"] if op.dropout else {},
+                                                          {"forward": ("forward",), "backward": ("backward",)})):
         for way, (n_ops, edge, head, feature) in table.items():
             for ph in phases[way]:
                 out[ph]["ops"] += n_ops
                 out[ph]["elementwise_bytes"] += share.nnz * (edge + head * op.heads)
                 out[ph]["spmm_bytes"] += feature * share.nnz * op.heads * op.width
+    for way, (n_v, n_x) in tables["attend_fresh"].items():
+        for ph in ways[way]:
+            out[ph]["fresh_bytes"] += n_v * (v if v >= LARGE_BYTES else 0) + n_x * (x if x >= LARGE_BYTES else 0)
     return out
 
 

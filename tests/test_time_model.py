@@ -171,6 +171,27 @@ def test_attention_dropout_is_charged_in_training_only():
         assert work[True]["eval"] == work[False]["eval"] and any(cls.attend_dropout_work["forward"][1:])
 
 
+def test_attentions_large_results_are_charged_their_first_touch():
+    """An attention's results of V's and X's size (the layout's `attend_fresh`) of 32 MiB or more are mapped anew at
+    every step: their bytes are charged at the first-touch rate, forward (and in evaluation) and backward; smaller
+    ones are not."""
+    from spgnn.memory import LARGE_BYTES
+
+    op = cost.Attend(8, 64, "self-loops")
+    for algo in ("1d-halo", "sar"):
+        cls = spmm.get(algo)
+        for n, large in ((20000, True), (1000, False)):
+            stats = {"self-loops": cost.BlockStats.expected(n, 16 * n, 1)}
+            share = cost.local_share(cls, stats["self-loops"], (1,), 0)
+            x, _, v = cls.attend_sizes(stats["self-loops"], share, 0, op.heads, op.width)
+            assert (min(x, v) >= LARGE_BYTES) == large and (max(x, v) < LARGE_BYTES) != large
+            work = cost.attend_work(cls, stats, (1,), 0, op)
+            for phase, way in (("forward", "forward"), ("eval", "forward"), ("backward", "backward")):
+                n_v, n_x = cls.attend_fresh[way]
+                assert work[phase]["fresh_bytes"] == (n_v * v + n_x * x if large else 0), (algo, n, phase)
+            assert all(cls.attend_fresh[way][0] > 0 for way in ("forward", "backward"))
+
+
 def test_a_frozen_parameter_is_held_not_trained():
     """A frozen parameter (``requires_grad=False``) is out of the modelled gradient all-reduce and Adam's work, and
     is held at 4 bytes a word, not the 16 of a trained one (weights, gradient, two moments)."""

@@ -239,6 +239,14 @@ class DistSpMM(RowLayout):
                                 # (operations, bytes an edge, an edge and head, a feature gathered)}, as
                                 # `spgnn.cost.compute_work` charges them
     attend_dropout_work: dict = {}  # what attention dropout adds in training, in the same form
+    attend_fresh: dict = {}     # attention's results the size of V and of X (`attend_sizes`) a direction,
+                                # {"forward" | "backward": (V's, X's)}: each of 32 MiB or more a fresh mapping
+
+    @staticmethod
+    def attend_sizes(stats, share, rank: int, heads: int, f: int) -> tuple[int, int, int]:
+        """Bytes (X, E, V) of one attention on `rank` (`share`: its `spgnn.cost.LocalShare`): [V | s_src] of the
+        rows it gathers, an edges×heads tensor, V (n_r×heads×f)."""
+        return 4 * share.rows * heads * (f + 1), 4 * share.nnz * heads, 4 * share.rows * heads * f
 
     @classmethod
     def attend_memory(cls, stats, share, rank: int, heads: int, f: int, dropout: bool = False) -> dict:

@@ -73,17 +73,18 @@ class OneDHalo(DistSpMM):
         return {"forward": forward, "backward": forward if stats.symmetric else
                 [("all_to_all", "part", need.sum() * f * 4, give.sum() * f * 4, np.count_nonzero(need))]}
 
-    # attention's work (`spgnn.cost.compute_work`), without and added by attention dropout: its torch operations
+    # attention's work (`spgnn.cost.attend_work`), without and added by attention dropout: its torch operations
     # (counted), and bytes an edge, an edge and head, and a feature gathered, charged at the elementwise, elementwise
     # and SpMM rates (fitted to GAT's attention alone, its scores' terms included, at P = 1 on amazon-computers, 8
     # heads of 64, 4 of 16, 1 of 10, on the development machine with the built-in rates: ``python
     # benchmarks/fit_attention.py --rounds 15``)
-    attend_work = {"forward": (44, 126, 43, 6), "backward": (55, 136, 42, 17)}
-    attend_dropout_work = {"forward": (9, 65, 0, 0), "backward": (1, 3, 0, 0)}
+    attend_work = {"forward": (43, 108, 49, 6), "backward": (52, 123, 44, 16)}
+    attend_dropout_work = {"forward": (9, 38, 5, 0), "backward": (1, 0, 3, 0)}
+    attend_fresh = {"forward": (4, 2), "backward": (7, 2)}      # counted by the same command
 
     @staticmethod
-    def attend_sizes(stats, share, rank, heads, f) -> tuple[int, int, int]:
-        """Bytes (X, E, V) of one attention on `rank`: [V | s_src] with the halo's rows, an edges×heads tensor, V."""
+    def attend_sizes(stats, share, rank, heads, f):
+        """X with the halo's rows."""
         x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
         return int(x), int(4 * share.nnz * heads), int(4 * share.rows * heads * f)
 

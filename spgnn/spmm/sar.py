@@ -84,8 +84,9 @@ class SAR(OneDHalo):
         forward = ring(give, need, False)
         return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
-    attend_work = {"forward": (43, 110, 40, 6), "backward": (71, 196, 71, 22)}     # as 1d-halo's, found the same way
-    attend_dropout_work = {"forward": (9, 40, 5, 0), "backward": (10, 53, 4, 0)}   # the mask drawn again backward
+    attend_work = {"forward": (43, 98, 38, 7), "backward": (67, 165, 71, 23)}      # as 1d-halo's, found the same way
+    attend_dropout_work = {"forward": (9, 38, 6, 0), "backward": (10, 45, 9, 0)}   # the mask drawn again backward
+    attend_fresh = {"forward": (6, 1), "backward": (12, 2)}
 
     @classmethod
     def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
