@@ -1,5 +1,5 @@
 """Attention's work constants (`DistSpMM.attend_work`, `attend_dropout_work`) fitted to one attention timed alone
-at P = 1.
+at P = 1, and its large results counted (`attend_fresh`).
 
     python benchmarks/fit_attention.py [--dataset amazon-computers] [--data-dir DATA] [--algos 1d-halo,sar]
                                        [--shapes 8x64,4x16,1x10] [--dropout 0.5] [--rounds 9] [--calibration FILE]
@@ -9,8 +9,9 @@ One process set up as ``spgnn train`` sets up P = 1 (`spgnn.comm.launch.init`), 
 its `DistGraph`), then for each head×feature shape a `GATConv` in training mode and random V (n×H×F), and in
 --rounds interleaved rounds the layer's attention (`GATConv.attend`: the scores' terms and `DistGraph.attend`), its
 forward and its backward each timed alone, without attention dropout and with --dropout. The torch operations each
-direction dispatches are counted (a dispatch mode) and, as the time model charges attention
-(`spgnn.cost.compute_work`), per layout and direction
+direction dispatches are counted (a dispatch mode), with its new results of V's size and of X's, n×H×(F + 1) (of the
+first shape: `attend_fresh`), and, as the time model charges attention (`spgnn.cost.attend_work`), per layout and
+direction
 
     seconds = operations·op_s + (nnz·edge + nnz·H·head) / (elementwise_bytes_per_s·cores)
               + nnz·H·F·feature / (spmm_bytes_per_s·cores)
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     cases = (0.0, drop)
     for algo in args.algos.split(","):
         t = Trainer(TrainConfig(dataset=g.name, model="gat", algo=algo, dropout=0.0), comm, graph=g)
-        model, stats = t.costs
+        stats = t.costs[1]
         n, nnz = t.g.node_ids.shape[0], cost.local_share(type(t.algo), stats["self-loops"], t.grid.shape, 0).nnz
         rows = []
         for heads, f in shapes:

@@ -720,6 +720,11 @@ def _call_seconds(calls, alpha_beta, wait_s: float = 0.0, size=lambda group: Non
                + wait_s * wait_steps(op, 1, m) + sync_s for op, group, s, r, m in calls)
 
 
+def fresh_bytes(*sizes) -> int:
+    """Bytes of the results of `sizes` bytes that are mapped anew at every step: those of LARGE_BYTES or more."""
+    return sum(b for b in sizes if b >= LARGE_BYTES)
+
+
 def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
     """{phase: {amount: ...}} for each amount of `WORK`: what `rank` computes in one training step
     (forward, backward, optimizer) and one evaluation, from the operations the layers declare (module section
@@ -733,15 +738,12 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             for k, v in amounts.items():
                 work[ph][k] += v
 
-    def fresh(*sizes) -> int:                           # the results mapped anew at every step
-        return sum(b for b in sizes if b >= LARGE_BYTES)
-
     for layer, ops in enumerate(model.layers):
         if layer < len(model.dropped) and model.dropped[layer]:     # the dropout of the layer's input, in one pass
             dropped = first.rows * first.width(_widths(ops)[0])
-            add(("forward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped) if layer else 0)
+            add(("forward",), dropout_bytes=8 * dropped, fresh_bytes=fresh_bytes(4 * dropped) if layer else 0)
             if layer:                                       # and dH = dY ⊙ mask, the mask made again
-                add(("backward",), dropout_bytes=8 * dropped, fresh_bytes=fresh(4 * dropped))
+                add(("backward",), dropout_bytes=8 * dropped, fresh_bytes=fresh_bytes(4 * dropped))
         for op in ops:
             if once(op):                                    # made in the first step only
                 continue
@@ -751,9 +753,9 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 o, b_o = s.ordered_nnz, 4 * s.width(op.width) * s.ordered_nnz
                 sparse = {"spmm_nnz": s.nnz - o, "spmm_bytes": b - b_o, "spmm_ordered_nnz": o,
                           "spmm_ordered_bytes": b_o}
-                add(("forward", "eval"), **sparse, ops=1, fresh_bytes=fresh(4 * s.out_rows * s.width(op.width)))
+                add(("forward", "eval"), **sparse, ops=1, fresh_bytes=fresh_bytes(4 * s.out_rows * s.width(op.width)))
                 add(("backward",) if op.backward else (), **sparse, ops=1,
-                    fresh_bytes=fresh(4 * s.rows * s.width(op.width)))
+                    fresh_bytes=fresh_bytes(4 * s.rows * s.width(op.width)))
             elif isinstance(op, Dense):
                 f_in = first.width(op.f_in)
                 flops = 2 * first.rows * f_in * op.f_out
@@ -761,13 +763,13 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 out = 4 * first.rows * first.width(op.f_out)        # bias and activation
                 own = layer < len(model.in_place) and model.in_place[layer]
                 add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1,
-                    fresh_bytes=fresh(out, 0 if own else out))
+                    fresh_bytes=fresh_bytes(out, 0 if own else out))
                 k = 2 if layer else 1
                 dx = 4 * first.rows * f_in if layer else 0
                 copies, pack = (8 * first.rows * min(f_in, op.f_out), 8 * first.rows * max(f_in, op.f_out)) \
                     if blocked(f_in, op.f_out) else (0, 0)
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, pack_bytes=pack,
-                    elementwise_bytes=out, ops=1, fresh_bytes=fresh(out, dx))
+                    elementwise_bytes=out, ops=1, fresh_bytes=fresh_bytes(out, dx))
             elif isinstance(op, Attend):
                 for ph, amounts in attend_work(cls, stats, shape, rank, op).items():
                     add((ph,), **amounts)
@@ -775,7 +777,7 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)
     softmax = 8 * first.rows * first.width(model.classes)
-    add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1, fresh_bytes=fresh(softmax // 2))
+    add(("forward", "backward", "eval"), elementwise_bytes=softmax, ops=1, fresh_bytes=fresh_bytes(softmax // 2))
     add(("optimizer",), elementwise_bytes=4 * ADAM_WORDS * model.n_params, ops=2 * len(model.layers))
     return work
 
@@ -802,7 +804,7 @@ def attend_work(cls, stats: dict, shape, rank: int, op: Attend, tables: dict | N
                 out[ph]["spmm_bytes"] += feature * share.nnz * op.heads * op.width
     for way, (n_v, n_x) in tables["attend_fresh"].items():
         for ph in ways[way]:
-            out[ph]["fresh_bytes"] += n_v * (v if v >= LARGE_BYTES else 0) + n_x * (x if x >= LARGE_BYTES else 0)
+            out[ph]["fresh_bytes"] += n_v * fresh_bytes(v) + n_x * fresh_bytes(x)
     return out
 
 

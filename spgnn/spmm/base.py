@@ -237,7 +237,7 @@ class DistSpMM(RowLayout):
 
     attend_work: dict = {}      # attention's compute, its scores' terms included: {"forward" | "backward":
                                 # (operations, bytes an edge, an edge and head, a feature gathered)}, as
-                                # `spgnn.cost.compute_work` charges them
+                                # `spgnn.cost.attend_work` charges them
     attend_dropout_work: dict = {}  # what attention dropout adds in training, in the same form
     attend_fresh: dict = {}     # attention's results the size of V and of X (`attend_sizes`) a direction,
                                 # {"forward" | "backward": (V's, X's)}: each of 32 MiB or more a fresh mapping

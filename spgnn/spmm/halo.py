@@ -84,9 +84,9 @@ class OneDHalo(DistSpMM):
 
     @staticmethod
     def attend_sizes(stats, share, rank, heads, f):
-        """X with the halo's rows."""
-        x = 4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)
-        return int(x), int(4 * share.nnz * heads), int(4 * share.rows * heads * f)
+        """`DistSpMM.attend_sizes`, X with the halo's rows."""
+        _, e, v = DistSpMM.attend_sizes(stats, share, rank, heads, f)
+        return int(4 * (share.rows + int(stats.halo[rank].sum())) * heads * (f + 1)), int(e), int(v)
 
     @classmethod
     def attend_memory(cls, stats, share, rank, heads, f, dropout=False):
