@@ -619,18 +619,21 @@ class Rates:
 # seven later calibrations (each within 0.82-1.05× of it; torch's MKL had 102e9 and 15.7e9, alone 103e9 and 18.9e9).
 # runtime_bytes: three calibrations since the kernels are C (245.9-246.5 MiB; with numba's runtime and kernels: 355).
 # pack_bytes_per_s (both): the median of three calibrations (29.2-30.6e9; alone 25.4-26.7e9).
-# The SpMM's four rates (both), since its float32 kernel holds rows in AVX-512 registers: the median of seven later
-# calibrations (each within 0.71-1.60× of it; the portable loop's had 22.7e9, 2.12e-9, 26.2e9 and 1.95e-9, alone
-# 31.7e9, 2.02e-9, 39.1e9 and 2.03e-9).
-_SHARING = Rates(spmm_bytes_per_s=44.0e9, spmm_nnz_s=1.85e-9, spmm_ordered_bytes_per_s=45.1e9,
-                 spmm_ordered_nnz_s=1.47e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
+# The SpMM's four rates (both), since its float32 kernel keeps each width's tile of a row in AVX-512 registers (one
+# function a width): the median of eight calibrations (each within 0.73-1.27× of it). Four calibrations of the same
+# day with the kernel before, whose tile of run-time width lived on the stack, had 43.5e9, 2.19e-9, 44.3e9 and
+# 1.73e-9, alone 56.5e9, 1.76e-9, 53.5e9 and 1.25e-9 (the defaults then, from seven: 44.0e9, 1.85e-9, 45.1e9 and
+# 1.47e-9, alone 57.7e9, 1.63e-9, 56.7e9 and 1.16e-9); the portable loop's had 22.7e9, 2.12e-9, 26.2e9 and 1.95e-9,
+# alone 31.7e9, 2.02e-9, 39.1e9 and 2.03e-9.
+_SHARING = Rates(spmm_bytes_per_s=50.0e9, spmm_nnz_s=1.64e-9, spmm_ordered_bytes_per_s=49.3e9,
+                 spmm_ordered_nnz_s=1.30e-9, flops_per_s=254e9, dense_bytes_per_s=22.3e9, elementwise_bytes_per_s=5.9e9,
                  dropout_bytes_per_s=23.8e9, fresh_bytes_per_s=3.26e9, op_s=1.64e-5, runtime_bytes=246 * 2**20,
                  sync_wait_s=0.82e-3, pack_bytes_per_s=29.2e9, cores=2, comm_ranks=2)
 # and one process alone on it, both cores its threads' (the median of seven later calibrations' "alone" rates: an
 # SpMM's gathers 1.3-1.5× faster a core, a tiny operation 2.8× faster; they put all 44 steps at P = 1 among the 660
 # within 25%, against 41)
 DEFAULT_RATES = replace(_SHARING, alone=replace(
-    _SHARING, spmm_bytes_per_s=57.7e9, spmm_nnz_s=1.63e-9, spmm_ordered_bytes_per_s=56.7e9, spmm_ordered_nnz_s=1.16e-9,
+    _SHARING, spmm_bytes_per_s=61.7e9, spmm_nnz_s=1.30e-9, spmm_ordered_bytes_per_s=60.3e9, spmm_ordered_nnz_s=0.91e-9,
     flops_per_s=250e9, dense_bytes_per_s=39.3e9, elementwise_bytes_per_s=6.8e9, dropout_bytes_per_s=28.8e9,
     op_s=5.8e-6, pack_bytes_per_s=26.6e9))
 

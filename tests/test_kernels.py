@@ -47,6 +47,8 @@ SHAPES = [  # m, k, density, f
     (50, 60, 0.4, 10),  # AVX-512: one masked vector
     (50, 60, 0.4, 256),  # one whole tile of 16 vectors
     (40, 70, 0.6, 300),  # a tile and a masked remainder
+    (300, 200, 0.05, 40),  # blocks of rows (AVX-512: 64 a block) on each thread; 2 vectors and a masked one
+    (150, 90, 0.2, 530),  # blocks of rows, two whole tiles and a masked remainder
     (30, 20, 0.2, 0),
     (8, 9, 0.0, 4),  # nnz = 0
     (0, 5, 0.0, 3),  # m = 0
@@ -67,11 +69,11 @@ def test_spmm_matches_scipy(backend, dtype, m, k, density, f):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_spmm_out_accumulate_noncontiguous(backend, dtype):
-    a1, a2 = random_csr(50, 40, 0.2, dtype, seed=1), random_csr(50, 30, 0.2, dtype, seed=2)
+    a1, a2 = random_csr(150, 40, 0.2, dtype, seed=1), random_csr(150, 30, 0.2, dtype, seed=2)
     h1 = torch.randn(12, 40, dtype=TORCH[dtype]).t()  # non-contiguous inputs
     h2 = torch.randn(30, 24, dtype=TORCH[dtype])[:, ::2]
     ref = a1 @ h1.numpy() + a2 @ h2.numpy()
-    for out in (torch.full((50, 12), 7.0, dtype=TORCH[dtype]), torch.zeros((12, 50), dtype=TORCH[dtype]).t()):
+    for out in (torch.full((150, 12), 7.0, dtype=TORCH[dtype]), torch.zeros((12, 150), dtype=TORCH[dtype]).t()):
         assert spmm(CSR.from_scipy(a1, dtype), h1, out=out) is out
         assert spmm(CSR.from_scipy(a2, dtype), h2, out=out, accumulate=True) is out
         np.testing.assert_allclose(out.numpy(), ref, **TOL[dtype])

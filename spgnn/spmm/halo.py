@@ -76,10 +76,10 @@ class OneDHalo(DistSpMM):
     # attention's work (`spgnn.cost.attend_work`), without and added by attention dropout: its torch operations
     # (counted), and bytes an edge, an edge and head, and a feature gathered, charged at the elementwise, elementwise
     # and SpMM rates (fitted to GAT's attention alone, its scores' terms included, at P = 1 on amazon-computers, 8
-    # heads of 64, 4 of 16, 1 of 10, on the development machine with the built-in rates: ``python
-    # benchmarks/fit_attention.py --rounds 15``)
-    attend_work = {"forward": (43, 108, 49, 6), "backward": (52, 123, 44, 16)}
-    attend_dropout_work = {"forward": (9, 38, 5, 0), "backward": (1, 0, 3, 0)}
+    # heads of 64, 4 of 16, 1 of 10, on the development machine with the built-in rates: each the median of three runs
+    # of ``python benchmarks/fit_attention.py --rounds 15``)
+    attend_work = {"forward": (43, 113, 49, 7), "backward": (52, 127, 43, 20)}
+    attend_dropout_work = {"forward": (9, 42, 4, 1), "backward": (1, 1, 3, 0)}
     attend_fresh = {"forward": (4, 2), "backward": (7, 2)}      # counted by the same command
 
     @staticmethod

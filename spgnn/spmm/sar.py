@@ -84,8 +84,8 @@ class SAR(OneDHalo):
         forward = ring(give, need, False)
         return {"forward": forward, "backward": forward if stats.symmetric else ring(need, give, True)}
 
-    attend_work = {"forward": (43, 98, 38, 7), "backward": (67, 165, 71, 23)}      # as 1d-halo's, found the same way
-    attend_dropout_work = {"forward": (9, 38, 6, 0), "backward": (10, 45, 9, 0)}   # the mask drawn again backward
+    attend_work = {"forward": (43, 107, 36, 9), "backward": (67, 172, 70, 28)}     # as 1d-halo's, found the same way
+    attend_dropout_work = {"forward": (9, 38, 7, 1), "backward": (10, 52, 9, 0)}   # the mask drawn again backward
     attend_fresh = {"forward": (6, 1), "backward": (12, 2)}
 
     @classmethod
