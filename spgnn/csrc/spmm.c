@@ -24,10 +24,11 @@ static int64_t row_at(const int64_t *indptr, int64_t m, int64_t t) {
 
 /* Columns [k0, k0 + 16·NV + 16·MASKED) of output rows [lo, hi), each row's in NV vector registers and a masked one
  * (loaded, or zeroed, and stored once), over the row's nonzeros: one fused multiply-add a vector per nonzero, the
- * rows SPGNN_AHEAD nonzeros on prefetched. One function for each width keeps the tile in registers (a tile of run-time
- * width lived on the stack, loaded and stored at every row: 20% slower at f = 256). */
+ * rows SPGNN_AHEAD nonzeros on prefetched. One function for each width, never inlined, keeps the tile in registers (a
+ * tile of run-time width lived on the stack, loaded and stored at every row: 20% slower at f = 256; the functions
+ * inlined into the switch below lost it again). */
 #define SPGNN_SPMM_TILE(NAME, IDX, NV, MASKED)                                                                   \
-    __attribute__((target("avx512f"))) static void NAME(int64_t lo, int64_t hi, int64_t f, int64_t k0,          \
+    __attribute__((target("avx512f"), noinline)) static void NAME(int64_t lo, int64_t hi, int64_t f, int64_t k0, \
                                                        const int64_t *indptr, const IDX *indices,              \
                                                        const float *data, const float *h, float *out,          \
                                                        __mmask16 tail, int accumulate) {                       \
@@ -57,48 +58,52 @@ static int64_t row_at(const int64_t *indptr, int64_t m, int64_t t) {
         }                                                                                                        \
     }
 
-#define SPGNN_SPMM_TILES(IDX, NV) \
-    SPGNN_SPMM_TILE(tile_##IDX##_##NV##_0, IDX, NV, 0) SPGNN_SPMM_TILE(tile_##IDX##_##NV##_1, IDX, NV, 1)
-#define SPGNN_SPMM_ALL_TILES(IDX)                                                                                \
-    SPGNN_SPMM_TILES(IDX, 0) SPGNN_SPMM_TILES(IDX, 1) SPGNN_SPMM_TILES(IDX, 2) SPGNN_SPMM_TILES(IDX, 3)          \
-    SPGNN_SPMM_TILES(IDX, 4) SPGNN_SPMM_TILES(IDX, 5) SPGNN_SPMM_TILES(IDX, 6) SPGNN_SPMM_TILES(IDX, 7)          \
-    SPGNN_SPMM_TILES(IDX, 8) SPGNN_SPMM_TILES(IDX, 9) SPGNN_SPMM_TILES(IDX, 10) SPGNN_SPMM_TILES(IDX, 11)        \
-    SPGNN_SPMM_TILES(IDX, 12) SPGNN_SPMM_TILES(IDX, 13) SPGNN_SPMM_TILES(IDX, 14) SPGNN_SPMM_TILES(IDX, 15)      \
-    SPGNN_SPMM_TILE(tile_##IDX##_16_0, IDX, 16, 0)
-#define SPGNN_SPMM_CASE(IDX, NV)                                                                                 \
-    case NV: (masked ? tile_##IDX##_##NV##_1 : tile_##IDX##_##NV##_0)(b, e, f, k0, indptr, indices, data, h,     \
-                                                                      out, tail, accumulate); break;
+/* The tile functions tile_TAG_NV_MASKED for indices of type IDX: every width from one masked vector to 16 whole. */
+#define SPGNN_SPMM_TILES(TAG, IDX, NV) \
+    SPGNN_SPMM_TILE(tile_##TAG##_##NV##_0, IDX, NV, 0) SPGNN_SPMM_TILE(tile_##TAG##_##NV##_1, IDX, NV, 1)
+#define SPGNN_SPMM_ALL_TILES(TAG, IDX)                                                                           \
+    SPGNN_SPMM_TILE(tile_##TAG##_0_1, IDX, 0, 1) SPGNN_SPMM_TILES(TAG, IDX, 1) SPGNN_SPMM_TILES(TAG, IDX, 2)    \
+    SPGNN_SPMM_TILES(TAG, IDX, 3) SPGNN_SPMM_TILES(TAG, IDX, 4) SPGNN_SPMM_TILES(TAG, IDX, 5)                    \
+    SPGNN_SPMM_TILES(TAG, IDX, 6) SPGNN_SPMM_TILES(TAG, IDX, 7) SPGNN_SPMM_TILES(TAG, IDX, 8)                    \
+    SPGNN_SPMM_TILES(TAG, IDX, 9) SPGNN_SPMM_TILES(TAG, IDX, 10) SPGNN_SPMM_TILES(TAG, IDX, 11)                  \
+    SPGNN_SPMM_TILES(TAG, IDX, 12) SPGNN_SPMM_TILES(TAG, IDX, 13) SPGNN_SPMM_TILES(TAG, IDX, 14)                 \
+    SPGNN_SPMM_TILES(TAG, IDX, 15) SPGNN_SPMM_TILE(tile_##TAG##_16_0, IDX, 16, 0)
+#define SPGNN_SPMM_CALL(TAG, NV, MASKED) \
+    tile_##TAG##_##NV##_##MASKED(b, e, f, k0, indptr, indices, data, h, out, tail, accumulate)
+#define SPGNN_SPMM_CASE(TAG, NV) \
+    case NV: if (masked) SPGNN_SPMM_CALL(TAG, NV, 1); else SPGNN_SPMM_CALL(TAG, NV, 0); break;
 
 /* out (+)= A·h for float32 rows [lo, hi): by blocks of SPGNN_BLOCK rows, each block's columns 256 at a time in
  * registers; each nonzero costs a load and a multiply-add per 16 columns. On a 2-core AMD EPYC, amazon-computers
  * in rcm order (491,722 nonzeros), medians of 21: f = 767, 256, 64, 10 in 10.3, 2.1, 0.45, 0.25 ms, against the
  * portable loop's 15.1, 2.9, 0.67, 0.41 and the stack-held tile's 13.0, 2.6, 0.49, 0.28 (f = 300: 3.0 against 5.3). */
-#define SPGNN_SPMM_AVX512(NAME, IDX)                                                                             \
-    SPGNN_SPMM_ALL_TILES(IDX)                                                                                    \
-    __attribute__((target("avx512f"))) static void NAME(int64_t lo, int64_t hi, int64_t f, const int64_t *indptr, \
-                                                       const IDX *indices, const float *data, const float *h,     \
-                                                       float *out, int accumulate) {                             \
+#define SPGNN_SPMM_AVX512(TAG, IDX)                                                                              \
+    SPGNN_SPMM_ALL_TILES(TAG, IDX)                                                                               \
+    __attribute__((target("avx512f"))) static void rows_##TAG##_f32(int64_t lo, int64_t hi, int64_t f,         \
+                                                                   const int64_t *indptr, const IDX *indices,  \
+                                                                   const float *data, const float *h,          \
+                                                                   float *out, int accumulate) {               \
         for (int64_t b = lo; b < hi; b += SPGNN_BLOCK) {                                                         \
             int64_t e = b + SPGNN_BLOCK < hi ? b + SPGNN_BLOCK : hi;                                             \
             for (int64_t k0 = 0; k0 < f; k0 += 16 * SPGNN_TILE) {                                                \
                 int64_t width = f - k0 < 16 * SPGNN_TILE ? f - k0 : 16 * SPGNN_TILE;                             \
                 int nv = (int)(width / 16), masked = width % 16 != 0;                                            \
                 __mmask16 tail = (__mmask16)((1u << (width % 16)) - 1);                                          \
-                switch (nv) {                                                                                    \
-                    SPGNN_SPMM_CASE(IDX, 0) SPGNN_SPMM_CASE(IDX, 1) SPGNN_SPMM_CASE(IDX, 2)                      \
-                    SPGNN_SPMM_CASE(IDX, 3) SPGNN_SPMM_CASE(IDX, 4) SPGNN_SPMM_CASE(IDX, 5)                      \
-                    SPGNN_SPMM_CASE(IDX, 6) SPGNN_SPMM_CASE(IDX, 7) SPGNN_SPMM_CASE(IDX, 8)                      \
-                    SPGNN_SPMM_CASE(IDX, 9) SPGNN_SPMM_CASE(IDX, 10) SPGNN_SPMM_CASE(IDX, 11)                    \
-                    SPGNN_SPMM_CASE(IDX, 12) SPGNN_SPMM_CASE(IDX, 13) SPGNN_SPMM_CASE(IDX, 14)                   \
-                    SPGNN_SPMM_CASE(IDX, 15)                                                                     \
-                    case 16: tile_##IDX##_16_0(b, e, f, k0, indptr, indices, data, h, out, tail, accumulate); break; \
+                switch (nv) {                                   /* nv = 0: masked (k0 < f), nv = 16: whole */ \
+                    case 0: SPGNN_SPMM_CALL(TAG, 0, 1); break;                                                   \
+                    SPGNN_SPMM_CASE(TAG, 1) SPGNN_SPMM_CASE(TAG, 2) SPGNN_SPMM_CASE(TAG, 3)                      \
+                    SPGNN_SPMM_CASE(TAG, 4) SPGNN_SPMM_CASE(TAG, 5) SPGNN_SPMM_CASE(TAG, 6)                      \
+                    SPGNN_SPMM_CASE(TAG, 7) SPGNN_SPMM_CASE(TAG, 8) SPGNN_SPMM_CASE(TAG, 9)                      \
+                    SPGNN_SPMM_CASE(TAG, 10) SPGNN_SPMM_CASE(TAG, 11) SPGNN_SPMM_CASE(TAG, 12)                   \
+                    SPGNN_SPMM_CASE(TAG, 13) SPGNN_SPMM_CASE(TAG, 14) SPGNN_SPMM_CASE(TAG, 15)                   \
+                    case 16: SPGNN_SPMM_CALL(TAG, 16, 0); break;                                                 \
                 }                                                                                                \
             }                                                                                                    \
         }                                                                                                        \
     }
 
-SPGNN_SPMM_AVX512(rows_int32_t_f32, int32_t)
-SPGNN_SPMM_AVX512(rows_int64_t_f32, int64_t)
+SPGNN_SPMM_AVX512(i32, int32_t)
+SPGNN_SPMM_AVX512(i64, int64_t)
 #define SPGNN_FAST_F32(IDX) (avx512 ? rows_##IDX##_f32(lo, hi, f, indptr, indices, data, h, out, accumulate), 1 : 0)
 #else
 #define SPGNN_FAST_F32(IDX) 0
@@ -142,7 +147,7 @@ SPGNN_SPMM_AVX512(rows_int64_t_f32, int64_t)
         }                                                                                                        \
     }
 
-SPGNN_SPMM(spmm_i32_f32, int32_t, float, SPGNN_FAST_F32(int32_t))
-SPGNN_SPMM(spmm_i64_f32, int64_t, float, SPGNN_FAST_F32(int64_t))
+SPGNN_SPMM(spmm_i32_f32, int32_t, float, SPGNN_FAST_F32(i32))
+SPGNN_SPMM(spmm_i64_f32, int64_t, float, SPGNN_FAST_F32(i64))
 SPGNN_SPMM(spmm_i32_f64, int32_t, double, SPGNN_FAST_F64(i32))
 SPGNN_SPMM(spmm_i64_f64, int64_t, double, SPGNN_FAST_F64(i64))
