@@ -77,3 +77,27 @@ def test_bench_bound_takes_config_fields_per_algorithm(tmp_path):
         assert r["step_ms"] > 0 and r["dense_ms"] > 0 and r["bound_ms"] >= r["dense_ms"] and r["step_over_bound"] > 0
         assert len(report["raw"][r["algo"]]["step_s"]) == 2
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_bench_spmm_times_each_width_beside_torch_and_another_build(tmp_path):
+    """bench_spmm on a small synthetic graph with --library this build's own kernels: a row per width, each system
+    checked against torch.sparse.mm first and timed --repeats times, the paired ratio spgnn / other positive, the
+    JSON and PNG written; a --library that does not exist is refused in one line before any work."""
+    import spgnn._native as built
+
+    out = tmp_path / "spmm.json"
+    args = [sys.executable, "benchmarks/bench_spmm.py", "--datasets", "sbm:400:4", "--widths", "3,17",
+            "--repeats", "2", "--warmup", "0", "--out", str(out)]
+    done = subprocess.run([*args, "--library", built.__file__], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["dataset"], r["f"]) for r in rows] == [("sbm:400:4", 3), ("sbm:400:4", 17)]
+    for r in rows:
+        assert {k: len(v) for k, v in r["raw_s"].items()} == {"spgnn": 2, "torch.sparse.mm": 2, "other build": 2}
+        assert r["torch_over_spgnn"] == r["ms"]["torch.sparse.mm"] / r["ms"]["spgnn"] > 0
+        assert r["spgnn_over_other"] > 0
+    assert out.with_suffix(".png").stat().st_size > 0
+    refused = subprocess.run([*args, "--library", str(tmp_path / "none.so")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "no such file" in refused.stderr.strip().splitlines()[-1]
