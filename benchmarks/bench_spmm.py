@@ -5,19 +5,21 @@ spgnn's kernels (--library), at P = 1.
                                     [--widths 10,20,64,128,256,300,767] [--library OTHER.so] [--repeats 21]
                                     [--out results/bench_spmm.json]
 
-Per dataset Â = D^-½(A+I)D^-½ in float32, its nodes in reverse Cuthill-McKee order (as ``--node-order rcm`` orders
-a part's), and per width f a random H (n×f): Z = Â·H written into an output given, by spgnn's kernel
-(`spgnn.sparse.kernels.spmm`, this build), by torch.sparse.mm on a CSR tensor, and with --library by the same C
-function of another build of spgnn's library (the ``spgnn/_native*.so`` that ``pip install -e .`` made in another
-checkout, e.g. of the code before a kernel change), each checked against torch's product first (float tolerance) and
-then timed in interleaved rounds (`bench_epoch.time_interleaved`). Reported per width: the median milliseconds,
-torch / spgnn and, with --library, the median of the rounds' paired ratios spgnn / other (below 1: this build is
-faster). Prints a Markdown table, writes every raw time to --out (JSON) and a plot of ms against f next to it.
+Per dataset Â = D^-½(A+I)D^-½ in float32, its nodes in reverse Cuthill-McKee order (`bench_epoch.rcm`, as
+``--node-order rcm`` orders a part's), and per width f a random H (n×f): Z = Â·H written into an output given, by
+spgnn's kernel (`spgnn.sparse.kernels.spmm`, this build), by torch.sparse.mm on a CSR tensor, and with --library by
+the same C function of another build of spgnn's library (the ``spgnn/_native*.so`` that ``pip install -e .`` made in
+another checkout, e.g. of the code before a kernel change), each checked against torch's product first (float
+tolerance) and then timed in interleaved rounds (`bench_epoch.time_interleaved`). Reported per width: the median
+milliseconds, torch / spgnn and, with --library, the median of the rounds' paired ratios spgnn / other (below 1:
+this build is faster). Prints a Markdown table, writes every raw time to --out (JSON) and a plot of ms against f
+next to it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import shlex
 import sys
@@ -34,26 +36,24 @@ from spgnn import native
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm
-from spgnn.partition.order import part_order
-from spgnn.partition.partition import Partition
 from spgnn.sparse import kernels
 from spgnn.sparse.csr import CSR
 
 
-def rcm_adjacency(g) -> CSR:
-    """Â of graph `g` (float32), its nodes in rcm order."""
-    m, one = gcn_norm(g.adj), Partition(np.zeros(g.n, np.int64), 1)
-    return CSR.from_scipy(Partition(one.parts, 1, order=part_order("rcm", m, one)).renumber(m)).astype(np.float32)
-
-
 def library_spmm(path: str):
-    """out = A·h by the SpMM of the spgnn library at `path` (its ``spmm_<index>_<value>`` C function)."""
+    """out = A·h by the SpMM of the spgnn library at `path` (its ``spmm_<index>_<value>`` C function, looked up
+    once per index and value type, as `spgnn.native.function` does for this build's)."""
     lib = ctypes.CDLL(str(Path(path).resolve()))
 
-    def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        fn = getattr(lib, f"spmm_{native.suffix(a.indices.dtype)}_{native.suffix(a.data.dtype)}")
+    @functools.cache
+    def kernel(name: str):
+        fn = getattr(lib, name)
         fn.argtypes, fn.restype = [native.i64, native.i64, *[native.addr] * 5, native.i32], None
-        fn(a.shape[0], h.shape[1], *map(native.ptr, (a.indptr, a.indices, a.data, h, out)), 0)
+        return fn
+
+    def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        kernel(f"spmm_{native.suffix(a.indices.dtype)}_{native.suffix(a.data.dtype)}")(
+            a.shape[0], h.shape[1], *map(native.ptr, (a.indptr, a.indices, a.data, h, out)), 0)
         return out
     return spmm
 
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     start, host = time.perf_counter(), machine.facts()
     rows = []
     for spec, g in graphs.items():
-        a = rcm_adjacency(g)
+        a = bench_epoch.rcm(CSR.from_scipy(gcn_norm(g.adj))).astype(np.float32)
         rows += [summarise(spec, f, measure(a, f, args, other)) for f in widths]
     text = table(rows)
     print(text)

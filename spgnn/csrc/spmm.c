@@ -28,10 +28,9 @@ static int64_t row_at(const int64_t *indptr, int64_t m, int64_t t) {
  * tile of run-time width lived on the stack, loaded and stored at every row: 20% slower at f = 256; the functions
  * inlined into the switch below lost it again). */
 #define SPGNN_SPMM_TILE(NAME, IDX, NV, MASKED)                                                                   \
-    __attribute__((target("avx512f"), noinline)) static void NAME(int64_t lo, int64_t hi, int64_t f, int64_t k0, \
-                                                       const int64_t *indptr, const IDX *indices,              \
-                                                       const float *data, const float *h, float *out,          \
-                                                       __mmask16 tail, int accumulate) {                       \
+    __attribute__((target("avx512f"), noinline)) static void NAME(                                            \
+        int64_t lo, int64_t hi, int64_t f, int64_t k0, const int64_t *indptr, const IDX *indices, const float *data, \
+        const float *h, float *out, __mmask16 tail, int accumulate) {                                            \
         for (int64_t i = lo; i < hi; i++) {                                                                      \
             int64_t start = indptr[i], end = indptr[i + 1];                                                      \
             if (accumulate && start == end) continue;                  /* nothing to add (a halo block's row) */ \
