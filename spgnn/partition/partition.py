@@ -31,7 +31,7 @@ from .order import check_order, part_order
 PARTITIONERS = {}
 ENTRY_POINT_GROUP = "spgnn.partitioners"
 FILE_FORMAT = "spgnn-partition/1"
-_LIBRARIES = ("spgnn", "numpy", "scipy", "pymetis", "kahip", "kaminpar")
+_LIBRARIES = ("numpy", "scipy", "pymetis", "kahip", "kaminpar")
 
 
 def register(name: str):
@@ -159,8 +159,11 @@ def graph_hash(adj) -> str:
 
 
 def versions() -> dict:
-    """Versions of Python and of the installed libraries a partition can depend on."""
-    out = {"python": platform.python_version()}
+    """Versions of Python, of spgnn (its own, also when run from a source tree that pip never installed) and of
+    the installed libraries a partition can depend on."""
+    from .. import __version__
+
+    out = {"python": platform.python_version(), "spgnn": __version__}
     for lib in _LIBRARIES:
         try:
             out[lib] = metadata.version(lib)
