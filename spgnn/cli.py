@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -523,11 +524,13 @@ def main(argv: list[str] | None = None) -> int:
         with validate.allow_overlap(getattr(args, "allow_overlap", False)):
             return COMMANDS[args.command](args, argv)
     except SpgnnError as e:
-        # input errors are the same on every rank: said once; a rank's own (it could not join the job): by each
-        if rank == 0 or getattr(e, "every_rank", False):
+        # input errors are the same on every rank: said once; a rank's own (it could not join the job): by each,
+        # unless the --nprocs parent starts the job again (`launch.spawn`)
+        again = isinstance(e, launch.JoinError) and os.environ.get("SPGNN_JOIN_AGAIN")
+        if (rank == 0 or getattr(e, "every_rank", False)) and not again:
             _error(str(e))
         launch.leave()
-        return 2
+        return launch.JOIN_FAILED if again else 2
     except RuntimeError as e:  # a collective failed: a peer died or timed out
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see its "

@@ -6,6 +6,7 @@ stalled rank (SIGSTOP: alive, silent) ends the job after --timeout on both trans
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -183,3 +184,24 @@ def test_two_runs_filling_one_partition_cache_at_once(tmp_path):
     before = meta.stat().st_mtime_ns
     write_parts(folders[0][0], InMemoryParts(g, make_partition("random", g.adj, 3, seed=0)), overwrite=False)
     assert meta.stat().st_mtime_ns == before and len(list(tmp_path.iterdir())) == len(seeds)
+
+
+@pytest.mark.parametrize("busy", [1, 2])
+def test_a_job_that_could_not_form_is_formed_again(busy, monkeypatch, capfd):
+    """`--nprocs`: the rendezvous port taken by another program after it was picked (here a socket that listens and
+    never answers) makes rank 0 fail to join, before anything has run. The job is started again on a fresh port,
+    silently; when every attempt fails, each rank that could tell says why in one line and the code is 2."""
+    from spgnn.comm import launch
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        ports, real = [taken.getsockname()[1]] * busy, launch.free_port
+        monkeypatch.setattr(launch, "free_port", lambda: ports.pop(0) if ports else real())
+        code = launch.spawn(["train", "--epochs", "2", "--hidden", "8", "--quiet", "--timeout", "30"], 2)
+    err = [x for x in capfd.readouterr().err.splitlines() if x.strip()]
+    if busy < launch.JOIN_ATTEMPTS:
+        assert code == 0 and err == [], err
+    else:
+        assert code == 2 and len(err) == 1 and "rank 0 could not join the job" in err[0], err
+        assert "address already in use" in err[0], err

@@ -255,9 +255,14 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
 
 
 class JoinError(SpgnnError):
-    """A rank could not join the job; each rank says so, naming what it tried (`every_rank`)."""
+    """A rank could not join the job; each rank says so, naming what it tried (`every_rank`). Under a `spawn`
+    attempt that will be made again (``SPGNN_JOIN_AGAIN`` set) the rank says nothing and exits `JOIN_FAILED`."""
 
     every_rank = True
+
+
+JOIN_FAILED = 3
+JOIN_ATTEMPTS = 2      # gloo's connections over loopback fail rarely (a peer closes one while the mesh forms)
 
 
 def join(connect, rank: int, address: str, timeout_s: float) -> None:
@@ -350,11 +355,24 @@ def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
     """Run ``python -m spgnn ARGV`` as `nprocs` local processes (the torchrun environment) and wait.
 
     When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated;
-    so are all of them when this process is interrupted. Returns the first non-zero exit code."""
+    so are all of them when this process is interrupted. Returns the first non-zero exit code. A job whose
+    first failure is a rank that could not join (exit `JOIN_FAILED`: gloo's mesh over loopback rarely breaks
+    while it forms, or another program took the port between `free_port` and the rendezvous) has run nothing yet:
+    it is started again, with fresh processes and port, up to `JOIN_ATTEMPTS` times, the failed attempts silent."""
     if nprocs < 1:
         raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
+    for attempt in range(1, JOIN_ATTEMPTS + 1):
+        again = {"SPGNN_JOIN_AGAIN": "1"} if attempt < JOIN_ATTEMPTS else {}
+        code = _spawn_once(argv, nprocs, grace_s, again)
+        if code != JOIN_FAILED:
+            break
+    return code
+
+
+def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> int:
+    """One launch of `spawn`: its first non-zero exit code, else 0."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
-               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn")
+               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", **extra)
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     procs, code, failed_at = [], 0, None
     try:
@@ -407,9 +425,6 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device):
 
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
-
-
-JOIN_ATTEMPTS = 2      # gloo's connections over loopback fail rarely (a peer closes one while the mesh forms)
 
 
 def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None,
