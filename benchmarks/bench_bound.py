@@ -204,9 +204,8 @@ def plot(rows, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = machine.arguments(__doc__, "results/bench_bound.json")
+    ap = machine.arguments(__doc__, "results/bench_bound.json", data=True)
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
-    ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--algos", default="sar,1d-halo,sar:natural,1d-halo:natural",
                     help="comma-separated algorithms, each ALGO, then :NODE_ORDER (rcm or natural; default rcm) and "
                     ":FIELD=VALUE items of the config (e.g. sar:precompute=off)")

@@ -331,7 +331,7 @@ def bar_chart(results: dict, path: Path) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
-    p.add_argument("--data-dir", default=None, help="folder holding named datasets (default: spgnn's search)")
+    machine.data_option(p)
     p.add_argument("--repeats", type=int, default=10, help="timed rounds per group (median reported)")
     p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (caches fill)")
     p.add_argument("--budget-s", type=float, default=120.0,

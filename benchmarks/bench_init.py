@@ -132,7 +132,7 @@ def tables(runs: list[dict], models: list[str], targets: dict, args) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="amazon-computers")
-    p.add_argument("--data-dir", default=None)
+    machine.data_option(p)
     p.add_argument("--models", default="sage,gat,gcn")
     p.add_argument("--targets", default="gcn:0.6,sage:0.75,gat:0.6", help="test accuracy to reach, per model")
     p.add_argument("--window", type=int, default=5, help="epochs in the trailing mean of the test accuracy")

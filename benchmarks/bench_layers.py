@@ -226,7 +226,7 @@ def plot(rows: list[dict], title: str, path: Path) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="amazon-computers", help="dataset spec (default: amazon-computers)")
-    p.add_argument("--data-dir", default=None, help="folder holding named datasets (default: spgnn's search)")
+    machine.data_option(p)
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated layer kinds")
     p.add_argument("--epochs", type=int, default=50, help="training epochs of each model (all timed)")
     p.add_argument("--dropout", type=float, default=0.0,

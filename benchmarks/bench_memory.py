@@ -106,7 +106,7 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:14")
-    p.add_argument("--data-dir", default=None)
+    machine.data_option(p)
     p.add_argument("--P", default="1,2,4")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--out", default="results/bench_memory.json")

@@ -204,7 +204,7 @@ def main() -> int:
                    "made once a run and kept: --precompute on)")
     p.add_argument("--precompute", default="on", choices=["on", "off"], help="the run's --precompute")
     p.add_argument("--metis", action="store_true", help="partition by METIS instead of at random")
-    p.add_argument("--data-dir", default=None)
+    machine.data_option(p)
     p.add_argument("--calibration", default=None, help="spgnn calibrate --output files, comma-separated, or "
                    "'default' for the built-in rates (default: one made first)")
     p.add_argument("--rates", default="file", choices=["file", "live"],

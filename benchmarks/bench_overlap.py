@@ -153,9 +153,8 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = machine.arguments(__doc__, "results/bench_overlap.json")
+    ap = machine.arguments(__doc__, "results/bench_overlap.json", data=True)
     ap.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
-    ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--procs", default="2,4", help="comma-separated process counts P")
     ap.add_argument("--algos", default="1d-halo,sar,1.5d,2d,3d", help="comma-separated algorithms")
     ap.add_argument("--repeats", type=int, default=5, help="timed steps per (algorithm, overlap setting)")

@@ -123,7 +123,7 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="all", help="comma-separated partitioners, or all installed ones")
     p.add_argument("--epochs", type=int, default=10, help="training epochs per run (the first is not timed)")
     p.add_argument("--coauthor-max-nparts", type=int, default=4, help="largest P for coauthor-cs (memory)")
-    p.add_argument("--data-dir", default=None, help="folder of the named datasets (else $SPGNN_DATA_DIR)")
+    machine.data_option(p)
     p.add_argument("--out", default="results/bench_partition.json")
     return p.parse_args(argv)
 

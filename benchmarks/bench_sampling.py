@@ -94,7 +94,7 @@ def pyg_rate(g, fanouts, seeds: list, minibatches: int, budget_s: float) -> dict
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
-    p.add_argument("--data-dir", default=None)
+    machine.data_option(p)
     p.add_argument("--samplers", default="sage:15,10;ladies:512,512", help="';'-separated --sampler specs")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--bulks", default="1,8,32")

@@ -115,9 +115,8 @@ def plot(rows, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = machine.arguments(__doc__, "results/bench_spmm.json")
+    ap = machine.arguments(__doc__, "results/bench_spmm.json", data=True)
     ap.add_argument("--datasets", default="amazon-computers", help="comma-separated dataset specs")
-    ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--widths", default="10,20,64,128,256,300,767", help="comma-separated widths f of H")
     ap.add_argument("--library", default=None, help="another build's spgnn/_native*.so, timed beside this one")
     ap.add_argument("--repeats", type=int, default=21, help="timed rounds (median reported)")

@@ -66,7 +66,7 @@ def reach(run: dict, target: float) -> tuple:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dataset", default="amazon-computers")
-    p.add_argument("--data-dir", default=None)
+    machine.data_option(p)
     p.add_argument("--sampler", default="sage:15,10", help="minibatch runs' --sampler (its length sets the layers)")
     p.add_argument("--batch-sizes", default="200,50", help="one minibatch run per batch size")
     p.add_argument("--bulk", type=int, default=8)

@@ -109,9 +109,8 @@ def predicted(cls, stats, shape, heads: int, f: int, dropout: bool, tables: dict
 
 
 def main(argv=None) -> int:
-    ap = machine.arguments(__doc__, "results/fit_attention.json")
+    ap = machine.arguments(__doc__, "results/fit_attention.json", data=True)
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
-    ap.add_argument("--data-dir", default=None, help="where named datasets are (else $SPGNN_DATA_DIR, …)")
     ap.add_argument("--algos", default="1d-halo,sar", help="comma-separated layouts with attention")
     ap.add_argument("--shapes", default="8x64,4x16,1x10", help="comma-separated HEADSxFEATURES")
     ap.add_argument("--dropout", type=float, default=0.5, help="attention dropout of the second case")

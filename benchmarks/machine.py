@@ -50,10 +50,18 @@ def save_figure(fig, path) -> None:
     plt.close(fig)
 
 
-def arguments(doc: str, out: str) -> argparse.ArgumentParser:
+def arguments(doc: str, out: str, data: bool = False) -> argparse.ArgumentParser:
     """A benchmark's parser: described by the first paragraph of `doc`, defaults shown in --help, with --out (the
-    JSON, default `out`; the PNG goes next to it)."""
+    JSON, default `out`; the PNG goes next to it) and, with `data`, --data-dir (`data_option`)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--out", default=out, help="JSON output (the PNG goes next to it)")
+    if data:
+        data_option(ap)
     return ap
+
+
+def data_option(parser: argparse.ArgumentParser) -> None:
+    """--data-dir: the folder holding the named datasets (amazon-computers, ...), one option for every benchmark."""
+    parser.add_argument("--data-dir", default=None, help="folder holding the named datasets (default: "
+                        "$SPGNN_DATA_DIR, then spgnn's search)")
