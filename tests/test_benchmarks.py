@@ -101,3 +101,24 @@ def test_bench_spmm_times_each_width_beside_torch_and_another_build(tmp_path):
     refused = subprocess.run([*args, "--library", str(tmp_path / "none.so")], cwd=ROOT, capture_output=True,
                              text=True, timeout=120)
     assert refused.returncode == 2 and "no such file" in refused.stderr.strip().splitlines()[-1]
+
+
+def test_profile_step_lists_each_algorithms_operators(tmp_path):
+    """profile_step at P = 1 on a small graph: per algorithm, the step's median and its operators a step; the
+    distributed SpMM is one of them (as `_LinearMap`), called as often by each algorithm (at P = 1 all multiply the
+    same matrices)."""
+    out = tmp_path / "profile.json"
+    done = subprocess.run([sys.executable, "benchmarks/profile_step.py", "--dataset", "sbm:400:4", "--algos",
+                           "sar,1d-halo", "--layers", "2", "--hidden", "16", "--steps", "2", "--top", "5", "--out",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())["results"]
+    assert list(results) == ["sar", "1d-halo"]
+    calls = {}
+    for algo, r in results.items():
+        ops = {o["op"]: o for o in r["ops"]}
+        assert r["step_s"] > 0 and ops["_LinearMap"]["calls"] >= 1, algo
+        calls[algo] = ops["_LinearMap"]["calls"]
+        assert f"{algo}: step" in done.stdout
+    assert calls["sar"] == calls["1d-halo"]
+    assert out.with_suffix(".png").stat().st_size > 0
