@@ -198,7 +198,7 @@ def test_a_job_that_could_not_form_is_formed_again(busy, monkeypatch, capfd):
         taken.listen()
         ports, real = [taken.getsockname()[1]] * busy, launch.free_port
         monkeypatch.setattr(launch, "free_port", lambda: ports.pop(0) if ports else real())
-        code = launch.spawn(["train", "--epochs", "2", "--hidden", "8", "--quiet", "--timeout", "30"], 2)
+        code = launch.spawn(["train", "--epochs", "2", "--hidden", "8", "--quiet", "--timeout", "30"], 2, grace_s=1.0)
     err = [x for x in capfd.readouterr().err.splitlines() if x.strip()]
     if busy < launch.JOIN_ATTEMPTS:
         assert code == 0 and err == [], err
