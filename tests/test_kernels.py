@@ -79,6 +79,18 @@ def test_spmm_out_accumulate_noncontiguous(backend, dtype):
         np.testing.assert_allclose(out.numpy(), ref, **TOL[dtype])
 
 
+def test_spmm_of_an_empty_block_into_out(backend):
+    """A block without nonzeros (a part with no halo; P = 1's remote shard) makes zeros, adds nothing to `out` when
+    accumulating and zeroes it otherwise, on every backend, with no autograd history."""
+    empty = CSR.from_scipy(sp.csr_matrix((6, 4), dtype=np.float32))
+    h = torch.randn(4, 5, requires_grad=True)
+    z = spmm(empty, h)
+    assert z.shape == (6, 5) and not z.any() and z.grad_fn is None
+    out = torch.full((6, 5), 7.0)
+    assert spmm(empty, h, out=out, accumulate=True) is out and (out == 7).all()
+    assert spmm(empty, h, out=out) is out and not out.any()
+
+
 def test_spmm_data_dtype_follows_h_and_no_autograd():
     a = random_csr(20, 15, 0.3, np.float64)
     csr = CSR.from_scipy(a, np.float32)

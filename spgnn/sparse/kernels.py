@@ -100,14 +100,15 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
             f"{(m, h.shape[1])} {h.dtype} on {h.device}"
         )
     h = h.detach()
+    if a.nnz == 0 or h.shape[1] == 0:   # an empty block (a part with no halo, P = 1's remote shard): no kernel call
+        with torch.no_grad():
+            return h.new_zeros((m, h.shape[1])) if out is None else out if accumulate else out.zero_()
     backend = get_backend() if h.device.type == "cpu" else "torch"
     if backend == "native" and (out is None or out.is_contiguous()):
         return _native_spmm(a, h, out, accumulate)
     with torch.no_grad():
         if backend == "native":
             z = _native_spmm(a, h, None, False)
-        elif backend == "torch-sparse" and (a.nnz == 0 or h.shape[1] == 0):
-            z = h.new_zeros((m, h.shape[1]))            # torch_sparse's kernel dies of SIGFPE on these
         elif backend == "torch-sparse":
             z = _torch_sparse_module().matmul(_torch_sparse(a, h.device, h.dtype), h)
         else:
