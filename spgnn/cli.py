@@ -526,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     except SpgnnError as e:
         # input errors are the same on every rank: said once; a rank's own (it could not join the job): by each,
         # unless the --nprocs parent starts the job again (`launch.spawn`)
-        again = isinstance(e, launch.JoinError) and os.environ.get("SPGNN_JOIN_AGAIN")
+        again = isinstance(e, launch.JoinError) and e.quick and os.environ.get("SPGNN_JOIN_AGAIN")
         if (rank == 0 or getattr(e, "every_rank", False)) and not again:
             _error(str(e))
         launch.leave()

@@ -205,3 +205,21 @@ def test_a_job_that_could_not_form_is_formed_again(busy, monkeypatch, capfd):
     else:
         assert code == 2 and len(err) == 1 and "rank 0 could not join the job" in err[0], err
         assert "address already in use" in err[0], err
+
+
+def test_only_a_join_refused_at_once_is_tried_again():
+    """A join refused at once (`quick`) is worth another attempt; one that failed only after most of --timeout (a
+    rendezvous that waited for its peers) is reported at once, so that a run never waits out --timeout twice."""
+    from spgnn.comm import launch
+
+    def refused():
+        raise RuntimeError("address already in use")
+
+    def waited():
+        time.sleep(0.6)
+        raise RuntimeError("timed out waiting for the other processes")
+
+    for connect, quick in ((refused, True), (waited, False)):
+        with pytest.raises(launch.JoinError, match="could not join the job at 127.0.0.1:1") as e:
+            launch.join(connect, 0, "127.0.0.1:1", timeout_s=1.0)
+        assert e.value.quick is quick, connect.__name__

@@ -255,10 +255,12 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
 
 
 class JoinError(SpgnnError):
-    """A rank could not join the job; each rank says so, naming what it tried (`every_rank`). Under a `spawn`
-    attempt that will be made again (``SPGNN_JOIN_AGAIN`` set) the rank says nothing and exits `JOIN_FAILED`."""
+    """A rank could not join the job; each rank says so, naming what it tried (`every_rank`). Where the set-up
+    failed at once (`quick`, not after --timeout) under a `spawn` attempt that will be made again
+    (``SPGNN_JOIN_AGAIN`` set), the rank says nothing and exits `JOIN_FAILED`."""
 
     every_rank = True
+    quick = False
 
 
 JOIN_FAILED = 3
@@ -278,15 +280,19 @@ def join(connect, rank: int, address: str, timeout_s: float) -> None:
             failure.append(e)
         done.set()
 
+    start = time.monotonic()
     threading.Thread(target=run, daemon=True, name="spgnn-join").start()
     if done.wait(timeout_s + 5) and not failure:      # the rendezvous says why when it gives up itself
         return
     what = (str(failure[0]).strip().splitlines() or [type(failure[0]).__name__])[0][:300] if failure else \
         f"not every process connected within --timeout {timeout_s:g} s"
     interface = os.environ.get("GLOO_SOCKET_IFNAME", "chosen by gloo")
-    raise JoinError(f"rank {rank} could not join the job at {address} over interface {interface} ({what}): every "
-                    "host must reach MASTER_ADDR:MASTER_PORT and each other; set MASTER_ADDR to an address all hosts "
-                    "reach, or GLOO_SOCKET_IFNAME to the interface they share") from (failure[0] if failure else None)
+    error = JoinError(f"rank {rank} could not join the job at {address} over interface {interface} ({what}): every "
+                      "host must reach MASTER_ADDR:MASTER_PORT and each other; set MASTER_ADDR to an address all hosts "
+                      "reach, or GLOO_SOCKET_IFNAME to the interface they share")
+    # refused at once (a port taken, a mesh broken), not --timeout's seconds waited out, which are not spent twice
+    error.quick = bool(failure) and time.monotonic() - start < timeout_s / 2
+    raise error from (failure[0] if failure else None)
 
 
 def rendezvous_address(url: str) -> tuple[str, str]:
@@ -356,9 +362,10 @@ def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
 
     When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated;
     so are all of them when this process is interrupted. Returns the first non-zero exit code. A job whose
-    first failure is a rank that could not join (exit `JOIN_FAILED`: gloo's mesh over loopback rarely breaks
+    first failure is a rank refused at the join (exit `JOIN_FAILED`: gloo's mesh over loopback rarely breaks
     while it forms, or another program took the port between `free_port` and the rendezvous) has run nothing yet:
-    it is started again, with fresh processes and port, up to `JOIN_ATTEMPTS` times, the failed attempts silent."""
+    it is started again, with fresh processes and port, up to `JOIN_ATTEMPTS` times, the failed attempts silent.
+    A join that timed out is reported at once."""
     if nprocs < 1:
         raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
     for attempt in range(1, JOIN_ATTEMPTS + 1):
