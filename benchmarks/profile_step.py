@@ -60,10 +60,15 @@ def measure(trainer: Trainer, device: str, steps: int) -> tuple[list[dict], floa
     return ops, statistics.median(seconds)
 
 
+def ranked(ops: list[dict], top: int, device: str) -> tuple[str, list[dict]]:
+    """(the time ranked by: device time on a GPU, else CPU time; the `top` operators by it)."""
+    key = "self_device_ms" if device.startswith("cuda") else "self_cpu_ms"
+    return key, sorted(ops, key=lambda o: -o[key])[:top]
+
+
 def table(algo: str, ops: list[dict], step_s: float, top: int, device: str) -> str:
-    gpu = device.startswith("cuda")
-    key = "self_device_ms" if gpu else "self_cpu_ms"
-    rows = sorted(ops, key=lambda o: -o[key])[:top]
+    key, rows = ranked(ops, top, device)
+    gpu = key == "self_device_ms"
     lines = [f"{algo}: step {step_s * 1e3:.2f} ms (median), self CPU {sum(o['self_cpu_ms'] for o in ops):.2f} ms"
              + (f", self device {sum(o['self_device_ms'] for o in ops):.2f} ms" if gpu else ""), "",
              "| operator | calls a step | self CPU ms |" + " self device ms |" * gpu, "|---|---|---|" + "---|" * gpu]
@@ -77,10 +82,10 @@ def plot(results: dict, top: int, device: str, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = "self_device_ms" if device.startswith("cuda") else "self_cpu_ms"
     fig, axes = plt.subplots(1, len(results), figsize=(6 * len(results), 0.3 * top + 1.5), squeeze=False)
     for ax, (algo, r) in zip(axes[0], results.items()):
-        rows = sorted(r["ops"], key=lambda o: -o[key])[:top][::-1]
+        key, rows = ranked(r["ops"], top, device)
+        rows = rows[::-1]
         ax.barh([o["op"][:40] for o in rows], [o[key] for o in rows])
         ax.set(title=f"{algo}: step {r['step_s'] * 1e3:.1f} ms", xlabel=f"{key.replace('_', ' ')} a step")
         ax.tick_params(axis="y", labelsize=7)
@@ -100,18 +105,21 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.top < 1:
         ap.error("--steps and --top must be >= 1")
-    try:
-        launch.check_device(args.device)
-    except SpgnnError as e:
-        ap.error(str(e))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)       # an unwritable --out fails here, before any work
+    try:                                                # bad input: one line before any work
+        launch.check_device(args.device)
+        g = load_dataset(args.dataset, args.data_dir)
+        configs = {algo: TrainConfig(dataset=g.name, model=args.model, layers=args.layers, hidden=args.hidden,
+                                     dropout=0.0, algo=algo, epochs=1, eval_every=0, device=args.device)
+                   for algo in args.algos.split(",")}
+        for cfg in configs.values():
+            cfg.validate()
+    except SpgnnError as e:
+        ap.error(str(e))
     comm = launch.init(args.device)
-    g = load_dataset(args.dataset, args.data_dir)
     results = {}
-    for algo in args.algos.split(","):
-        cfg = TrainConfig(dataset=g.name, model=args.model, layers=args.layers, hidden=args.hidden, dropout=0.0,
-                          algo=algo, epochs=1, eval_every=0, device=args.device)
+    for algo, cfg in configs.items():
         ops, step_s = measure(Trainer(cfg, comm, graph=g), args.device, args.steps)
         results[algo] = {"step_s": step_s, "ops": ops}
         print(table(algo, ops, step_s, args.top, args.device) + "\n", flush=True)

@@ -122,3 +122,9 @@ def test_profile_step_lists_each_algorithms_operators(tmp_path):
         assert f"{algo}: step" in done.stdout
     assert calls["sar"] == calls["1d-halo"]
     assert out.with_suffix(".png").stat().st_size > 0
+    refused = subprocess.run([sys.executable, "benchmarks/profile_step.py", "--dataset", "sbm:400:4", "--algos",
+                              "sar,nope", "--out", str(tmp_path / "bad.json")], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr and not refused.stdout
+    assert refused.stderr.strip().splitlines()[-1].endswith("unknown algorithm 'nope': choose one of 1d, 1.5d, "
+                                                            "1d-halo, sar, 2d, 3d")

@@ -264,7 +264,8 @@ class JoinError(SpgnnError):
 
 
 JOIN_FAILED = 3
-JOIN_ATTEMPTS = 2      # gloo's connections over loopback fail rarely (a peer closes one while the mesh forms)
+JOIN_ATTEMPTS = 2      # of `run_local` and `spawn`: gloo's mesh over loopback rarely breaks while it forms, and
+                       # another program can take the rendezvous port between its choice and its use
 
 
 def join(connect, rank: int, address: str, timeout_s: float) -> None:

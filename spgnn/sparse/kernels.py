@@ -100,7 +100,8 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
             f"{(m, h.shape[1])} {h.dtype} on {h.device}"
         )
     h = h.detach()
-    if a.nnz == 0 or h.shape[1] == 0:   # an empty block (a part with no halo, P = 1's remote shard): no kernel call
+    # an empty block (a part with no halo, P = 1's remote shard): no kernel call (torch_sparse's dies of SIGFPE)
+    if a.nnz == 0 or h.shape[1] == 0:
         with torch.no_grad():
             return h.new_zeros((m, h.shape[1])) if out is None else out if accumulate else out.zero_()
     backend = get_backend() if h.device.type == "cpu" else "torch"
