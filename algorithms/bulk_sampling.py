@@ -37,14 +37,21 @@ def show_bulk(args) -> None:
     same = all((a.blocks[i] != b.blocks[i]).nnz == 0 for a, b in zip(bulk, single) for i in range(len(a.blocks)))
     shapes = " ← ".join(f"{b.shape[0]}×{b.shape[1]}" for b in bulk[0].blocks[::-1])
     print(f"{args.sampler}: minibatch 0 blocks {shapes}; {args.bulk} minibatches in one call {1e3 * (t1 - t0):.1f} ms, "
-          f"one by one {1e3 * (t2 - t1):.1f} ms; identical: {same}")
+          f"one by one {1e3 * (t2 - t1):.1f} ms; identical: {same}", flush=True)
 
 
 def train(comm, args) -> dict:
+    """Bulk sampling shown on rank 0, then GraphSAGE trained on every rank with bulk sampling."""
+    if comm.rank == 0:
+        show_bulk(args)
     cfg = spgnn.TrainConfig(dataset=args.dataset, model="sage", epochs=args.epochs, hidden=64, eval_every=0)
     report = spgnn.MinibatchTrainer(cfg, comm, args.sampler, batch_size=64, bulk=args.bulk).run(log=None)
-    return {"test_acc": report["final"]["test_acc"], "loss": report["final"]["loss"],
-            "minibatches": report["sampling"]["minibatches"], "per_s": report["sampling"]["minibatches_per_s"]}
+    r = {"test_acc": report["final"]["test_acc"], "loss": report["final"]["loss"],
+         "minibatches": report["sampling"]["minibatches"], "per_s": report["sampling"]["minibatches_per_s"]}
+    if comm.rank == 0:
+        print(f"trained: test acc {r['test_acc']:.4f}, final loss {r['loss']:.4f}, {r['minibatches']} minibatches "
+              f"sampled at {r['per_s']:.0f}/s", flush=True)
+    return r
 
 
 def main():
@@ -55,19 +62,7 @@ def main():
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--nprocs", type=int, default=2, help="local processes (ignored under mpirun or torchrun)")
     args = p.parse_args()
-    if spgnn.launch.detect().kind == "single":
-        show_bulk(args)
-        r = spgnn.launch.run_local(train, args.nprocs, args, timeout_s=3600)[0]
-    else:
-        comm = spgnn.launch.init()
-        if comm.rank == 0:
-            show_bulk(args)
-        r = train(comm, args)
-        spgnn.launch.shutdown()
-        if comm.rank:
-            return
-    print(f"trained: test acc {r['test_acc']:.4f}, final loss {r['loss']:.4f}, {r['minibatches']} minibatches "
-          f"sampled at {r['per_s']:.0f}/s")
+    spgnn.run(train, args, nprocs=args.nprocs)
 
 
 if __name__ == "__main__":

@@ -31,7 +31,16 @@ def compare(comm, args) -> list[dict]:
                      "test_acc": report["final"]["test_acc"], "loss": report["final"]["loss"],
                      "recv_bytes": max(recv),
                      "exact": predicted and recv == [r["recv_bytes"] for r in predicted["per_rank"]]})
+    if comm.rank == 0:
+        show(rows)
     return rows
+
+
+def show(rows) -> None:
+    print(f"{'algo':>5} {'grid':>7} {'test acc':>9} {'final loss':>11} {'MB recv/rank (max)':>19} {'= model':>8}")
+    for r in rows:
+        print(f"{r['algo']:>5} {r['grid']:>7} {r['test_acc']:>9.4f} {r['loss']:>11.6f} {r['recv_bytes'] / 1e6:>19.3f} "
+              f"{'yes' if r['exact'] else 'NO':>8}", flush=True)
 
 
 def main():
@@ -41,18 +50,7 @@ def main():
     p.add_argument("--hidden", type=int, default=16)
     p.add_argument("--nprocs", type=int, default=4, help="local processes (ignored under mpirun or torchrun)")
     args = p.parse_args()
-    if spgnn.launch.detect().kind == "single":
-        rows = spgnn.launch.run_local(compare, args.nprocs, args, timeout_s=3600)[0]
-    else:
-        comm = spgnn.launch.init()
-        rows = compare(comm, args)
-        spgnn.launch.shutdown()
-        if comm.rank:
-            return
-    print(f"{'algo':>5} {'grid':>7} {'test acc':>9} {'final loss':>11} {'MB recv/rank (max)':>19} {'= model':>8}")
-    for r in rows:
-        print(f"{r['algo']:>5} {r['grid']:>7} {r['test_acc']:>9.4f} {r['loss']:>11.6f} {r['recv_bytes'] / 1e6:>19.3f} "
-              f"{'yes' if r['exact'] else 'NO':>8}")
+    spgnn.run(compare, args, nprocs=args.nprocs)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,16 @@ def compare(comm, args) -> list[dict]:
         rows.append({"algo": algo, "test_acc": report["final"]["test_acc"], "loss": report["final"]["loss"],
                      "saved_bytes": max(m["saved_for_backward_bytes"] for m in memory),
                      "recv_bytes": max(r["recv_bytes"] for r in report["comm"]["per_rank"])})
+    if comm.rank == 0:
+        show(rows)
     return rows
+
+
+def show(rows) -> None:
+    print(f"{'algo':>8} {'test acc':>9} {'final loss':>11} {'MB saved for backward/rank':>27} {'MB recv/rank':>13}")
+    for r in rows:
+        print(f"{r['algo']:>8} {r['test_acc']:>9.4f} {r['loss']:>11.6f} {r['saved_bytes'] / 1e6:>27.3f} "
+              f"{r['recv_bytes'] / 1e6:>13.3f}", flush=True)
 
 
 def main():
@@ -35,18 +44,7 @@ def main():
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--nprocs", type=int, default=4, help="local processes (ignored under mpirun or torchrun)")
     args = p.parse_args()
-    if spgnn.launch.detect().kind == "single":
-        rows = spgnn.launch.run_local(compare, args.nprocs, args, timeout_s=3600)[0]
-    else:
-        comm = spgnn.launch.init()
-        rows = compare(comm, args)
-        spgnn.launch.shutdown()
-        if comm.rank:
-            return
-    print(f"{'algo':>8} {'test acc':>9} {'final loss':>11} {'MB saved for backward/rank':>27} {'MB recv/rank':>13}")
-    for r in rows:
-        print(f"{r['algo']:>8} {r['test_acc']:>9.4f} {r['loss']:>11.6f} {r['saved_bytes'] / 1e6:>27.3f} "
-              f"{r['recv_bytes'] / 1e6:>13.3f}")
+    spgnn.run(compare, args, nprocs=args.nprocs)
 
 
 if __name__ == "__main__":

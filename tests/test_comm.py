@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+import spgnn
 from spgnn.comm import launch
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.comm.staged import Staged
+from spgnn.errors import SpgnnError
 from spgnn.memory import SavedTensorMeter
 
 
@@ -104,6 +106,27 @@ def test_a_world_that_never_forms_says_why(monkeypatch):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "spgnn-none0")
     with pytest.raises(RuntimeError, match="could not join the job .* over interface spgnn-none0"):
         run_local(_rank, 2, timeout_s=30)
+
+
+def _transport(comm):
+    return comm.rank, comm.world_size, comm.transport.name
+
+
+def test_run_sets_up_local_ranks_as_asked(monkeypatch):
+    """`spgnn.run` on local processes returns rank 0's result; the ranks are set up with the transport asked for
+    (`run_local` hands it to each rank's `init`: mpi, which a job not started by mpirun cannot have, fails there);
+    a device, transport or process count the job cannot have is one line before any process starts."""
+    assert spgnn.run(_transport, nprocs=2, transport="torch") == (0, 2, "torch")
+    with pytest.raises(RuntimeError, match="rank 0 failed: SpgnnError: --transport mpi needs a job started by mpirun"):
+        run_local(_transport, 2, transport="mpi", timeout_s=60)
+    monkeypatch.setattr(launch, "_launch_local", lambda *a: pytest.fail("a process was started"))
+    with pytest.raises(SpgnnError, match="^--transport mpi needs a job started by mpirun .* not by --nprocs"):
+        spgnn.run(_transport, nprocs=2, transport="mpi")
+    with pytest.raises(SpgnnError, match="^run: nprocs must be at least 1, got 0$"):
+        spgnn.run(_transport, nprocs=0)
+    if not torch.cuda.is_available():
+        with pytest.raises(SpgnnError, match="^--device cuda: "):
+            spgnn.run(_transport, nprocs=2, device="cuda")
 
 
 def test_collectives_data_and_bytes():

@@ -412,13 +412,13 @@ def _exit_on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device):
+def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     stage = "join"
     try:
-        comm = init(device, timeout_s=timeout_s)
+        comm = init(device, timeout_s, transport)
         if nprocs > 1:
             dist.barrier()             # fn starts on no rank before every rank has joined (`run_local` may retry)
         stage = "run"
@@ -436,19 +436,20 @@ PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_loca
 
 
 def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None,
-              device: str = "cpu") -> list:
-    """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined as a job on `device` (`init`); return the
-    results by rank. `fn` and its results must be picklable. A failure on any rank raises RuntimeError here, naming
-    every rank that failed; a collective fails after `timeout_s`, and the whole call after `deadline_s` (default
-    `timeout_s`) rather than hang. A world that fails to form is formed again, with fresh processes and port, up to
-    `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run nowhere.
+              device: str = "cpu", transport: str = "auto") -> list:
+    """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined as a job on `device`, its collectives through
+    `transport` (`init`); return the results by rank. `fn` and its results must be picklable. A failure on any rank
+    raises RuntimeError here, naming every rank that failed; a collective fails after `timeout_s`, and the whole call
+    after `deadline_s` (default `timeout_s`) rather than hang. A world that fails to form is formed again, with fresh
+    processes and port, up to `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run
+    nowhere.
 
     The processes are forked from multiprocessing's fork server, which has imported torch and spgnn once (`PRELOAD`):
     each starts in a tenth of a second, not the two seconds of importing them (a spawned process's cost), and
     shares no threads or state with this one; each gets this process's environment as it is now."""
     for attempt in range(1, JOIN_ATTEMPTS + 1):
         results, failures = _launch_local(fn, nprocs, args, timeout_s, timeout_s if deadline_s is None else deadline_s,
-                                          device)
+                                          device, transport)
         if not failures:
             return [results[r] for r in range(nprocs)]
         if attempt == JOIN_ATTEMPTS or any(stage != "join" for stage, *_ in failures.values()):
@@ -458,7 +459,8 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
     raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))
 
 
-def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float, device: str) -> tuple[dict, dict]:
+def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float, device: str,
+                  transport: str) -> tuple[dict, dict]:
     """One launch of `run_local`: ({rank: result}, {rank: (stage, time, error text)}), where stage is "join" or
     "run", and a rank that exited without a word fails at "exit". Once a rank fails, the others have 5 s to report
     (a peer's failure makes theirs: each is timed, so the first names the cause)."""
@@ -470,7 +472,7 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
     q = ctx.Queue()
     port = free_port()
     environ = dict(os.environ)
-    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q, environ, device),
+    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q, environ, device, transport),
                          daemon=True)
              for r in range(nprocs)]
     for p in procs:

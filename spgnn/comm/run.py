@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ..errors import SpgnnError
 from . import launch
 
 
@@ -9,9 +12,16 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     """``main(comm, *args)`` on every rank of the job: under mpirun, torchrun or srun each process is a rank and
     this one's result is returned; launched plainly, on `nprocs` local processes (rank 0's result is returned;
     `main` must then be a module-level function and `args` picklable) or, with nprocs 1, in this process.
-    `timeout`: seconds before a stalled collective fails (a rank that dies ends the run; no limit on its length)."""
-    if launch.detect().kind == "single" and nprocs > 1:
-        return launch.run_local(main, nprocs, *args, timeout_s=timeout, deadline_s=float("inf"))[0]
+    `timeout`: seconds before a stalled collective fails (a rank that dies ends the run; no limit on its length).
+    A device or transport the job cannot have is refused in one line before any process starts."""
+    launched = launch.detect()
+    if nprocs < 1:
+        raise SpgnnError(f"run: nprocs must be at least 1, got {nprocs}")
+    if launched.kind == "single" and nprocs > 1:
+        launch.check_device(device)
+        launch.resolve_transport(transport, replace(launched, kind="spawn"), device)
+        return launch.run_local(main, nprocs, *args, timeout_s=timeout, deadline_s=float("inf"), device=device,
+                                transport=transport)[0]
     comm = launch.init(device, timeout, transport)
     try:
         out = main(comm, *args)
