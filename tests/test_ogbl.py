@@ -190,6 +190,19 @@ def test_a_partitioned_folder_with_its_ogb_split(runs):
     assert t.evaluate() == one["mrr", "1d-halo"]["figures"][-1]
 
 
+def test_a_graph_in_memory_with_its_ogb_split(runs):
+    """`graph=` with ogb_split trains on the folder's split (it was dropped: a hashed split, judged by ROC-AUC), as a
+    run on the folder does; fractions of a split of its own are refused with the folder."""
+    roots, cache, one, _ = runs
+    graph = load_dataset(str(roots["mrr"]))
+    t = LinkTrainer(_cfg("cora", cache, ogb_split=str(roots["mrr"])), Comm(0, 1), graph=graph)
+    assert t.metric == "mrr" and [t.epoch(e) for e in range(EPOCHS)] == one["mrr", "1d-halo"]["losses"]
+    assert t.evaluate() == one["mrr", "1d-halo"]["figures"][-1]
+    with pytest.raises(SpgnnError, match=r"^--val-edges and --test-edges: .*ogbl_citation2 is an OGB link folder, "
+                                         r"whose split is its own: drop them$"):
+        LinkTrainer(_cfg(roots["mrr"], cache, val_edges=0.2, test_edges=0.2), Comm(0, 1))
+
+
 def test_report_names_the_metric(tmp_path):
     folder = write_folder(tmp_path, "mrr")
     report = LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2), Comm(0, 1)).run(log=None)

@@ -346,6 +346,15 @@ def test_bad_input():
     with pytest.raises(SpgnnError, match="--replication 2 must be a positive divisor of the number of processes 1"):
         RowBlocks(g.n, Comm(0, 1), 2)
     assert check_options(cfg, "sage:3", None, 1, g)[2] == min(1024, train)     # the default clips to |train|
+    for options, flags in (({"algo": "2d"}, "--algo applies"), ({"algo": "auto", "partition": "random"},
+                           "--algo and --partition apply"), ({"node_order": "natural"}, "--node-order applies"),
+                           ({"precompute": "off"}, "--precompute applies"), ({"grid": "2x1"}, "--grid applies"),
+                           ({"prefetch": 2}, "--prefetch applies"), ({"memory_per_rank": "1GB"}, "--memory-per-rank")):
+        with pytest.raises(SpgnnError, match=f"^{flags}.* to full-batch training, not --sampler"):
+            check_options(TrainConfig(model="sage", **options), "sage:3", 4, 1, g)
+    with pytest.raises(SpgnnError, match="^--batch-norm with --sampler trains on one process only: on 2 each"):
+        check_options(TrainConfig(model="sage", batch_norm=True), "sage:3", 4, 1, g, nprocs=2)
+    assert check_options(TrainConfig(model="sage", batch_norm=True), "sage:3", 4, 1, g, nprocs=1)[0].batch_norm
 
 
 def test_isolated_and_no_in_edges():
@@ -376,6 +385,10 @@ def test_cli(tmp_path, capsys):
     assert main(["train", "--sampler", "sage:5", "--batch-size", "500"]) == 2
     assert main(["train", "--sampler", "sage:5", "--split-graph", "--replication", "3", "--nprocs", "2"]) == 2
     assert "--replication 3 must divide the number of processes 2" in capsys.readouterr().err
+    assert main(["train", "--sampler", "sage:5", "--algo", "3d", "--partition", "random", "--nprocs", "2"]) == 2
+    assert capsys.readouterr().err == ("spgnn: error: --algo and --partition apply to full-batch training, not "
+                                       "--sampler (minibatches are sampled from the whole graph, or its row blocks "
+                                       "with --split-graph): drop them\n")
     with pytest.raises(SystemExit):
         main(["train", "--sampler", "sage:5", "--split-graph", "--replicate-graph"])
     out = tmp_path / "r.json"

@@ -66,15 +66,20 @@ class LinkModel(nn.Module):
 class LinkTrainer(Run):
     """One rank's share of a link-prediction run (see the module docstring): the graph as `spgnn.Trainer` takes
     it (cfg.dataset, or `graph` in memory with `parts`); the link task's options in cfg: ``decoder`` ("dot" or
-    "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out; not used on an OGB link folder, whose split
-    is its own), ``embedding`` (z's width, 0: ``hidden``), ``ogb_split`` (the OGB link folder of a partitioned
-    --dataset)."""
+    "mlp"), ``val_edges`` and ``test_edges`` (the fractions held out; refused on an OGB link folder, whose split
+    is its own), ``embedding`` (z's width, 0: ``hidden``), ``ogb_split`` (the OGB link folder whose split the run
+    takes: that of a partitioned --dataset or of the `graph` given)."""
 
     task = get_task("link")
 
     def __init__(self, cfg, comm, graph=None, parts=None):
         cfg = replace(cfg, task="link").validate()
-        folder = ogbl_folder(cfg.ogb_split or cfg.dataset) if graph is None and parts is None else None
+        folder = ogbl_folder(cfg.ogb_split) if cfg.ogb_split else \
+            ogbl_folder(cfg.dataset) if graph is None and parts is None else None
+        if folder and (fractions := [o.flag for o in self.task.options if o.name in ("val_edges", "test_edges")
+                                     and getattr(cfg, o.name) != o.default]):
+            raise SpgnnError(f"{' and '.join(fractions)}: {folder[0]} is an OGB link folder, whose split is its own: "
+                             f"drop {'them' if len(fractions) > 1 else 'it'}")
         given = agree(comm, lambda: read_held_out(*folder)) if folder else None     # its own pairs: LinkShare
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()

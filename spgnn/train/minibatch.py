@@ -35,7 +35,7 @@ from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..comm.grid import ProcessGrid
 from ..comm.halo import Halo
-from ..config import TrainConfig
+from ..config import FIELDS, TrainConfig
 from ..distgraph import all_reduce_gradients
 from ..errors import SpgnnError
 from ..graph.adjacency import normalize
@@ -47,6 +47,7 @@ from ..layers.registry import LAYERS, get_layer
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
 from ..sampling.sampler import Minibatch, make_sampler, parse_sampler
+from ..spmm import options as algorithm_options
 from ..spmm.base import Block
 from ..spmm.halo import OneDHalo
 from ..spmm.local import LocalSpMM
@@ -60,12 +61,22 @@ def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int)
 
 
 DEFAULT_BATCH_SIZE = 1024
+FULL_BATCH = ("algo", "partition", "node_order", "precompute", "memory_per_rank", "calibration")   # not read here
+
+
+def full_batch_flags(cfg: TrainConfig) -> list[str]:
+    """The flags of cfg's settings that only full-batch training reads (its layout, its algorithm's options but
+    --replication, which splits the graph here too) set to other than their defaults (or an inert value)."""
+    defaults = {name: default for name, _, default in FIELDS}
+    flags = ["--" + k.replace("_", "-") for k in FULL_BATCH if getattr(cfg, k) != defaults[k]]
+    return flags + [o.flag for o in algorithm_options().values() if o.name != "replication"
+                    and getattr(cfg, o.name) != o.default and getattr(cfg, o.name) not in o.inert]
 
 
 def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None = None,
                    split_graph: bool = False) -> TrainConfig:
-    """cfg with one layer per sampler size; SpgnnError for options no run can use (`nprocs`, when known, is
-    checked against the replication of a split graph)."""
+    """cfg with one layer per sampler size; SpgnnError for options no run can use, and for those only full-batch
+    training reads (`nprocs`, when known, is checked against the replication of a split graph and --batch-norm)."""
     _, sizes = parse_sampler(sampler)
     cfg = replace(cfg, layers=len(sizes)).validate()
     if not get_layer(cfg.model).sampled:
@@ -73,6 +84,14 @@ def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None
                          f"({', '.join(k for k, c in LAYERS.items() if c.sampled)}), not {cfg.model!r}")
     if bulk < 1:
         raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
+    if flags := full_batch_flags(cfg):
+        raise SpgnnError(f"{' and '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to full-batch training, not "
+                         f"--sampler (minibatches are sampled from the whole graph, or its row blocks with "
+                         f"--split-graph): drop {'them' if len(flags) > 1 else 'it'}")
+    if cfg.batch_norm and (nprocs or 1) > 1:
+        raise SpgnnError(f"--batch-norm with --sampler trains on one process only: on {nprocs} each would normalise by "
+                         "its own minibatch's statistics and keep running statistics of its own (drop --batch-norm, "
+                         "or train full-batch)")
     if not split_graph and cfg.replication > 1:
         raise SpgnnError(f"--replication {cfg.replication} with --sampler needs --split-graph (a replicated graph "
                          "is whole on every process)")
