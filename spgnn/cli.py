@@ -148,6 +148,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     graph.add_argument("--replicate-graph", action="store_true", help="--sampler: every process holds the "
                        "whole graph and features (the default)")
     _launch_options(p, d)
+    a("--calibration", default=d.calibration, help="α-β figures from spgnn calibrate --output, for the "
+      "predicted seconds in the report and for --algo auto (default: gloo figures measured on 2 cores)")
     a("--memory-per-rank", default=d.memory_per_rank, help="--algo auto: leave out the layouts whose predicted "
       "peak memory per rank exceeds this (e.g. 4GB; see spgnn cost); a named --algo: refuse before training if its "
       "prediction exceeds it")
@@ -171,8 +173,6 @@ def _overlap_option(p) -> None:
 def _launch_options(p, d: TrainConfig) -> None:
     a = p.add_argument
     a("--device", default=d.device, help="cpu (gloo) or cuda (nccl)")
-    a("--calibration", default=d.calibration, help="α-β figures from spgnn calibrate --output, for the "
-      "predicted seconds in the report and for --algo auto (default: gloo figures measured on 2 cores)")
     a("--transport", default=d.transport, choices=launch.TRANSPORTS, help="what moves the data: torch "
       "(torch.distributed), mpi (mpi4py, for mpirun jobs on CPU), auto (mpi under mpirun on CPU, else torch)")
     a("--timeout", type=float, default=d.timeout, help="seconds before a stalled collective fails "
@@ -231,6 +231,12 @@ def train(args, argv) -> int:
     known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
+    if not args.sampler and (given := [flag for flag, value in (("--batch-size", args.batch_size is not None),
+                                                                ("--bulk", args.bulk != 1),
+                                                                ("--split-graph", args.split_graph),
+                                                                ("--replicate-graph", args.replicate_graph)) if value]):
+        raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
+                         "training): add --sampler, or drop them to train full-batch")
     if launch.detect().rank == 0:       # the files rank 0 writes or reads, before any work, said once
         _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
@@ -364,11 +370,17 @@ def partition(args, argv) -> int:
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
     folder = args.output and not args.output.endswith(".npz")
+    if args.output and not folder and args.node_order != TrainConfig.node_order:
+        raise SpgnnError("--node-order orders the nodes of a partitioned folder; an .npz keeps the part vector only "
+                         "(give --node-order to spgnn train --partition FILE instead)")
     if args.out_of_core:
         from .partition.ooc import partition_edge_folder
 
         if not folder:
             raise SpgnnError("--out-of-core writes a partitioned dataset folder: give --output DIR")
+        if tables := [flag for flag, value in (("--json", args.json), ("--plot", args.plot)) if value]:
+            raise SpgnnError(f"{' and '.join(tables)}: --out-of-core writes the partitioned folder without holding the "
+                             "graph, so it measures no partition metrics; drop them, or partition in memory")
         path = partition_edge_folder(args.dataset, args.output, args.nparts, methods[0], args.seed, args.chunk,
                                      **params)
         print(f"wrote {path}: train with spgnn train --dataset {path} on {args.nparts} processes", flush=True)
@@ -473,6 +485,17 @@ def cost_command(args, argv) -> int:
     _check_files(args.output, args.calibration)
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
+    statistics = [flag for flag, value in (("--nodes", args.nodes), ("--nnz", args.nnz),
+                                           ("--features", args.features != 128), ("--classes", args.classes != 128))
+                  if value]
+    by_dataset = [flag for flag, value in (("--data-dir", args.data_dir), ("--partition", args.partition != "random"))
+                  if value]
+    if args.dataset and statistics:
+        raise SpgnnError(f"{' and '.join(statistics)} describe a graph by statistics, --dataset by its own: give one "
+                         "or the other")
+    if not args.dataset and by_dataset:
+        raise SpgnnError(f"{' and '.join(by_dataset)} go{'es' if len(by_dataset) == 1 else ''} with --dataset, not "
+                         "with --nodes and --nnz")
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, partition=args.partition,
                           node_order=args.node_order, **model_options)

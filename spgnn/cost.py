@@ -328,14 +328,15 @@ def comm_seconds(ledger: Ledger, shape, alpha_beta=None, rates: Rates = None, ra
 
 def load_calibration(path) -> dict:
     """{op: (α per latency step, β)} from a ``spgnn calibrate --output`` file (α a call over the steps a call took
-    there). Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured in a group of g, that
-    is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
+    there); a collective the file did not measure (``spgnn calibrate --ops`` names fewer) keeps its
+    `DEFAULT_ALPHA_BETA` figures. Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured
+    in a group of g, that is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
     data = json.loads(open(path).read())
     g = max(int(data.get("world_size", 2)), 2)
     old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
-    return {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
-                 v["beta_s_per_byte"] * (g / (2 * (g - 1)) if old and op == "broadcast" else 1))
-            for op, v in data["collectives"].items()}
+    return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
+                                      v["beta_s_per_byte"] * (g / (2 * (g - 1)) if old and op == "broadcast" else 1))
+                                 for op, v in data["collectives"].items()}
 
 
 def load_rates(path=None) -> Rates:

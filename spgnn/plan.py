@@ -209,6 +209,11 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
         raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
                          f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
                          "partition --output")
+    order = parts.partition_info.get("node_order")
+    if cfg.node_order not in (TrainConfig.node_order, order):
+        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (in {order} node order): "
+                         f"--node-order {cfg.node_order} does not apply to it; drop --node-order or partition anew "
+                         "with spgnn partition --output")
     if cfg.algo == "auto":
         model = model_cost(cfg, parts.info, costs_of)
         cfg, compared = cost.choose(cfg, P, parts_stats(parts), model, _calibration(cfg),

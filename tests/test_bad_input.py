@@ -239,3 +239,48 @@ def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys
 def test_json_safe_leaves_no_nan():
     obj = {"a": [1.0, float("nan"), {"b": float("inf")}], "c": (float("-inf"), 2)}
     assert cli.json_safe(obj) == {"a": [1.0, None, {"b": None}], "c": [None, 2]}
+
+
+def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
+    """An option the command would accept and then not use in this mode is one line before any work, never a run
+    that reports it as if it had been used."""
+    good = edge_folder(tmp_path / "g", RING)
+    saved = tmp_path / "p.npz"
+    assert cli.main(["partition", "--dataset", good, "--nparts", "2", "--method", "random",
+                     "--output", str(saved)]) == 0
+    for order in ("rcm", "natural"):
+        assert cli.main(["partition", "--dataset", good, "--nparts", "1", "--method", "block", "--node-order", order,
+                         "--output", str(tmp_path / order)]) == 0
+    capsys.readouterr()
+    cases = {
+        "sampler-only flags, full batch": (["train", "--dataset", good, "--bulk", "4", "--split-graph"],
+                                           "--bulk and --split-graph go with --sampler (minibatch training)"),
+        "auto picks the grid": (["train", "--dataset", good, "--algo", "auto", "--grid", "2x2"],
+                                "--grid with --algo auto: auto chooses the algorithm and its grid"),
+        "another order than the folder's": (["train", "--dataset", str(tmp_path / "rcm"), "--node-order", "natural"],
+                                            "is partitioned already (in rcm node order): --node-order natural does "
+                                            "not apply to it"),
+        "statistics with a dataset": (["cost", "--dataset", good, "--nodes", "100", "--features", "8"],
+                                      "--nodes and --features describe a graph by statistics, --dataset by its own"),
+        "a dataset's flags with statistics": (["cost", "--nodes", "100", "--nnz", "400", "--data-dir", "x"],
+                                              "--data-dir goes with --dataset, not with --nodes and --nnz"),
+        "parameters of a saved partition": (["partition", "--dataset", good, "--nparts", "2", "--method", str(saved),
+                                             "--param", "gamma=2"], "go with a partitioner, not with the saved"),
+        "out-of-core parameters": (["partition", "--dataset", good, "--out-of-core", "--nparts", "2", "--method",
+                                    "ldg", "--param", "gamma=2", "--output", str(tmp_path / "o")],
+                                   "unknown partitioner parameter(s) gamma: this partitioner takes none"),
+        "out-of-core tables": (["partition", "--dataset", good, "--out-of-core", "--nparts", "2", "--method",
+                                "block", "--output", str(tmp_path / "o"), "--json", str(tmp_path / "m.json")],
+                               "--json: --out-of-core writes the partitioned folder without holding the graph"),
+        "an order an .npz does not keep": (["partition", "--dataset", good, "--nparts", "2", "--method", "block",
+                                            "--node-order", "natural", "--output", str(tmp_path / "q.npz")],
+                                           "--node-order orders the nodes of a partitioned folder"),
+    }
+    for case, (argv, needle) in cases.items():
+        code, line = error_line(capsys, argv + (QUICK if argv[0] == "train" else []))
+        assert code == 2 and needle in line, f"{case}: {line}"
+    assert not (tmp_path / "o").exists() and not (tmp_path / "q.npz").exists()
+    assert cli.main(["train", "--dataset", str(tmp_path / "natural"), "--node-order", "natural", *QUICK]) == 0
+    with pytest.raises(SystemExit):             # calibrate reads no calibration
+        cli.build_parser().parse_args(["calibrate", "--calibration", "f.json"])
+    capsys.readouterr()

@@ -36,7 +36,7 @@ from ..graph.datasets import edge_delimiter
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
-from .partition import block, fill_empty
+from .partition import block, fill_empty, get_partitioner, partitioner_params
 from .partitioned import write
 from .share import SPLITS, GraphInfo, Share, gcn_degree
 
@@ -235,6 +235,7 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
     partitioned dataset `output`, reading `chunk` edges at a time."""
     if method not in METHODS:
         raise SpgnnError(f"--out-of-core partitions with {', '.join(METHODS)}, not {method!r}")
+    params = partitioner_params(get_partitioner(method), **params)     # the in-memory partitioner's, checked alike
     if is_ogb(folder):          # streamed to an edge-list folder beside the output first
         Path(output).resolve().parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="spgnn-ogb-", dir=Path(output).resolve().parent) as tmp:

@@ -251,6 +251,9 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
         if not Path(method).exists():
             raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
                              f"or the path of a saved .npz, .npy or text part vector")
+        if params:
+            raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
+                             f"the saved partition {str(method)!r}: drop them")
         parts, meta = load_parts(method, adj, P)
         info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}
     else:
