@@ -428,6 +428,9 @@ def plot_command(args, argv) -> int:
     return 0
 
 
+STATISTICS_WIDTH, COST_PARTITION = 128, "random"     # spgnn cost's --features and --classes, its --partition
+
+
 def _cost_parser(sub) -> argparse.ArgumentParser:
     p = _subparser(sub, "cost", "predict epoch seconds and memory with the cost model, without running",
                    "Bytes per rank, seconds (communication and compute) and peak memory per rank of one training "
@@ -439,12 +442,12 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--nnz", type=float, help="nonzeros of the adjacency: directed edge entries, both directions counted")
     a("--dataset", help="a dataset spgnn train accepts: exact statistics of its partition (modest P)")
     a("--data-dir", default=None, help="where named datasets are looked up")
-    a("--partition", default="random", help="partition for --dataset")
+    a("--partition", default=COST_PARTITION, help="partition for --dataset")
     _node_order_option(p, TrainConfig.node_order)
     a("--nprocs", default="4,16,64,256,1024,4096", help="comma-separated process counts")
-    a("--features", type=int, default=128, help="input feature width (--nodes mode)")
+    a("--features", type=int, default=STATISTICS_WIDTH, help="input feature width (--nodes mode)")
     a("--hidden", type=int, default=128, help="hidden width")
-    a("--classes", type=int, default=128, help="output classes (--nodes mode)")
+    a("--classes", type=int, default=STATISTICS_WIDTH, help="output classes (--nodes mode)")
     a("--layers", type=int, default=3, help="GNN layers")
     a("--model", default="gcn", choices=sorted(LAYERS), help="the model (its layers must declare their costs)")
     for o in layer_options().values():                  # the layers' own options: GAT's heads, APPNP's steps, …
@@ -486,10 +489,10 @@ def cost_command(args, argv) -> int:
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     statistics = [flag for flag, value in (("--nodes", args.nodes), ("--nnz", args.nnz),
-                                           ("--features", args.features != 128), ("--classes", args.classes != 128))
-                  if value]
-    by_dataset = [flag for flag, value in (("--data-dir", args.data_dir), ("--partition", args.partition != "random"))
-                  if value]
+                                           ("--features", args.features != STATISTICS_WIDTH),
+                                           ("--classes", args.classes != STATISTICS_WIDTH)) if value]
+    by_dataset = [flag for flag, value in (("--data-dir", args.data_dir),
+                                           ("--partition", args.partition != COST_PARTITION)) if value]
     if args.dataset and statistics:
         raise SpgnnError(f"{' and '.join(statistics)} describe a graph by statistics, --dataset by its own: give one "
                          "or the other")
