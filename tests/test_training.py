@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.train.fullbatch import Trainer
@@ -90,3 +91,11 @@ def _weights(comm):
     t = Trainer(TrainConfig(epochs=5, eval_every=0, partition="random"), comm)
     t.run(log=None)
     return {k: p.detach().numpy().copy() for k, p in t.model.state_dict().items()}
+
+
+def test_best_epoch_without_evaluations_during_training():
+    """--eval-every 0 evaluates at the end only: that evaluation is the best one (the report's best was empty)."""
+    report = Trainer(TrainConfig(epochs=2, hidden=8, eval_every=0), Comm()).run(log=None)
+    final = report["final"]
+    assert report["best"] == {"epoch": 1, "val_acc": final["val_acc"], "test_acc": final["test_acc"]}
+    assert all("val_acc" not in e for e in report["epochs"])

@@ -79,6 +79,9 @@ class Run:
             return self.report(d.epochs, {}, d.best) | {"stopped": f"{d}{kept}"}
         with progress.stage("evaluating", "(final)"):
             final = self.evaluate()
+        if not best and records:                # --eval-every 0: the final evaluation is the only one, so the best
+            val, test = f"val_{self.metric}", f"test_{self.metric}"
+            best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
         return self.report(records, final, best)
 
     def finite(self) -> bool:
