@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 import spgnn
-from spgnn import spmm
+from spgnn import cost, spmm
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -246,3 +246,17 @@ def test_report_and_resume(tmp_path):
     assert sum(whole["graph"]["edges"].values()) == load_dataset("cora").nnz // 2
     with pytest.raises(SpgnnError, match="the checkpoint is of --decoder dot, this run's is mlp"):
         LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck"), decoder="mlp"), Comm(0, 1)).run(log=None)
+
+
+def test_auto_weighs_the_encoder(monkeypatch):
+    """--algo auto ranks the layouts by the encoder's costs (its output the embedding, not the graph's classes)."""
+    seen = []
+
+    def recorded(cfg, P, stats_of, model, *args, **kwargs):
+        seen.append(model)
+        raise SpgnnError("stop here")
+
+    monkeypatch.setattr(cost, "choose", recorded)
+    with pytest.raises(SpgnnError, match="stop here"):
+        LinkTrainer(TrainConfig(dataset="cora", task="link", algo="auto", hidden=16, embedding=24), Comm(0, 1))
+    assert [m.classes for m in seen] == [24]

@@ -21,6 +21,7 @@ from torch import nn
 from ..comm import autograd as autograd_comm
 from ..comm.agree import agree
 from ..comm.halo import Halo
+from ..cost import ModelCost
 from ..distgraph import DistGraph
 from ..errors import SpgnnError
 from ..graph.ogbl import ogbl_folder, read_held_out
@@ -85,7 +86,8 @@ class LinkTrainer(Run):
                                                                             cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
         graph = as_graph(graph)
-        cfg, opened, _, _ = open_parts(cfg, comm, graph, parts)
+        cfg, opened, _, _ = open_parts(cfg, comm, graph, parts,        # --algo auto weighs the encoder
+                                       lambda info: ModelCost.of_config(cfg, info.num_features, width))
         perm = node_order(opened)
         if given and given.n != opened.info.n:
             raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph has {given.n} nodes, --dataset {cfg.dataset}'s "
