@@ -11,13 +11,17 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from spgnn import cli
 from spgnn.errors import SpgnnError
+from spgnn.graph.adjacency import normalize
 from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import Graph
 from spgnn.graph.pyg import from_pyg
 from spgnn.partition.partition import make_partition
 from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
+from spgnn.partition.share import Share
 
 N, F, C = 24, 4, 3
 RING = np.stack([np.arange(N), (np.arange(N) + 1) % N], axis=1)       # [E, 2]
@@ -35,6 +39,13 @@ def edge_folder(folder, edges=RING, x=None, y=None, masks=None, name="edges.npy"
              "test": np.arange(N) >= 15} | (masks or {})
     for k, m in split.items():
         np.save(folder / f"{k}_mask.npy", m)
+    return str(folder)
+
+
+def meta_folder(folder, meta: str) -> str:
+    """`edge_folder` with a meta.json of the text `meta`."""
+    edge_folder(folder)
+    (folder / "meta.json").write_text(meta)
     return str(folder)
 
 
@@ -113,7 +124,8 @@ def test_out_of_core_partitioner_checks_alike(tmp_path, capsys):
     for src, needle in ((edge_folder(tmp_path / "frac", RING + 0.5), "must be whole numbers"),
                         (edge_folder(tmp_path / "square", [[0, 1], [1, 2]]), "reads both as"),
                         (edge_folder(tmp_path / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
-                        (edge_folder(tmp_path / "ovl", masks={"test": np.ones(N, bool)}), "both the train and")):
+                        (edge_folder(tmp_path / "ovl", masks={"test": np.ones(N, bool)}), "both the train and"),
+                        (meta_folder(tmp_path / "meta", '{"directed": "false"}'), 'optional keys "directed"')):
         code, line = error_line(capsys, ["partition", "--dataset", src, "--out-of-core", "--nparts", "2",
                                          "--method", "block", "--output", str(tmp_path / "out")])
         assert code == 2 and needle in line, line
@@ -136,6 +148,16 @@ def test_pyg_data_is_checked_alike():
     data.edge_index, data.test_mask = RING.T, np.ones(N, bool)
     with pytest.raises(SpgnnError, match="both the train and the test mask"):
         from_pyg(data)
+    data.test_mask = np.arange(N) >= 12         # one fixed split, or none: no other to choose (split was ignored)
+    with pytest.raises(SpgnnError, match="^the PyG Data has one fixed split, asked for split 3$"):
+        from_pyg(data, split=3)
+    data.train_mask = None                      # validation/test masks were dropped for a random split
+    with pytest.raises(SpgnnError, match="^the PyG Data: validation/test masks given without a training mask$"):
+        from_pyg(data)
+    data.test_mask = None
+    with pytest.raises(SpgnnError, match="^the PyG Data has no fixed splits, so ':2' cannot pick one"):
+        from_pyg(data, split=2)
+    assert from_pyg(data).train_mask.sum() > 0                  # no masks: the per-class random split
 
 
 def _parts(tmp, nparts=1):
@@ -284,3 +306,24 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):             # calibrate reads no calibration
         cli.build_parser().parse_args(["calibrate", "--calibration", "f.json"])
     capsys.readouterr()
+
+
+def test_parameters_the_graph_and_partition_api_would_drop_are_refused():
+    """Each of these returned an answer that ignored a parameter (or a wrong one) before."""
+    g = load_dataset("cora")
+    two = make_partition("block", g.adj, 2)
+    with pytest.raises(SpgnnError, match="^the gcn block row of part 1 needs its remote columns' degrees: pass"):
+        Share.of(g, two, 1).normalized("gcn")                   # remote degrees read at wrapped-around indices
+    whole = Share.of(g, make_partition("block", g.adj, 1), 0).normalized("gcn")     # one part: no remote columns
+    assert abs(whole - normalize(g.adj, "gcn")).max() < 1e-6
+    with pytest.raises(SpgnnError, match=r"^part -1 of a partition into 2 parts: it must lie in \[0, 2\)$"):
+        Share.of(g, two, -1)                                    # an empty share
+    with pytest.raises(SpgnnError, match="^partitioner parameter.s. gamma go with a partitioner, not with a part"):
+        make_partition(np.arange(g.n) % 2, g.adj, 2, gamma=2.0)
+    with pytest.raises(SpgnnError, match="^fennel's nu must be at least 1 .* got 0.5$"):
+        make_partition("fennel", g.adj, 4, nu=0.5)              # raised to 1, reported as 0.5
+    y = np.zeros((N, 3), np.float32)
+    masks = np.arange(N) < 9, np.zeros(N, bool), np.arange(N) >= 9
+    with pytest.raises(SpgnnError, match="num_classes 10 but y holds 3 binary targets a node"):
+        Graph(sp.eye(N, format="csr"), np.ones((N, F), np.float32), y, *masks, num_classes=10)
+    assert Graph(sp.eye(N, format="csr"), np.ones((N, F), np.float32), y, *masks).num_classes == 3

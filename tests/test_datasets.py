@@ -179,6 +179,9 @@ def test_convert_planetoid_round_trips_bit_exactly(tmp_path):
     out = convert_planetoid(tmp_path / "p", "tiny", tmp_path / "tiny.npz")
     assert_same_graph(read_npz(out, name="tiny"), g)
     assert_same_graph(load_dataset(str(tmp_path / "p" / "ind.tiny.x")), g)    # any of its files works
+    assert_same_graph(load_dataset(str(tmp_path / "p" / "ind.tiny.x") + ":0"), g)
+    with pytest.raises(SpgnnError, match=r"ind\.tiny\.x has one fixed split .* so ':2' cannot pick another"):
+        load_dataset(str(tmp_path / "p" / "ind.tiny.x") + ":2")        # (the split was ignored)
 
 
 def test_planetoid_folder_with_two_datasets_asks_for_one(tmp_path):

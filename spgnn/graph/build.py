@@ -158,8 +158,9 @@ def assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, s
 
 
 def split_masks(found: dict, n_splits_where: str, split: int | None):
-    """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits); None if absent.
-    A missing val mask means none, a missing test mask means every node not in train or val."""
+    """(train, val, test) from optional mask arrays (each 1-D, or [S, N] for S fixed splits, a 1-D one then the same
+    in every split); None if absent. A missing val mask means none, a missing test mask means every node not in
+    train or val."""
     if all(m is None for m in found.values()):
         if split is not None:
             raise SpgnnError(f"{n_splits_where} has no fixed splits, so ':{split}' cannot pick one; drop it "
@@ -167,6 +168,7 @@ def split_masks(found: dict, n_splits_where: str, split: int | None):
         return None
     if found["train"] is None:
         raise SpgnnError(f"{n_splits_where}: validation/test masks given without a training mask")
+    several = any(np.ndim(m) == 2 for m in found.values() if m is not None)     # a 1-D mask then serves every split
     out = {}
     for key, m in found.items():
         if m is None:
@@ -180,7 +182,7 @@ def split_masks(found: dict, n_splits_where: str, split: int | None):
                 raise SpgnnError(f"{n_splits_where} has {m.shape[0]} fixed splits (0..{m.shape[0] - 1}), "
                                  f"asked for split {k}")
             m = m[k]
-        elif split is not None and split != 0:
+        elif split is not None and split != 0 and not several:
             raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
         out[key] = m.astype(bool)
     train = out["train"]

@@ -176,6 +176,9 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
 
 
 def _read_path(path: Path, seed: int, split: int | None) -> Graph:
+    if split not in (None, 0) and (path.is_dir() or _planetoid_prefix(path.name)):
+        raise SpgnnError(f"{path} has one fixed split (or a random one by --seed), so ':{split}' cannot pick "
+                         "another: drop it (an OGB folder's other splits are FOLDER:TYPE)")
     if path.is_dir():
         if is_ogbl(path):
             return read_ogbl(path)
@@ -429,6 +432,19 @@ def _read_edges_text(path: Path) -> np.ndarray:
     return e
 
 
+def edge_list_meta(folder: Path) -> dict:
+    """An edge-list folder's optional ``meta.json``, checked: {"directed": bool, "name": str}, both optional."""
+    if not (folder / "meta.json").is_file():
+        return {}
+    with reading(folder / "meta.json"):
+        meta = json.loads((folder / "meta.json").read_text())
+    if not isinstance(meta, dict) or set(meta) - {"directed", "name"} \
+            or not isinstance(meta.get("directed", False), bool):
+        raise SpgnnError(f"cannot read {folder / 'meta.json'}: expected an object with optional keys "
+                         f'"directed" (true/false) and "name", got {str(meta)[:100]}')
+    return meta
+
+
 def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
     ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
@@ -439,14 +455,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
     if edge_file is None:
         raise SpgnnError(f"{folder}: no edges.npy, edges.txt or edges.csv in this folder")
-    meta = {}
-    if (folder / "meta.json").is_file():
-        with reading(folder / "meta.json"):
-            meta = json.loads((folder / "meta.json").read_text())
-        if not isinstance(meta, dict) or set(meta) - {"directed", "name"} \
-                or not isinstance(meta.get("directed", False), bool):
-            raise SpgnnError(f"cannot read {folder / 'meta.json'}: expected an object with optional keys "
-                             f'"directed" (true/false) and "name", got {str(meta)[:100]}')
+    meta = edge_list_meta(folder)
     for f in ("features.npy", "labels.npy"):
         if not (folder / f).is_file():
             raise SpgnnError(f"{folder}: missing {f} (an edge-list folder needs features.npy [N, F] and "

@@ -40,6 +40,10 @@ class Graph:
         for m in ("train_mask", "val_mask", "test_mask"):
             setattr(self, m, np.asarray(getattr(self, m), dtype=bool))
         if self.y.ndim == 2:
+            if self.num_classes not in (0, self.y.shape[1]):
+                raise SpgnnError(f"dataset {self.name!r}: num_classes {self.num_classes} but y holds "
+                                 f"{self.y.shape[1]} binary targets a node (num_classes is t then: give 0 or "
+                                 f"{self.y.shape[1]})")
             self.num_classes = self.y.shape[1]
         elif not self.num_classes:
             self.num_classes = int(self.y.max()) + 1 if self.y.size else 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import SpgnnError
-from .build import assemble
+from .build import assemble, split_masks
 from .graph import Graph
 
 
@@ -23,8 +23,9 @@ def _numpy(value, what: str) -> np.ndarray:
 
 def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:
     """The Graph of a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and optional ``train_mask``, ``val_mask``,
-    ``test_mask`` ([N] or [N, S]; without them, the per-class random split of ``seed``). ``symmetric``: add
-    every edge's reverse."""
+    ``test_mask`` ([N] or [N, S] for S fixed splits, ``split`` choosing one; without them, the per-class random
+    split of ``seed``); masks of one split, or none, refuse a ``split`` other than 0. ``symmetric``: add every
+    edge's reverse."""
     edge_index = _numpy(getattr(data, "edge_index", None), "edge_index")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise SpgnnError(f"the PyG Data's edge_index has shape {edge_index.shape}, expected [2, E]")
@@ -33,19 +34,8 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
     if num_nodes is not None and num_nodes != len(x):
         raise SpgnnError(f"the PyG Data has {num_nodes} nodes but x has {len(x)} rows")
     found = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
-    if found["train"] is None:
-        masks = None
-    else:
-        masks = []
-        for k, m in found.items():
-            m = np.zeros(len(x), bool) if m is None else _numpy(m, f"{k}_mask").astype(bool)
-            if m.ndim == 2:
-                if not 0 <= split < m.shape[1]:
-                    raise SpgnnError(f"the PyG Data has {m.shape[1]} splits (mask columns), asked for split {split}")
-                m = m[:, split]
-            masks.append(m)
-        if found["test"] is None:
-            masks[2] = ~(masks[0] | masks[1])
+    found = {k: None if m is None else _numpy(m, f"{k}_mask").T for k, m in found.items()}   # PyG's [N, S]: [S, N]
+    masks = split_masks(found, "the PyG Data", split or None)
     return assemble(name, edge_index[0], edge_index[1], x, y, directed=not symmetric, masks=masks, seed=seed)
 
 

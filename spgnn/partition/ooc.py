@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import json
 import mmap
 import tempfile
 import warnings
@@ -32,7 +31,7 @@ import scipy.sparse as sp
 from ..errors import SpgnnError
 from ..graph import validate
 from ..graph.build import class_labels, per_class_split, random_split, split_masks
-from ..graph.datasets import edge_delimiter
+from ..graph.datasets import edge_delimiter, edge_list_meta
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
@@ -54,8 +53,8 @@ class EdgeFolder:
         self.edge_file = next((f / e for e in ("edges.npy", "edges.txt", "edges.csv") if (f / e).is_file()), None)
         if self.edge_file is None:
             raise SpgnnError(f"{f}: no edges.npy, edges.txt or edges.csv in this folder")
-        meta = json.loads((f / "meta.json").read_text()) if (f / "meta.json").is_file() else {}
-        self.directed, self.name = bool(meta.get("directed", False)), str(meta.get("name") or f.name)
+        meta = edge_list_meta(f)
+        self.directed, self.name = meta.get("directed", False), str(meta.get("name") or f.name)
         self.x = self._npy("features.npy", mmap=True)
         if self.x.ndim != 2:
             raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")

@@ -257,6 +257,9 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
         parts, meta = load_parts(method, adj, P)
         info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}
     else:
+        if params:
+            raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
+                             "a part array: drop them")
         parts, info = method, {"method": "array"}
     return check_parts(parts, n, P), info
 

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from ..errors import SpgnnError
 from ..graph import graph as graphs
 from ..graph.validate import label_counts
 from ..sparse.csr import with_unit_diagonal
@@ -84,6 +85,8 @@ class Share:
     @classmethod
     def of(cls, graph: graphs.Graph, partition, part: int, info: GraphInfo | None = None) -> Share:
         """Part `part` of an in-memory graph under `partition`."""
+        if not 0 <= part < partition.P:
+            raise SpgnnError(f"part {part} of a partition into {partition.P} parts: it must lie in [0, {partition.P})")
         ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
         a = block_row(graph.adj, partition, part)
         return cls(info or graph_info(graph, partition), part, a.indptr.astype(np.int64),
@@ -100,7 +103,11 @@ class Share:
         sorted; the degrees of remote columns, where it needs them, from their owners through `halo`."""
         from ..graph.adjacency import get_adjacency
 
-        return get_adjacency(adjacency).block_row(self, halo)
+        adjacency = get_adjacency(adjacency)
+        if halo is None and adjacency.remote_degrees and self.n_rows != self.info.n:
+            raise SpgnnError(f"the {adjacency.name} block row of part {self.part} needs its remote columns' degrees: "
+                             "pass the share's Halo (spgnn.comm.halo.Halo)")
+        return adjacency.block_row(self, halo)
 
 
 def graph_info(graph: graphs.Graph, partition) -> GraphInfo:

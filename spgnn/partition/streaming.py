@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .. import native
+from ..errors import SpgnnError
 from .partition import fill_empty, register, undirected
 
 _LDG, _FENNEL = 0, 1
@@ -43,6 +44,8 @@ def settings(method: str, n: int, P: int, undirected_nnz: int, gamma: float = 1.
     nonzeros (both directions counted)."""
     if method == "ldg":
         return _LDG, math.ceil(n / P), 0.0, 0.0
+    if not nu >= 1:
+        raise SpgnnError(f"fennel's nu must be at least 1 (a part's capacity ⌈ν·n/P⌉ must hold n/P nodes), got {nu}")
     alpha = (undirected_nnz / 2) * P ** (gamma - 1) / n ** gamma
     return _FENNEL, max(math.ceil(nu * n / P), math.ceil(n / P)), alpha, gamma
 
