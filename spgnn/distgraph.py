@@ -36,7 +36,7 @@ from .comm.comm import Comm
 from .comm.grid import ProcessGrid
 from .config import TrainConfig
 from .errors import SpgnnError
-from .graph.adjacency import get_adjacency
+from .graph.adjacency import ADJACENCIES, Adjacency, get_adjacency
 from .graph.graph import row_normalize
 from .graph.pyg import as_graph
 from .plan import open_parts
@@ -44,6 +44,16 @@ from .tasks import resolve as resolve_task
 from .tasks.node import target_counts
 
 SPLITS = ("train", "val", "test")
+
+
+def _registered(adjacency) -> str:
+    """The registered name of `adjacency` (a name, or the instance registered under its name: another instance of
+    that name would be laid out as the registered one)."""
+    name = get_adjacency(adjacency).name
+    if isinstance(adjacency, Adjacency) and ADJACENCIES.get(name) is not adjacency:
+        raise SpgnnError(f"the adjacency {name!r} given is not the one registered under that name: register it "
+                         "(spgnn.register_adjacency) under a name of its own, or pass the registered name")
+    return name
 
 
 class DistGraph:
@@ -63,9 +73,11 @@ class DistGraph:
         cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
         self._model, self._costs = model, None
         names = self._adjacencies(adjacency) if adjacency is not None else None      # checked before any work
-        if cfg.algo == "auto" and model is None:
-            raise SpgnnError("algo='auto' ranks the layouts by the model's declared costs: pass DistGraph(..., "
-                             "model=your model, or a function (features, outputs) → model)")
+        for what, given in (("algo='auto' ranks the layouts", cfg.algo == "auto"),
+                            ("memory_per_rank predicts each rank's peak memory", cfg.memory_per_rank is not None)):
+            if given and model is None:
+                raise SpgnnError(f"{what} by the model's declared costs: pass DistGraph(..., model=your model, or a "
+                                 "function (features, outputs) → model)")
         self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
         self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, as_graph(graph), parts,
                                                                 self.model_cost if model is not None else None)
@@ -142,8 +154,8 @@ class DistGraph:
             adjacency = adjacencies_of(self._built())
         if adjacency is None:
             adjacency = "gcn"
-        names = [get_adjacency(a).name for a in ([adjacency] if isinstance(adjacency, str) or
-                                                  not hasattr(adjacency, "__iter__") else adjacency)]
+        names = [_registered(a) for a in ([adjacency] if isinstance(adjacency, str) or
+                                          not hasattr(adjacency, "__iter__") else adjacency)]
         if not names:
             raise SpgnnError("DistGraph needs at least one adjacency to lay out: pass adjacency='gcn' (or another)")
         return list(dict.fromkeys(names))
@@ -153,7 +165,7 @@ class DistGraph:
         """The algorithm object that multiplies by `adjacency` (default: the first)."""
         if adjacency is None:
             return self.algo
-        name = get_adjacency(adjacency).name
+        name = _registered(adjacency)
         if name not in self.layouts:
             raise SpgnnError(f"adjacency {name!r} was not laid out: build the DistGraph with adjacency="
                              f"{[*self.layouts, name]!r}")
@@ -206,6 +218,16 @@ class DistGraph:
     def columns(self, f: int) -> slice:
         """The columns of an n×f matrix this rank holds."""
         return self.algo.columns(f)
+
+    def _logits(self, logits: torch.Tensor, f: int) -> torch.Tensor:
+        """`logits`, checked to be this rank's columns of an n×f matrix (on 2D/3D a wrong width would be cut into
+        other blocks than the labels' and change the answer with the layout)."""
+        cols = self.columns(f)
+        if logits.dim() != 2 or logits.shape[1] != cols.stop - cols.start:
+            raise SpgnnError(f"logits of shape {tuple(logits.shape)}: this rank holds columns {cols.start}:"
+                             f"{cols.stop} of the {f} the task has (a model's last layer must give {f} outputs: "
+                             "DistGraph.num_outputs)")
+        return logits
 
     def cols(self, t: torch.Tensor) -> torch.Tensor:
         """This rank's columns of a per-column vector (a bias)."""
@@ -262,6 +284,7 @@ class DistGraph:
     def cross_entropy(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """(1/|M|) Σ_{v∈M} −log softmax(logits_v)[y_v] over the global rows of `mask` (a split name or a boolean
         tensor over this rank's rows): its value the global loss on every rank, its gradient this rank's share."""
+        logits = self._logits(logits, self.num_classes)
         mine = self._mask(mask) & self.algo.label_rows(self.y, self.num_classes)
         first = self.columns(self.num_classes).start
         # row-wise: where a rank holds whole rows, of the rows counted only (2D/3D reduce every row along the grid row)
@@ -278,6 +301,9 @@ class DistGraph:
     def targets(self) -> torch.Tensor:
         """This rank's columns of its rows' binary targets (n_p×|columns(t)|; 0, 1 or NaN where unknown): the
         labels' columns, or for class ids of two classes class 1 as the one target."""
+        if not self.info.targets and self.num_classes != 2:
+            raise SpgnnError(f"dataset {self.info.name!r} has {self.num_classes} classes, not binary targets (nor two "
+                             "classes): its loss is cross_entropy (the multiclass task)")
         y = self.y if self.info.targets else self.y.to(torch.float32).unsqueeze(1)
         return y[:, self.columns(y.shape[1])]
 
@@ -286,7 +312,7 @@ class DistGraph:
         `mask` (a split name or a boolean tensor over this rank's rows): its value the global loss on every rank,
         its gradient this rank's share (each entry counted by the rank that holds its column)."""
         y, m = self.targets(), self._mask(mask)
-        y, out = y[m], logits[m]
+        y, out = y[m], self._logits(logits, self.info.targets or 1)[m]
         known = ~torch.isnan(y)
         count = sum(map(sum, target_counts(self.info, mask))) if isinstance(mask, str) else self._count(mask, known)
         local = F.binary_cross_entropy_with_logits(out[known], y[known], reduction="sum") / max(count, 1)
@@ -298,8 +324,8 @@ class DistGraph:
         with both classes in the split; NaN where none has."""
         from .metrics import roc_auc
 
-        y, cols = self.targets(), self.columns(self.num_outputs)
-        t = self.num_outputs
+        y, cols, t = self.targets(), self.columns(self.info.targets or 1), self.info.targets or 1
+        logits = self._logits(logits, t)
         scores, labels, which = [], [], []
         for i, k in enumerate(masks):
             m = self._mask(k)
@@ -326,7 +352,7 @@ class DistGraph:
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
         """The predicted class (the global column of the row's largest logit, the first on a tie) of each row."""
-        return self.algo.argmax(logits, self.num_classes)
+        return self.algo.argmax(self._logits(logits, self.num_classes), self.num_classes)
 
     def accuracy(self, logits: torch.Tensor, masks=SPLITS) -> dict:
         """{"<mask>_acc": global share of correct predictions} for each split name in `masks`, in one sum."""

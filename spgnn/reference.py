@@ -56,8 +56,8 @@ class SerialSpMM(RowLayout):
     def rows_group(self):
         return self.comm.world
 
-    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0):
-        rows, cols = self.matrix("self-loops").indices()
+    def attend(self, v, s_src, s_dst, slope, dropout=0.0, key=0, adjacency="self-loops"):
+        rows, cols = self.matrix(adjacency).indices()
         mask = attention.edge_mask(rows, cols, self.n, v.shape[1], dropout, key, v.dtype, v.device) \
             if dropout > 0 else None
         return attention.attend(rows, cols, v, s_src, s_dst, slope, mask)

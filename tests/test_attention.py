@@ -7,9 +7,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
+from spgnn.distgraph import DistGraph
 from spgnn.errors import SpgnnError
-from spgnn.graph.graph import add_self_loops
+from spgnn.graph.datasets import load_dataset
+from spgnn.graph.graph import add_self_loops, row_normalize
 from spgnn.layers import GATConv
 from spgnn.layers.norm import BatchNorm
 from spgnn.reference import SerialSpMM
@@ -131,3 +134,27 @@ def test_weighted_sum_is_the_same_on_any_number_of_threads(order):
             assert torch.equal(a, b), f"{what} on {t} threads differs from 1 thread ({order})"
     ref = attention.segment_sum(p.detach().unsqueeze(-1) * attention.gather(v.detach(), cols), rows, n)
     assert_close(by[0][0].numpy(), ref.numpy(), "out", rtol=1e-5)
+
+
+def _gat_over(comm, adjacency):
+    g = DistGraph(comm, dataset="cora", algo="1d-halo", adjacency=["self-loops", "mean"])
+    torch.manual_seed(0)
+    layer = GATConv(g.num_features, 4, heads=2)
+    layer.adjacency = adjacency
+    return g.node_ids.numpy(), layer(g, g.x).detach().numpy()
+
+
+def test_gat_attends_over_its_own_adjacency():
+    """A GATConv whose adjacency is not the default attends over that pattern (it attended over A + I whatever its
+    adjacency said), at P = 2 as the single-process reference does."""
+    cora = load_dataset("cora")
+    x = torch.as_tensor(row_normalize(cora.x))
+    torch.manual_seed(0)
+    layer = GATConv(cora.num_features, 4, heads=2)
+    for adjacency in ("mean", "self-loops"):
+        layer.adjacency = adjacency
+        ref = layer(SerialSpMM(cora.adj, raw=True), x).detach().numpy()
+        for ids, out in run_local(_gat_over, 2, adjacency):
+            assert_close(out, ref[ids], f"GAT over {adjacency}")
+    layer.adjacency = "mean"
+    assert not np.allclose(layer(SerialSpMM(cora.adj, raw=True), x).detach().numpy(), ref)

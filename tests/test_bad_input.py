@@ -12,10 +12,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
-from spgnn import cli
+from spgnn import DistGraph, build_model, cli
 from spgnn.errors import SpgnnError
-from spgnn.graph.adjacency import normalize
+from spgnn.graph.adjacency import ADJACENCIES, normalize
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import Graph
 from spgnn.graph.pyg import from_pyg
@@ -327,3 +328,24 @@ def test_parameters_the_graph_and_partition_api_would_drop_are_refused():
     with pytest.raises(SpgnnError, match="num_classes 10 but y holds 3 binary targets a node"):
         Graph(sp.eye(N, format="csr"), np.ones((N, F), np.float32), y, *masks, num_classes=10)
     assert Graph(sp.eye(N, format="csr"), np.ones((N, F), np.float32), y, *masks).num_classes == 3
+
+
+def test_what_the_model_and_layout_api_would_drop_is_refused():
+    """Each of these was accepted and then ignored, or answered wrongly, before."""
+    with pytest.raises(SpgnnError, match="^build_model: no registered layer takes step; --model appnp takes steps, "):
+        build_model("appnp", 5, 3, step=3)                      # a typo: steps stayed 10
+    with pytest.raises(SpgnnError, match="^--steps must be at least 1, got 0$"):
+        build_model("appnp", 5, 3, steps=0)                     # the identity
+    assert build_model("gcn", 5, 3, heads=4).layers[0].f_in == 5     # another layer's option: ignored, as documented
+    with pytest.raises(SpgnnError, match="^memory_per_rank predicts each rank's peak memory by the model's"):
+        DistGraph(dataset="cora", memory_per_rank="1GB")        # predicted for the built-in gcn, not the user's
+    sum_of = type(ADJACENCIES["sum"])
+    with pytest.raises(SpgnnError, match="^the adjacency 'sum' given is not the one registered under that name"):
+        DistGraph(dataset="cora", adjacency=sum_of())           # laid out as the registered "sum"
+    g = DistGraph(dataset="cora")
+    with pytest.raises(SpgnnError, match="^dataset 'cora' has 7 classes, not binary targets"):
+        g.binary_cross_entropy(torch.zeros(g.n, 1))             # class ids 0..6 taken as targets
+    for loss in (g.cross_entropy, g.accuracy):
+        with pytest.raises(SpgnnError, match=r"^logits of shape \(2708, 10\): this rank holds columns 0:7 of the 7"):
+            loss(torch.zeros(g.n, 10))                          # a value that depended on the layout
+    assert g.cross_entropy(torch.zeros(g.n, 7)).item() == pytest.approx(math.log(7))

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from spgnn import DistGraph, build_model
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -99,3 +100,16 @@ def test_best_epoch_without_evaluations_during_training():
     final = report["final"]
     assert report["best"] == {"epoch": 1, "val_acc": final["val_acc"], "test_acc": final["test_acc"]}
     assert all("val_acc" not in e for e in report["epochs"])
+
+
+def test_a_loop_that_passes_no_epoch_draws_fresh_dropout_masks():
+    """model(g, x) in training, without an epoch, keys its dropout masks by the count of such forwards (they were
+    epoch 0's every time); an epoch given keys them as before."""
+    g = DistGraph(dataset="cora")
+    torch.manual_seed(0)
+    model = build_model("gcn", g.num_features, g.num_classes, 16, 2, dropout=0.5)
+    first, second = model(g, g.x), model(g, g.x)
+    assert not torch.equal(first, second)
+    assert torch.equal(model(g, g.x, epoch=0), first) and torch.equal(model(g, g.x, epoch=1), second)
+    model.eval()
+    assert torch.equal(model(g, g.x), model(g, g.x)) and model.forwards == 2

@@ -37,9 +37,10 @@ class GATConv(Layer):
 
     def attend(self, g, v, key: int = 0):
         """The layer's `Attend`: out (n×H×f_out) of V (n×H×f_out) by `g.attend`, with the scores' terms
-        s_src = Σ_f V·a_src and s_dst = Σ_f V·a_dst (n×H), attention dropout in training."""
+        s_src = Σ_f V·a_src and s_dst = Σ_f V·a_dst (n×H), attention dropout in training, over the pattern of the
+        layer's `adjacency`."""
         return g.attend(v, (v * self.att_src).sum(-1), (v * self.att_dst).sum(-1), self.negative_slope,
-                        self.dropout if self.training else 0.0, key)
+                        self.dropout if self.training else 0.0, key, self.adjacency)
 
     def costs(self, grad_in):
         return [Dense(self.f_in, self.heads * self.channels),

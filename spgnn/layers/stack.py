@@ -11,10 +11,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import SpgnnError
 from ..hashing import dropout, mix_key
 from ..memory import release_kept
 from .norm import BatchNorm
 from .registry import adjacencies_of, get_layer
+from .registry import options as layer_options
 
 IN_PLACE = {torch.relu: torch.relu_, F.relu: torch.relu_}     # activations with an in-place form
 
@@ -40,6 +42,7 @@ class GNN(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.norms = nn.ModuleList(BatchNorm(layer.f_out) for layer in layers[:-1]) if batch_norm else None
         self.dropout, self.seed, self.name = dropout, seed, name
+        self.forwards = 0           # training forwards made without an epoch: the key of the next one's masks
 
     def train(self, mode: bool = True):
         """nn.Module's train(mode); leaving training releases the dropout's kept blocks (`spgnn.memory.empty`)."""
@@ -52,10 +55,15 @@ class GNN(nn.Module):
         """The adjacencies its layers aggregate with, in order of first use."""
         return adjacencies_of(self)
 
-    def forward(self, g, h, node_ids=None, epoch: int = 0):
+    def forward(self, g, h, node_ids=None, epoch: int | None = None):
         """Logits of the rows `g` gives this rank; `node_ids` (default ``g.node_ids``) their original ids, for the
-        dropout masks. Minibatch (`spgnn.train.minibatch`): `g` and `node_ids` are per-layer lists (layer i's
-        block, its input nodes)."""
+        dropout masks, drawn from (seed, `epoch`, layer): the same on every rank and layout. Without an `epoch`, a
+        training forward takes the count of those made so far (a fresh mask each time, not epoch 0's again).
+        Minibatch (`spgnn.train.minibatch`): `g` and `node_ids` are per-layer lists (layer i's block, its input
+        nodes)."""
+        if epoch is None:
+            epoch = self.forwards if self.training else 0
+            self.forwards += self.training
         n = len(self.layers)
         gs = g if isinstance(g, list) else [g] * n
         ids = node_ids if isinstance(node_ids, list) else [g.node_ids if node_ids is None else node_ids] * n
@@ -81,10 +89,16 @@ class GNN(nn.Module):
 def build_model(name: str, f_in: int, classes: int, hidden: int = 16, layers: int = 2, dropout: float = 0.5,
                 seed: int = 0, batch_norm: bool = False, init: str = "auto", **options) -> GNN:
     """The `GNN` of ``--model name``: the registered layer's `stack` of `layers` layers from f_in features to
-    `classes` logits through `hidden` (its own options, e.g. GAT's heads, from `options`; the others ignored),
-    weights drawn from torch's current seed."""
+    `classes` logits through `hidden` (its own options, e.g. GAT's heads, from `options`, each checked; another
+    registered layer's ignored, a name no layer declares refused), weights drawn from torch's current seed."""
     cls = get_layer(name)
+    unknown = sorted(set(options) - set(layer_options()))
+    if unknown:
+        raise SpgnnError(f"build_model: no registered layer takes {', '.join(unknown)}; --model {name} takes "
+                         f"{', '.join(o.name for o in cls.options) or 'no options'}")
     own = {o.name: options.get(o.name, o.default) for o in cls.options}
+    for o in cls.options:
+        o.check(own[o.name])
     return GNN(cls.stack(f_in, hidden, classes, layers, init=init, dropout=dropout, **own), dropout, seed,
                batch_norm, name)
 
