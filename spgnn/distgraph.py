@@ -459,6 +459,7 @@ class DistGraph:
         the same on every rank, so the checkpoint resumes under any P, algorithm or grid."""
         from .train import checkpoint
 
+        checkpoint.loadable(extra, "save_checkpoint's extra")
         state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "progress": {"extra": extra}, "identity": self._identity(model), "partition": {}, "config": {}}
         agree(self.comm, lambda: checkpoint.save(checkpoint.writable(folder, resuming=True), state), everyone=False)

@@ -33,8 +33,9 @@ SAMPLES = 64        # keys each rank contributes per member of the group to choo
 
 
 def roc_auc(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> list[float]:
-    """ROC-AUC of each target over the union of the ranks' scores (see the module docstring); `scores` (float),
-    `labels` (0/1) and `targets` (the target of each score, default 0) are 1-D of equal length on each rank."""
+    """ROC-AUC of each target over the union of the ranks' scores (see the module docstring); `scores` (float,
+    ranked as float32: scores equal there tie), `labels` (0/1) and `targets` (the target of each score in [0,
+    num_targets), default 0) are 1-D of equal length on each rank."""
     return ranking(scores, labels, comm, group, targets, num_targets)["rocauc"]
 
 
@@ -46,12 +47,16 @@ def average_precision(scores, labels, comm=None, group=None, targets=None, num_t
 def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> dict:
     """{"rocauc": [per target], "ap": [per target]} from one sort of the union of the ranks' scores."""
     s = _numpy(scores).astype(np.float32, copy=False).ravel()
-    lab = _numpy(labels).ravel().astype(np.int64)
-    t = np.zeros(len(s), np.int64) if targets is None else _numpy(targets).ravel().astype(np.int64)
+    lab, t = _numpy(labels).ravel(), np.zeros(len(s), np.int64) if targets is None else _numpy(targets).ravel()
     if not (len(s) == len(lab) == len(t)):
         raise ValueError(f"scores, labels and targets differ in length: {len(s)}, {len(lab)}, {len(t)}")
     if len(s) and not np.isfinite(s).all():
-        raise ValueError("scores must be finite to be ranked")
+        raise ValueError("scores must be finite (as float32, the precision they are ranked at) to be ranked")
+    if not np.isin(lab, (0, 1)).all():
+        raise ValueError(f"labels must be 0 or 1 (or bool), got the values {np.unique(lab)[:6].tolist()}")
+    if len(t) and not (np.array_equal(t, t.astype(np.int64)) and 0 <= t.min() and t.max() < num_targets):
+        raise ValueError(f"targets must be whole numbers in [0, {num_targets}) (num_targets {num_targets})")
+    lab, t = lab.astype(np.int64), t.astype(np.int64)
     key = (t << 32) | _ordered(s)
     group = group or comm.world if comm is not None else None
     single = group is None or group.size == 1
@@ -88,7 +93,7 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
 def hits_at_k(pos, neg, k: int, comm=None, group=None) -> float:
     """OGB's Hits@K (see the module docstring) of the union of the ranks' positive scores `pos` [E] against the
     union of their negative scores `neg` [E']."""
-    pos, neg = _numpy(pos).astype(np.float32).ravel(), _numpy(neg).astype(np.float32).ravel()
+    pos, neg = _finite(pos).ravel(), _finite(neg).ravel()
     many = comm is not None and (group or comm.world).size > 1
     top = np.full(k, -np.inf, np.float32)              # this rank's K highest negatives, −∞ where it has fewer
     mine = np.sort(neg)[-k:]
@@ -107,12 +112,23 @@ def hits_at_k(pos, neg, k: int, comm=None, group=None) -> float:
 def mrr(pos, neg, comm=None, group=None) -> float:
     """OGB's MRR (see the module docstring) of the union of the ranks' positive scores `pos` [E], row i of `neg`
     [E, M] the scores of positive i's negatives."""
-    pos, neg = _numpy(pos).astype(np.float32).reshape(-1, 1), _numpy(neg).astype(np.float32)
+    pos, neg = _finite(pos).reshape(-1, 1), _finite(neg)
+    if neg.ndim != 2 or neg.shape[0] != pos.shape[0]:
+        raise ValueError(f"mrr: neg must be [E, M], a row of negatives for each of the {pos.shape[0]} positives; "
+                         f"got shape {neg.shape}")
     rank = 1 + 0.5 * ((neg > pos).sum(1) + (neg >= pos).sum(1))
     sums = [float(np.sum(1 / rank)), pos.size]
     if comm is not None and (group or comm.world).size > 1:
         sums = comm.all_sum(sums, group)
     return sums[0] / sums[1] if sums[1] else float("nan")
+
+
+def _finite(scores) -> np.ndarray:
+    """`scores` as float32 (the precision they are ranked at), checked finite: a NaN compares false with all."""
+    s = _numpy(scores).astype(np.float32)
+    if not np.isfinite(s).all():
+        raise ValueError("scores must be finite (as float32, the precision they are ranked at) to be ranked")
+    return s
 
 
 def _sorted_exchange(comm, group, key, lab):

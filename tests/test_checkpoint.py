@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import spgnn.spmm as algorithms
-from spgnn import cli
+from spgnn import DistGraph, build_model, cli
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -22,6 +22,7 @@ from spgnn.errors import SpgnnError
 from spgnn.train import checkpoint
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
+from spgnn.train.optim import Adam
 
 EPOCHS, STOP = 6, 3
 BASE = dict(dataset="cora", hidden=8, epochs=EPOCHS, eval_every=2, checkpoint_every=STOP, dropout=0.5)
@@ -163,6 +164,38 @@ def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
 def test_resume_refuses_what_would_change_the_run(written, change, needle):
     with pytest.raises(SpgnnError, match=re.escape(needle)):
         _resume(written, **change)
+
+
+def test_resume_refuses_another_way_of_training(written, tmp_path):
+    """A full-batch checkpoint resumed with a sampler (a KeyError at its counters), and a sampled run's with another
+    sampler, batch size or full-batch (accepted and mixed), are one line each; bulk does not change the samples."""
+    sampled = tmp_path / "sampled"
+    MinibatchTrainer(TrainConfig(**BASE | {"model": "sage", "epochs": 2, "checkpoint": str(sampled)}), Comm(0, 1),
+                     "sage:5,5", batch_size=32, bulk=2).run(log=None)
+    for folder, model, sampler, batch, said in (
+            (written, "gcn", "sage:5,5", 32, "training 'full-batch' here 'sampler sage:5,5, batch size 32'"),
+            (sampled, "sage", "sage:5,10", 32, "here 'sampler sage:5,10, batch size 32'"),
+            (sampled, "sage", "sage:5,5", 16, "here 'sampler sage:5,5, batch size 16'")):
+        with pytest.raises(SpgnnError, match=re.escape(said)):
+            MinibatchTrainer(TrainConfig(**BASE | {"model": model, "resume": str(folder)}), Comm(0, 1), sampler,
+                             batch_size=batch).run(log=None)
+    with pytest.raises(SpgnnError, match=re.escape("training 'sampler sage:5,5, batch size 32' here 'full-batch'")):
+        _resume(sampled, model="sage")
+    resumed = MinibatchTrainer(TrainConfig(**BASE | {"model": "sage", "resume": str(sampled)}), Comm(0, 1),
+                               "sage:5,5", batch_size=32, bulk=4).run(log=None)
+    assert len(resumed["epochs"]) == EPOCHS
+
+
+def test_extra_state_that_cannot_be_read_back_is_refused_at_save(tmp_path):
+    """save_checkpoint's extra with a numpy number was written, then refused as "truncated or corrupt" at load."""
+    g = DistGraph(dataset="cora")
+    model = build_model("gcn", g.num_features, g.num_classes)
+    opt = Adam(model.parameters())
+    with pytest.raises(SpgnnError, match=r"^save_checkpoint's extra holds what a checkpoint cannot read back \(numpy"):
+        g.save_checkpoint(tmp_path / "ck", model, opt, 3, best=np.float64(0.5))
+    assert not (tmp_path / "ck" / "checkpoint.pt").exists()
+    g.save_checkpoint(tmp_path / "ck", model, opt, 3, best=0.5)
+    assert g.load_checkpoint(tmp_path / "ck", model, opt) == (3, {"best": 0.5})
 
 
 def test_resume_allows_a_new_lr_and_more_epochs(written):

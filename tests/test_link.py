@@ -246,6 +246,10 @@ def test_report_and_resume(tmp_path):
     assert sum(whole["graph"]["edges"].values()) == load_dataset("cora").nnz // 2
     with pytest.raises(SpgnnError, match="the checkpoint is of --decoder dot, this run's is mlp"):
         LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck"), decoder="mlp"), Comm(0, 1)).run(log=None)
+    for change, said in (({"self_pairs": "on"}, "self_pairs 'off' here 'on'"),
+                         ({"embedding": 4}, "embedding 8 here 4")):
+        with pytest.raises(SpgnnError, match=f"is of another run \\({said}\\)"):    # another objective; a torch error
+            LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck"), **change), Comm(0, 1)).run(log=None)
 
 
 def test_auto_weighs_the_encoder(monkeypatch):

@@ -331,6 +331,12 @@ def test_bad_input():
             parse_sampler(spec)
     with pytest.raises(SpgnnError, match="positive"):
         NodeSampler(mean_norm(g.adj), [3, 0])
+    with pytest.raises(SpgnnError, match=r"sizes per layer must be positive integers, got \[3, 2.5\]"):
+        NodeSampler(mean_norm(g.adj), [3, 2.5])                  # cut to 2 before
+    with pytest.raises(SpgnnError, match="^make_sampler takes N whole"):
+        make_sampler("sage:3", mean_norm(g.adj)[5:9])            # a block row taken as rows 0, 1, …
+    with pytest.raises(SpgnnError, match="^make_distributed_sampler: replication 2 but the layout given has c = 1"):
+        make_distributed_sampler("sage:3", mean_norm(g.adj), Comm(0, 1), 2, RowBlocks(g.n, Comm(0, 1), 1))
     cfg = TrainConfig(model="sage")
     train = int(g.train_mask.sum())
     with pytest.raises(SpgnnError, match="--batch-size"):

@@ -20,7 +20,7 @@ from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.build import from_arrays, simple_adjacency
 from spgnn.graph.datasets import load_dataset
-from spgnn.metrics import ranking
+from spgnn.metrics import hits_at_k, mrr, ranking
 from spgnn.tasks import TASKS, Task, get_task, register_task, resolve
 from spgnn.train.fullbatch import Trainer
 from tests.test_interop import write_ogb
@@ -263,3 +263,36 @@ def test_a_task_of_ones_own_trains_on_any_layout():
             assert other["final"][k] == pytest.approx(v, rel=1e-5), k
     finally:
         TASKS.pop("logprob", None)
+
+
+def test_metrics_refuse_what_they_would_rank_wrong():
+    """Labels other than 0/1 (AP came out 1.4 for 0/2), targets out of range, NaN scores in Hits@K and MRR (a NaN
+    positive ranked first) and a negatives array of another shape than [E, M] (ranked against every row) are
+    refused; 0/1 and bool labels equal scikit-learn's figures."""
+    s = np.array([0.1, 0.4, 0.35, 0.8])
+    for labels in ([0, 0, 1, 1], [False, False, True, True], [0.0, 0.0, 1.0, 1.0]):
+        got = ranking(s, labels)
+        assert got["rocauc"] == [roc_auc_score([0, 0, 1, 1], s)]
+        assert got["ap"] == [pytest.approx(average_precision_score([0, 0, 1, 1], s))]
+    for labels in ([0, 2, 1, 1], [-1, -1, 1, 1], [0, 0.9, 1, 1]):
+        with pytest.raises(ValueError, match="^labels must be 0 or 1"):
+            ranking(s, labels)
+    with pytest.raises(ValueError, match=r"^targets must be whole numbers in \[0, 1\)"):
+        ranking(s, [0, 0, 1, 1], targets=[0, 0, 1, 1])
+    with pytest.raises(ValueError, match="^scores must be finite"):
+        mrr([float("nan")], [[0.5, 0.9]])
+    with pytest.raises(ValueError, match="^scores must be finite"):
+        hits_at_k([0.9], [0.1, float("nan")], 1)
+    with pytest.raises(ValueError, match=r"^mrr: neg must be \[E, M\], a row of negatives for each of the 2"):
+        mrr([0.5, 0.7], [0.6, 0.1])
+    assert mrr([0.5, 0.7], [[0.6], [0.1]]) == 0.75
+
+
+def test_a_task_that_is_no_node_task_names_its_run():
+    """A task with node = False that does not say how it trains was handed the node Trainer."""
+    class Pairs(Task):
+        name, node = "pairs-of-mine", False
+
+    with pytest.raises(SpgnnError, match="^task 'pairs-of-mine' is not a node task"):
+        Pairs().trainer()
+    assert Task().trainer().__name__ == "Trainer"

@@ -135,6 +135,9 @@ def make_distributed_sampler(spec: str, norm_adj: sp.spmatrix, comm: Comm, repli
     `layout`, which must then be given): N's diagonal and row sums of every node, two O(n) vectors each sampled
     block scales its rows by, are then all-gathered over the replica column (phase setup). N_off is dropped."""
     kind, sizes = parse_sampler(spec)
+    if layout is not None and replication not in (1, layout.c):
+        raise SpgnnError(f"make_distributed_sampler: replication {replication} but the layout given has c = "
+                         f"{layout.c}: give one or the other")
     layout = layout or RowBlocks(norm_adj.shape[1], comm, replication)
     block = norm_adj.shape[0] != norm_adj.shape[1]               # a block row (one block of all n is N whole)
     sampler = SAMPLERS[kind](norm_adj, sizes, layout.lo if block else 0)

@@ -141,9 +141,9 @@ class Sampler:
     def __init__(self, norm_adj: sp.spmatrix, sizes, first: int = 0):
         """`norm_adj`: the normalised N (n×n), or rows first, first+1, … of it (a block row, m×n; then `diag`
         and `row_sum` hold those rows' only, `spgnn.sampling.distributed` completes them)."""
+        if not sizes or any(int(s) != s or s <= 0 for s in sizes):
+            raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {list(sizes)}")
         sizes = [int(s) for s in sizes]
-        if not sizes or min(sizes) <= 0:
-            raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {sizes}")
         self.sizes = sizes
         n_mat = sp.csr_matrix(norm_adj, dtype=np.float64)
         m, self.n = n_mat.shape
@@ -283,5 +283,10 @@ def parse_sampler(spec: str) -> tuple[str, list[int]]:
 
 
 def make_sampler(spec: str, norm_adj: sp.spmatrix) -> Sampler:
+    """The `--sampler` spec's sampler over the normalised N, whole (n×n; a block row of it is
+    `spgnn.sampling.distributed.make_distributed_sampler`'s)."""
+    if norm_adj.shape[0] != norm_adj.shape[1]:
+        raise SpgnnError(f"make_sampler takes N whole (n×n), got {norm_adj.shape[0]}×{norm_adj.shape[1]}: for a "
+                         "block row use spgnn.sampling.distributed.make_distributed_sampler")
     kind, sizes = parse_sampler(spec)
     return SAMPLERS[kind](norm_adj, sizes)

@@ -61,7 +61,11 @@ class Task:
         raise NotImplementedError
 
     def trainer(self):
-        """The `spgnn.train.loop.Run` subclass that trains this task full-batch."""
+        """The `spgnn.train.loop.Run` subclass that trains this task full-batch: the node `Trainer` for a node task;
+        a task of another kind (``node = False``) names its own."""
+        if not self.node:
+            raise SpgnnError(f"task {self.name!r} is not a node task (node = False): it must name the run that trains "
+                             "it (override Task.trainer)")
         from ..train.fullbatch import Trainer
 
         return Trainer

@@ -10,7 +10,8 @@
                 (minibatch: the steps taken, which key the next steps' dropout masks)
     identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths, and what else
                 fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation,
-                partition, split sizes
+                partition, split sizes, the way of training (full-batch, or the sampler and batch size; a link
+                run's self-pairs)
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
 
@@ -21,8 +22,10 @@ algorithm or grid (to float rounding; under the same ones, bit for bit).
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -68,6 +71,21 @@ def writable(folder, resuming: bool = False) -> Path:
     return folder
 
 
+def loadable(obj, what: str) -> None:
+    """SpgnnError unless `obj` reads back as `load` reads a checkpoint (``weights_only``: plain numbers, strings,
+    containers and tensors), so that nothing is saved that could not be resumed from."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    try:
+        torch.load(buffer, weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        raise SpgnnError(f"{what} holds what a checkpoint cannot read back ({found[1] if found else 'an object'}): "
+                         "keep plain numbers, strings, lists, dicts and tensors (float(x) of a numpy number)") \
+            from None
+
+
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
     path, tmp = Path(folder) / FILE, Path(folder) / (FILE + ".tmp")
@@ -78,6 +96,7 @@ def save(folder, state: dict) -> Path:
 
 KEYS = {"epoch", "model", "optimizer", "progress", "identity"}
 RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
+ALWAYS = RUN_FIELDS + ("split",)    # in every checkpoint's "run"; what a run adds (`Run.training`) only where kept
 
 
 def run_identity(cfg, info) -> dict:
@@ -119,10 +138,12 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
                                if theirs.get(k) != mine[what].get(k))
             raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
     theirs = state["identity"].get("run", {})
-    if "run" in mine and theirs != mine["run"]:
-        differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine["run"].items() if theirs.get(k) != v)
+    differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.get("run", {}).items()
+                       if (k in theirs or k in ALWAYS) and theirs.get(k) != v)
+    if differ:
         raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
-                         "--feature-norm, --partition and split (a new --lr and more --epochs are allowed)")
+                         "--feature-norm, --partition, split and way of training (full-batch, or the same --sampler "
+                         "and --batch-size; a link run's --self-pairs) (a new --lr and more --epochs are allowed)")
     if epochs is not None and epochs <= state["epoch"] + 1:
         raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
                          f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")

@@ -126,6 +126,11 @@ class LinkTrainer(Run):
         self.positives = self.counts["train"] + self.g.info.n * self.edges.self_pairs   # training positives
         self.meter, self._eval = SavedTensorMeter(), None
 
+    def training(self) -> dict:
+        """Full-batch, with whether pairs of a node with itself train (the objective) and z's width."""
+        return {"training": "full-batch", "self_pairs": self.cfg.self_pairs,
+                "embedding": self.cfg.embedding or self.cfg.hidden}
+
     @property
     def metric(self) -> str:
         """The figure that picks the best epoch: "rocauc", or an OGB folder's "hits@K" or "mrr"."""

@@ -49,7 +49,8 @@ class Run:
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
         cfg, start, records, best = self.cfg, 0, [], None
-        mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info)} \
+        mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info) |
+                                                      self.training()} \
             if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
             state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
@@ -88,6 +89,10 @@ class Run:
         """Whether every weight and gradient is finite (the same on every rank: weights are replicated)."""
         return all(bool(torch.isfinite(p).all()) and (p.grad is None or bool(torch.isfinite(p.grad).all()))
                    for p in self.model.parameters())
+
+    def training(self) -> dict:
+        """How this run trains, as its checkpoint records it and a resumed run must agree."""
+        return {"training": "full-batch"}
 
     def counters(self) -> dict:
         """The run's own counters a checkpoint keeps (ints)."""

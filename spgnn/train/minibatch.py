@@ -263,11 +263,17 @@ class MinibatchTrainer(Run):
         return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
                 for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
 
+    def training(self) -> dict:
+        """The sampler and batch size (they fix the minibatches; bulk and where the graph lives do not)."""
+        return {"training": f"sampler {self.spec}, batch size {self.batch_size}"}
+
     def counters(self) -> dict:
         """Steps taken: they key the dropout masks of the next ones."""
         return {"steps_done": self.steps_done}
 
     def restore(self, counters: dict) -> None:
+        if "steps_done" not in counters:        # a checkpoint from before runs recorded how they train
+            raise SpgnnError("the checkpoint is of a full-batch run: resume it without --sampler")
         self.steps_done = counters["steps_done"]
 
     def rank_report(self) -> dict:
