@@ -12,6 +12,7 @@ import pytest
 import spgnn.spmm as algorithms
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.train.fullbatch import Trainer
 from tests import test_contract
 
@@ -65,7 +66,6 @@ def test_an_algorithm_registered_after_import_brings_its_option():
     """TrainConfig reads the registry when a config is made: an algorithm (with an option) registered in a user's
     script after spgnn was imported trains with its option, and runs that do not use it are unaffected."""
     from spgnn.comm.comm import Comm
-    from spgnn.errors import SpgnnError
     from spgnn.options import Option
     from tests.graphs import small_graph
     from tests.plugin_algorithm import AllGather1D
@@ -90,3 +90,12 @@ def test_an_algorithm_registered_after_import_brings_its_option():
         algorithms.ALGORITHMS.pop(Tagged.name)
     with pytest.raises(AttributeError):
         _ = TrainConfig().tag
+
+
+def test_an_algorithm_name_taken_is_refused():
+    """Registering another algorithm under a taken name replaced the built-in one without a word; layers and tasks
+    refused it already."""
+    sar = algorithms.get("sar")
+    with pytest.raises(SpgnnError, match="^algorithm 'sar' is registered already .*: choose another name$"):
+        algorithms.register(type("MySAR", (sar,), {}))
+    assert algorithms.get("sar") is sar and algorithms.register(sar) is sar
