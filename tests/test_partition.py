@@ -66,6 +66,16 @@ def test_multilevel_cuts_fewer_edges_than_random(method):
         assert ours < 0.5 * rand, (method, P, ours, rand)
 
 
+@pytest.mark.parametrize("method", [pytest.param(m, marks=needs(m)) for m in ("metis", "kahip", "kaminpar")])
+def test_every_seed_draws_its_own_partition(method):
+    """Seeds 0 and 1 gave METIS the same partition (its generator takes 0 as 1); a seed is the same partition
+    again."""
+    g = load_dataset("sbm:2000:8")
+    parts = [make_parts(method, g.adj, 4, seed) for seed in (0, 1, 2)]
+    assert not np.array_equal(parts[0], parts[1]) and not np.array_equal(parts[1], parts[2])
+    assert np.array_equal(make_parts(method, g.adj, 4, 1), parts[1])
+
+
 @needs("metis")
 def test_metis_balances_vertices_and_nnz():
     """Both constraints hold, also on a skewed R-MAT graph (where balancing vertices alone leaves nnz 2-5×

@@ -39,7 +39,8 @@ def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: in
     w = np.ones((n, 2 if balance_edges else 1), np.int64)
     if balance_edges:
         w[:, 1] += np.diff(sp.csr_matrix(adj).indptr)
-    return fill_empty(_metis_kway(s, w, P, {"seed": int(seed), "ufactor": int(ufactor), "numbering": 0}), P)
+    # METIS seeds its generator as srand does, 0 as 1: seed + 1 keeps seeds 0 and 1 apart (seed 0's parts as before)
+    return fill_empty(_metis_kway(s, w, P, {"seed": int(seed) + 1, "ufactor": int(ufactor), "numbering": 0}), P)
 
 
 def _metis_kway(s, w, P: int, options: dict) -> np.ndarray:
