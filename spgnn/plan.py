@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import get_partitioner, make_partition
+from .partition.partition import get_partitioner, make_partition, saved_method
 from .progress import stage
 
 
@@ -205,7 +205,9 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
     compared, K = None, parts.nparts
     method = parts.partition_info.get("method")
-    if cfg.partition not in (TrainConfig.partition, method) and get_partitioner(cfg.partition) is not None:
+    named = get_partitioner(cfg.partition) is not None        # else a file, checked where the folder was given
+    if cfg.partition not in (TrainConfig.partition, method) and (named or partitioned.is_partitioned(cfg.dataset)
+                                                                 and saved_method(cfg.partition) != method):
         raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
                          f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
                          "partition --output")

@@ -213,6 +213,22 @@ def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
     return parts, meta
 
 
+def saved_method(path) -> str:
+    """The method a partition file was made by: a `save_partition` file's (its meta only is read), "array" for a
+    bare part vector (.npy or text); SpgnnError when there is no such file."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpgnnError(f"no such partition file: {path}")
+    with path.open("rb") as f:
+        if not f.read(2).startswith(b"PK"):
+            return "array"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return str(json.loads(str(z["meta"])).get("method", "array"))
+    except (OSError, ValueError, KeyError) as e:
+        raise SpgnnError(f"cannot read partition file {path}: {e}") from None
+
+
 # ----------------------------------------------------------------------------------------------------------
 # making partitions
 
