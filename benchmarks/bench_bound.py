@@ -45,6 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from spgnn import dense as dense_products
 from spgnn.comm import launch
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.sparse import kernels
 from spgnn.train.fullbatch import Trainer
@@ -115,6 +116,12 @@ def spec(algo: str) -> dict:
     return out
 
 
+def config(dataset: str, algo: str, args) -> TrainConfig:
+    """The step's config: --model, --layers, --hidden, dropout 0, Adam lr 0.01, and the --algos item's fields."""
+    return TrainConfig(dataset=dataset, model=args.model, layers=args.layers, hidden=args.hidden, dropout=0.0, lr=0.01,
+                       weight_decay=0.0, **spec(algo))
+
+
 def timed(fn, *args) -> float:
     t0 = time.perf_counter()
     fn(*args)
@@ -138,9 +145,7 @@ def measure(g, args, comm) -> dict:
     """Per round: each algorithm's step, its dense products alone, the stream bandwidths."""
     trainers, dense, spmm, sparse = {}, {}, {}, {}
     for algo in args.algos:
-        cfg = TrainConfig(dataset=g.name, model=args.model, layers=args.layers, hidden=args.hidden, dropout=0.0,
-                          lr=0.01, weight_decay=0.0, **spec(algo))
-        trainers[algo] = t = Trainer(cfg, comm, graph=g)
+        trainers[algo] = t = Trainer(config(g.name, algo, args), comm, graph=g)
         t.step(0)
         ops, spmm[algo], sparse[algo] = record_step(t)
         dense[algo] = replay(ops)
@@ -212,9 +217,15 @@ def main(argv=None) -> int:
     ap.add_argument("--model", default="sage", help="--model of the step")
     ap.add_argument("--layers", type=int, default=3, help="layers of the model")
     ap.add_argument("--hidden", type=int, default=256, help="hidden width")
-    ap.add_argument("--rounds", type=int, default=15, help="interleaved rounds")
+    ap.add_argument("--rounds", type=machine.at_least(1), default=15, help="interleaved rounds")
     args = ap.parse_args(argv)
     args.algos = args.algos.split(",")
+    machine.check_datasets(ap, [args.dataset], args.data_dir)
+    for algo in args.algos:                                 # bad input: one line before any work
+        try:
+            config(args.dataset, algo, args).validate()
+        except (SpgnnError, TypeError, ValueError) as e:
+            ap.error(f"--algos {algo}: {e}")
     comm = launch.init()
     start, host = time.perf_counter(), machine.facts()
     rec = measure(load_dataset(args.dataset, args.data_dir), args, comm)
@@ -222,7 +233,6 @@ def main(argv=None) -> int:
     text = table(rows, rec)
     print(text)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     plot(rows, png)
     out.write_text(json.dumps({

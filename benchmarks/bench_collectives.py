@@ -85,7 +85,7 @@ def run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 
 def bench_bandwidth(args) -> list[dict]:
     points = []
-    for P in map(int, args.procs.split(",")):
+    for P in args.procs:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "points.json"
             run(mpirun(P) + [sys.executable, __file__, "--worker", str(out), "--sizes", args.sizes,
@@ -193,25 +193,26 @@ def plot(points: list[dict], path: Path) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--procs", default="2,4", help="process counts P")
+    p.add_argument("--procs", default="2,4", type=machine.ints(1), help="process counts P")
     p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M,16M,64M", help="message bytes per rank")
     p.add_argument("--ops", default=",".join(calibrate.OPS), help="collectives")
-    p.add_argument("--repeats", type=int, default=5, help="timed calls per point (median)")
+    p.add_argument("--repeats", type=machine.at_least(1), default=5, help="timed calls per point (median)")
     p.add_argument("--budget-s", type=float, default=4.0, help="seconds per point after which 3 calls are enough")
     p.add_argument("--epoch-dataset", default="rmat:17", help="dataset of the epoch comparison")
     p.add_argument("--hidden", type=int, default=128, help="hidden width of the epoch comparison")
-    p.add_argument("--epochs", type=int, default=10, help="epochs per training run")
-    p.add_argument("--epoch-rounds", type=int, default=2, help="training runs per transport (0: skip)")
+    p.add_argument("--epochs", type=machine.at_least(1), default=10, help="epochs per training run")
+    p.add_argument("--epoch-rounds", type=machine.at_least(0), default=2, help="training runs per transport (0: skip)")
     p.add_argument("--timeout", type=float, default=900, help="seconds allowed to each mpirun job")
-    p.add_argument("--out", default="results/bench_collectives.json", help="JSON path; the PNG goes next to it")
+    p.add_argument("--out", default="results/bench_collectives.json", type=machine.output,
+                   help="JSON path; the PNG goes next to it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.epoch_rounds and not args.worker:
+        machine.check_datasets(p, [args.epoch_dataset])
     try:                                                     # fail before starting anything
         calibrate.parse_sizes(args.sizes), calibrate.parse_ops(args.ops)
     except SpgnnError as e:
         p.error(str(e))
-    if args.repeats < 1:
-        p.error("--repeats must be >= 1")
     return args
 
 
@@ -234,7 +235,6 @@ def main(argv=None) -> int:
     print(f"All points:\n\n{bandwidth_table(points)}\n")
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"command": shlex.join([sys.executable, *sys.argv]), "started_utc": started,
                                "wall_s": time.perf_counter() - t0, "options": vars(args), "cpu_busy_before": busy,
                                "targets": targets, "bandwidth": points, "epoch": epoch}, indent=1))

@@ -40,6 +40,7 @@ from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.layers.registry import Dense, Spmm
 from spgnn.train.fullbatch import Trainer
 
 HIDDEN, LAYERS, WORD = 128, 2, 4
@@ -265,7 +266,7 @@ def detail(n: int, nnz: int, model, row: dict, ranks: int = 8) -> dict:
     rank (most bytes received), and the slowest rank's seconds split into α and β terms."""
     cls = spmm.get(row["algo"])
     shape = tuple(int(x) for x in row["shape"].split("x"))
-    stats = cost.BlockStats.expected(n, nnz, cls.num_parts(shape))
+    stats = dict.fromkeys(model.adjacencies, cost.BlockStats.expected(n, nnz, cls.num_parts(shape)))
     leds = [cost.epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in range(min(row["P"], ranks))]
     busiest = max(leds, key=lambda led: led.total("recv_bytes"))
     return {"terms": terms(busiest.rows), **split(max(leds, key=cost.seconds))}
@@ -321,8 +322,11 @@ def extrapolate() -> dict:
                         "fewest_words_tied": [r["label"] for r in at
                                               if r["recv_words_per_rank"] <= fewest * (1 + 1e-3)],
                         "overall_scaled_alpha": fastest([r for r in scaled if r["P"] == P])["label"]}
-        out[name] = {"n": n, "nnz": nnz, "classes": classes, "widths": list(model.widths),
-                     "spmm_widths": model.spmm_widths, "n_params": model.n_params, "rows": rows,
+        ops = [op for layer in model.layers for op in layer]
+        out[name] = {"n": n, "nnz": nnz, "classes": classes,
+                     "widths": [model.features] + [op.f_out for op in ops if isinstance(op, Dense)],
+                     "spmm_widths": [op.width for op in ops if isinstance(op, Spmm)], "n_params": model.n_params,
+                     "rows": rows,
                      "rows_scaled_alpha": scaled, "fastest_per_algo": per_p, "picks": picks,
                      "crossover_degree": crossover(n, model)}
     return out
@@ -340,13 +344,16 @@ def measured_table(records: list[dict], kind: str) -> str:
     lines = [f"### Measured vs predicted, {recs[0]['spec']} ({kind}), words per rank per epoch (max over ranks)", "",
              "| P | algo (grid) | recv measured | recv predicted | sent measured | sent predicted | exact | "
              "median epoch ms | comm ms measured | comm ms model |", "|---|---|---|---|---|---|---|---|---|---|"]
-    # comm ms measured: mean over the timed epochs of the slowest rank's time inside collectives (waits included)
+    # comm ms measured: mean over the timed epochs of the slowest rank's time inside collectives (waits included);
+    # "–" where no epoch was timed (--epochs 0)
     for r in recs:
         exact = "yes" if r["exact"] else f"**NO** ({len(r['mismatches'])} rows)"
+        timed_ms = ("–", "–") if r["median_epoch_s"] is None else \
+            (f"{r['median_epoch_s'] * 1e3:.0f}", f"{r['max_comm_s'] * 1e3:.0f}")
         lines.append(f"| {r['P']} | {r['label']} | {fmt_w(r['max_recv_words'])} | "
                      f"{fmt_w(r['max_recv_words_predicted'])} | {fmt_w(r['max_sent_words'])} | "
-                     f"{fmt_w(r['max_sent_words_predicted'])} | {exact} | {r['median_epoch_s'] * 1e3:.0f} | "
-                     f"{r['max_comm_s'] * 1e3:.0f} | {r['max_predicted_comm_s'] * 1e3:.1f} |")
+                     f"{fmt_w(r['max_sent_words_predicted'])} | {exact} | {' | '.join(timed_ms)} | "
+                     f"{r['max_predicted_comm_s'] * 1e3:.1f} |")
     return "\n".join(lines)
 
 
@@ -430,14 +437,16 @@ def interpret(records: list[dict], graphs: dict, ex: dict, threads: int) -> list
         summa = "; ".join(f"{r['label']}: A blocks {share(r['terms_busiest'], 'A blocks'):.0%}, H "
                           f"{share(r['terms_busiest'], 'H'):.0%}, H·W and softmax "
                           f"{share(r['terms_busiest'], 'H·W, softmax'):.0%}" for r in at if r["algo"] in ("2d", "3d"))
-        fast = min(at, key=lambda r: r["median_epoch_s"])
         out += [f"  At P = {P}, words received per rank (max over ranks), fewest first: "
                 + ", ".join(f"{r['label']} {fmt_w(r['max_recv_words'])}" for r in at)
                 + f". Fewest among CAGNET's: {cag[0]['label']} ({cag[0]['max_recv_words'] / d1['max_recv_words']:.2f}× "
                 f"1d). 1d-halo receives {get(records, kind, P, '1d-halo')['max_recv_words'] / d1['max_recv_words']:.2f}"
-                f"× 1d's words (the share of remote H rows a block row touches). Busiest rank's words, 2D/3D: {summa}.",
-                f"  Fastest median epoch at P = {P}: {fast['label']} ({fast['median_epoch_s'] * 1e3:.0f} ms; "
-                + ", ".join(f"{r['label']} {r['median_epoch_s'] * 1e3:.0f} ms" for r in at if r is not fast) + ")."]
+                f"× 1d's words (the share of remote H rows a block row touches). Busiest rank's words, 2D/3D: {summa}."]
+        if at[0]["median_epoch_s"] is not None:             # epochs were timed (--epochs > 0)
+            fast = min(at, key=lambda r: r["median_epoch_s"])
+            out.append(f"  Fastest median epoch at P = {P}: {fast['label']} ({fast['median_epoch_s'] * 1e3:.0f} ms; "
+                       + ", ".join(f"{r['label']} {r['median_epoch_s'] * 1e3:.0f} ms" for r in at if r is not fast)
+                       + ").")
     out += [f"- Epoch times: P processes with {threads or 'cores/P'} thread(s) each on a shared 2-core machine over "
             "loopback gloo: they show overheads and scheduling, not what the bytes would cost on a network. The "
             "words are exact and machine-independent: they are the result.", ""]
@@ -562,14 +571,17 @@ def plot(records: list[dict], graphs: dict, ex: dict, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = machine.arguments(__doc__, "results/bench_comm.json")
-    ap.add_argument("--max-procs", type=int, default=8, help="measure at P = 1 … this")
-    ap.add_argument("--epochs", type=int, default=3, help="timed epochs after the measured one")
+    ap.add_argument("--max-procs", type=machine.at_least(1), default=8, help="measure at P = 1 … this")
+    ap.add_argument("--epochs", type=machine.at_least(0), default=3, help="timed epochs after the measured one (0: "
+                    "words only, no epoch times)")
     ap.add_argument("--sparse", default="rmat:14", help="sparse graph (rmat, edge factor 16)")
     ap.add_argument("--dense", default="rmat:11:512", help="dense graph (rmat, edge factor >= 128)")
-    ap.add_argument("--threads", type=int, default=1,
+    ap.add_argument("--threads", type=machine.at_least(0), default=1,
                     help="threads per process (0: spgnn's default, cores / P)")
-    ap.add_argument("--timeout", type=float, default=600.0, help="seconds one run_local may take")
+    ap.add_argument("--timeout", type=machine.at_least(0.0, float, above=True), default=600.0,
+                    help="seconds one run_local may take")
     args = ap.parse_args(argv)
+    machine.check_datasets(ap, [args.sparse, args.dense])
     t_start, facts = time.perf_counter(), machine.facts()
     graphs = {"sparse": load_dataset(args.sparse), "dense": load_dataset(args.dense)}
     records, wall = [], {}
@@ -601,7 +613,6 @@ def main(argv=None) -> int:
     print("\n".join(text))
 
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     plot(records, graphs, ex, png)
     out.write_text(json.dumps({

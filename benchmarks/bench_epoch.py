@@ -332,32 +332,32 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
     machine.data_option(p)
-    p.add_argument("--repeats", type=int, default=10, help="timed rounds per group (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed rounds first (caches fill)")
+    p.add_argument("--repeats", type=machine.at_least(1), default=10, help="timed rounds per group (median reported)")
+    p.add_argument("--warmup", type=machine.at_least(0), default=2, help="untimed rounds first (caches fill)")
     p.add_argument("--budget-s", type=float, default=120.0,
                    help=f"stop a group's timed rounds after this many seconds (at least {MIN_REPEATS} rounds)")
     p.add_argument("--feature-norm", choices=("row", "none"), default="row",
                    help="features as given to both spgnn and PyG (spgnn's default: row)")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=machine.at_least(1), default=None,
                    help="threads for torch and spgnn's kernels (default: as started, torch's own default)")
-    p.add_argument("--out", default="results/bench_epoch.json", help="JSON path; the PNG goes next to it")
+    p.add_argument("--out", default="results/bench_epoch.json", type=machine.output,
+                   help="JSON path; the PNG goes next to it")
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.warmup < 0:
-        p.error("--repeats must be >= 1 and --warmup >= 0")
+    args.datasets = machine.check_datasets(p, [s.strip() for s in args.datasets.split(",") if s.strip()],
+                                           args.data_dir)
     return args
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    specs = [s.strip() for s in args.datasets.split(",") if s.strip()]
     graphs = {}
-    for spec in specs:                                        # load all first: fail before any timing
+    for spec in args.datasets:                                        # load all first: fail before any timing
         try:
             graphs[spec] = load_dataset(spec, args.data_dir)
         except SpgnnError as e:
             print(f"bench_epoch: {e}", file=sys.stderr)
             return 2
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)       # spgnn's kernels run on torch's threads
     load_before, busy_before = os.getloadavg(), cpu_busy_fraction()
     if busy_before is not None and busy_before > 0.2:
@@ -377,7 +377,6 @@ def main(argv=None) -> int:
     targets = target_lines(results)
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     host = machine.facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                                  "cpu_busy_fraction_before": busy_before}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,

@@ -106,8 +106,9 @@ def tables(runs: list[dict], models: list[str], targets: dict, args) -> None:
     for r in runs:
         r["target"] = targets[r["model"]]
         r["epochs_to_target"], r["time_to_target_s"] = reach(r, r["target"])
-    print(f"\n{args.dataset}, one process, full-batch, seeds {args.seeds}, targets {targets}; medians over seeds, "
-          f"a seed that never reached the target in {args.epochs} epochs counting as infinite ('never')\n")
+    print(f"\n{args.dataset}, one process, full-batch, seeds {','.join(map(str, args.seeds))}, targets {targets}; "
+          f"medians over seeds, a seed that never reached the target in {args.epochs} epochs counting as infinite "
+          "('never')\n")
     print("Table 1: spgnn from each library's initialisation\n\n| model | target | init | epochs to target | "
           "s to target | test acc at the end | chosen |\n|---|---|---|---|---|---|---|")
     summary = {}
@@ -129,30 +130,60 @@ def tables(runs: list[dict], models: list[str], targets: dict, args) -> None:
               f"{np.median([r['ms_per_epoch'] for r in theirs]):.1f} |")
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dataset", default="amazon-computers")
+    p.add_argument("--dataset", default=None, help="dataset spec (default: amazon-computers)")
     machine.data_option(p)
-    p.add_argument("--models", default="sage,gat,gcn")
-    p.add_argument("--targets", default="gcn:0.6,sage:0.75,gat:0.6", help="test accuracy to reach, per model")
-    p.add_argument("--window", type=int, default=5, help="epochs in the trailing mean of the test accuracy")
-    p.add_argument("--epochs", type=int, default=120)
-    p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--threads", type=int, default=None, help="threads (torch and spgnn's kernels; default: all cores)")
-    p.add_argument("--out", default="results/bench_init.json")
+    p.add_argument("--models", default="sage,gat,gcn", type=machine.names(SHAPES, "a model"))
+    p.add_argument("--targets", default="gcn:0.6,sage:0.75,gat:0.6", type=targets_option,
+                   help="test accuracy to reach, per model")
+    p.add_argument("--window", type=machine.at_least(1), default=None,
+                   help="epochs in the trailing mean of the test accuracy (default: 5)")
+    p.add_argument("--epochs", type=machine.at_least(1), default=120)
+    p.add_argument("--seeds", default="0,1,2", type=machine.ints(0))
+    p.add_argument("--threads", type=machine.at_least(1), default=None,
+                   help="threads (torch and spgnn's kernels; default: all cores)")
+    p.add_argument("--out", default="results/bench_init.json", type=machine.output)
     p.add_argument("--tables-from", default=None, metavar="JSON", help="tabulate the runs of an earlier --out at "
-                   "--targets instead of running")
+                   "--targets instead of running (its dataset and --window)")
     args = p.parse_args(argv)
-    targets = {k: float(v) for k, v in (t.split(":") for t in args.targets.split(","))}
     if args.tables_from:
-        runs = json.loads(Path(args.tables_from).read_text())["runs"]
-        models = list(dict.fromkeys(r["model"] for r in runs))
-        args.seeds, args.epochs = ",".join(str(s) for s in sorted({r["seed"] for r in runs})), len(runs[0]["test_acc"])
-        tables(runs, models, targets, args)
+        given = [o for o, v in (("--dataset", args.dataset), ("--window", args.window)) if v is not None]
+        if given:
+            p.error(f"--tables-from tabulates an earlier run as it was made: {' and '.join(given)} cannot change it")
+        try:
+            earlier = json.loads(Path(args.tables_from).read_text())
+            args.dataset, args.runs = earlier["dataset"], earlier["runs"]
+            args.seeds, args.epochs = sorted({r["seed"] for r in args.runs}), len(args.runs[0]["test_acc"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
+            p.error(f"--tables-from {args.tables_from}: not a bench_init report ({type(e).__name__}: {e})")
+        args.models = list(dict.fromkeys(r["model"] for r in args.runs))
+    else:
+        args.dataset, args.window = args.dataset or "amazon-computers", args.window or 5
+        machine.check_datasets(p, [args.dataset], args.data_dir)
+    missing = [m for m in args.models if m not in args.targets]
+    if missing:
+        p.error(f"--targets: no target for {', '.join(missing)} (give MODEL:ACCURACY for each model run)")
+    return args
+
+
+def targets_option(text: str) -> dict:
+    """--targets: MODEL:ACCURACY items, comma-separated, as {model: accuracy}."""
+    try:
+        return {k: float(v) for k, v in (t.split(":") for t in text.split(","))}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give MODEL:ACCURACY items, e.g. gcn:0.6,sage:0.75") from None
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    targets = args.targets
+    if args.tables_from:
+        tables(args.runs, args.models, targets, args)
         return 0
     if args.threads:
         torch.set_num_threads(args.threads)
-    models, seeds = args.models.split(","), [int(s) for s in args.seeds.split(",")]
+    models, seeds = args.models, args.seeds
     runs = []
     for model in models:
         for seed in seeds:
@@ -172,9 +203,9 @@ def main(argv=None) -> int:
             print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
     tables(runs, models, targets, args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "shapes": SHAPES, "targets": targets,
-                               "chosen": CHOSEN, "runs": runs, "machine": machine.facts()}, indent=1))
+    out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "window": args.window, "shapes": SHAPES,
+                               "targets": targets, "chosen": dict(CHOSEN), "runs": runs,
+                               "machine": machine.facts()}, indent=1))
     plot(runs, models, out.with_suffix(".png"))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")
     return 0

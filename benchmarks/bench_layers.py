@@ -225,10 +225,11 @@ def plot(rows: list[dict], title: str, path: Path) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", default="amazon-computers", help="dataset spec (default: amazon-computers)")
+    p.add_argument("--dataset", default=None, help="dataset spec (default: amazon-computers; cora with --quick)")
     machine.data_option(p)
     p.add_argument("--models", default=",".join(MODELS), help="comma-separated layer kinds")
-    p.add_argument("--epochs", type=int, default=50, help="training epochs of each model (all timed)")
+    p.add_argument("--epochs", type=machine.at_least(1), default=None,
+                   help="training epochs of each model, all timed (default: 50; 5 with --quick)")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="dropout of both (default 0: > 0 draws different masks in spgnn and PyG)")
     p.add_argument("--lr", type=float, default=0.01)
@@ -236,19 +237,22 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="the split's and spgnn's initial weights' seed")
     p.add_argument("--pyg-cached", action="store_true",
                    help="PyG's GCNConv, APPNP and GCN2Conv with cached=True (normalisation computed once)")
-    p.add_argument("--threads", type=int, default=None, help="threads (torch and spgnn's kernels; default: as started)")
-    p.add_argument("--quick", action="store_true", help="smoke run: cora, 5 epochs")
-    p.add_argument("--output", default="results/bench_layers.json", help="JSON path")
-    p.add_argument("--plot", default="results/bench_layers.png", help="PNG path")
+    p.add_argument("--threads", type=machine.at_least(1), default=None,
+                   help="threads (torch and spgnn's kernels; default: as started)")
+    p.add_argument("--quick", action="store_true", help="smoke run: cora, 5 epochs (unless --dataset, --epochs say "
+                   "otherwise)")
+    p.add_argument("--output", default="results/bench_layers.json", type=machine.output, help="JSON path")
+    p.add_argument("--plot", default="results/bench_layers.png", type=machine.output, help="PNG path")
     args = p.parse_args(argv)
-    if args.quick:
-        args.dataset, args.epochs = "cora", 5
+    if args.dataset is None:                            # --quick fills in what was not given
+        args.dataset = "cora" if args.quick else "amazon-computers"
+    if args.epochs is None:
+        args.epochs = 5 if args.quick else 50
+    machine.check_datasets(p, [args.dataset], args.data_dir)
     args.models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in args.models if m not in SHAPES]
     if unknown:
         p.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
-    if args.epochs < 1:
-        p.error("--epochs must be >= 1")
     return args
 
 
@@ -278,7 +282,6 @@ def main(argv=None) -> int:
              f"dropout {args.dropout:g}, PyG {'cached' if args.pyg_cached else 'uncached'}")
     print(f"\n### {title}\n\n{table(rows)}\n\nTargets:\n" + "\n".join(target_lines(rows)))
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
     host = machine.facts() | {"loadavg_before": load_before, "loadavg_after": os.getloadavg(),
                          "cpu_busy_fraction_before": busy}
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
@@ -288,7 +291,6 @@ def main(argv=None) -> int:
               "targets": target_lines(rows), "layers": rows}
     out.write_text(json.dumps(report, indent=1))
     print(f"\nJSON written to {out}")
-    Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
     print(plot(rows, title, Path(args.plot)))
     return 0
 

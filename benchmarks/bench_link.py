@@ -42,16 +42,15 @@ def main(argv=None) -> int:
     p.add_argument("--embedding", type=int, default=16, help="the embedding's width (GAE's: 16)")
     p.add_argument("--feature-norm", default="none", choices=["none", "row"])
     p.add_argument("--init", default="auto")
-    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--epochs", type=machine.at_least(1), default=200)
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--seeds", default="0,1,2", type=machine.ints(0))
     p.add_argument("--decoder", default="dot", choices=["dot", "mlp"])
     p.add_argument("--self-pairs", default="on", choices=["on", "off"], help="train (u, u) as positives (GAE's A + I)")
     p.add_argument("--cache-dir", default=None)
-    p.add_argument("--out", default="results/bench_link.json")
+    p.add_argument("--out", default="results/bench_link.json", type=machine.output)
     args = p.parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    runs = {seed: run(seed, args) for seed in seeds}
+    runs = {seed: run(seed, args) for seed in args.seeds}
     final = {seed: r[-1] for seed, r in runs.items()}
     print(f"{'seed':>6} {'val ROC-AUC':>12} {'test ROC-AUC':>13} {'test AP':>8}")
     for seed, f in final.items():
@@ -62,7 +61,6 @@ def main(argv=None) -> int:
           f"{100 * mean['test_ap']:8.2f}   (GAE: test ROC-AUC {100 * GAE['test_rocauc']:.1f}, "
           f"AP {100 * GAE['test_ap']:.1f}; {100 * (mean['test_rocauc'] - GAE['test_rocauc']):+.2f} points)")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": machine.facts(), "argv": sys.argv[1:], "args": vars(args), "gae": GAE,
                                "mean": mean, "std": std, "final": final, "runs": runs}, indent=1))
     try:

@@ -39,12 +39,12 @@ def _measure(comm, cfg: TrainConfig) -> dict:
 
 def run(args) -> list[dict]:
     rows = []
-    for dataset in args.datasets.split(","):
+    for dataset in args.datasets:
         for model, opts in MODELS.items():
             for algo in ALGOS:
                 if model == "gat" and algo == "1d":
                     continue
-                for P in map(int, args.P.split(",")):
+                for P in args.P:
                     cfg = TrainConfig(dataset=dataset, data_dir=args.data_dir, model=model, algo=algo,
                                       partition="random", epochs=args.epochs, eval_every=0, **opts)
                     t0 = time.perf_counter()
@@ -107,14 +107,14 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:14")
     machine.data_option(p)
-    p.add_argument("--P", default="1,2,4")
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--out", default="results/bench_memory.json")
+    p.add_argument("--P", default="1,2,4", type=machine.ints(1))
+    p.add_argument("--epochs", type=machine.at_least(1), default=3)
+    p.add_argument("--out", default="results/bench_memory.json", type=machine.output)
     args = p.parse_args(argv)
+    args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir)
     t0 = time.perf_counter()
     rows = run(args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     result = {"args": vars(args), "rows": rows, "halo_over_sar": ratios(rows),
               "wall_s": time.perf_counter() - t0}
     out.write_text(json.dumps(result, indent=1))

@@ -109,7 +109,7 @@ def _timed(comm, dataset, options, args) -> list[dict]:
 
 def timed(dataset, P, args) -> list[dict]:
     """The measured and predicted step seconds of every layout at P, from one launch."""
-    options = layouts(P, args.algos.split(","), args.model)
+    options = layouts(P, args.algos, args.model)
     rows = []
     for o, r in zip(options, run_local(_timed, P, dataset, options, args, timeout_s=600)[0]):
         p = r["predicted"][0]
@@ -122,8 +122,13 @@ def timed(dataset, P, args) -> list[dict]:
     return rows
 
 
-def _mib(b) -> float:
-    return b / 2**20 if b is not None else float("nan")
+def _mib(b) -> float | None:
+    return b / 2**20 if b is not None else None
+
+
+def _most(mib: list) -> str:
+    """The largest of `mib`, or "–" where a rank's is unknown (None)."""
+    return "–" if None in mib else f"{max(mib):.0f}"
 
 
 def memory(dataset, P, algo, args, folder) -> dict:
@@ -143,7 +148,7 @@ def memory(dataset, P, algo, args, folder) -> dict:
     return {"dataset": dataset, "P": P, "algo": algo, "shape": "x".join(map(str, r["grid"]["shape"])),
             "rss_mb": rss / 2**20, "predicted_mb": mem / 2**20, "memory_ratio": mem / rss,
             "setup_mb": [_mib(m["setup_peak_rss_bytes"]) for m in measured],
-            "train_mb": [_mib(m["train_peak_rss_bytes"]) for m in measured],    # nan where /proc cannot reset
+            "train_mb": [_mib(m["train_peak_rss_bytes"]) for m in measured],    # None where /proc cannot reset
             "memory_parts": predicted}
 
 
@@ -190,11 +195,11 @@ def plot(rows, path) -> None:
     machine.save_figure(fig, path)
 
 
-def main() -> int:
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
-    p.add_argument("--procs", default="1,2,4,8")
-    p.add_argument("--algos", default=",".join(spmm.ALGORITHMS))
+    p.add_argument("--procs", default="1,2,4,8", type=machine.ints(1))
+    p.add_argument("--algos", default=",".join(spmm.ALGORITHMS), type=machine.names(spmm.ALGORITHMS, "an algorithm"))
     p.add_argument("--epochs", type=int, default=9, help="timed steps of each layout (after --warmup untimed rounds)")
     p.add_argument("--warmup", type=int, default=3, help="untimed rounds of every layout before the timed ones "
                    "(the first steps after the builds run slower than the later ones)")
@@ -211,12 +216,17 @@ def main() -> int:
                    help="compute rates: the calibration's (file), or measured in each launch's processes first (live)")
     p.add_argument("--memory", default="", help="check peak memory on these graphs (e.g. rmat:20) at P = 1, 2, 4")
     p.add_argument("--memory-only", action="store_true", help="skip the timed runs")
-    p.add_argument("--out", default="results/bench_model.json")
-    args = p.parse_args()
+    p.add_argument("--out", default="results/bench_model.json", type=machine.output)
+    args = p.parse_args(argv)
     if args.epochs < 1 or args.warmup < 0:
         p.error("--epochs must be >= 1 and --warmup >= 0")
+    args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir) if not args.memory_only else []
+    if args.memory:
+        machine.check_datasets(p, args.memory.split(","), args.data_dir)
+    missing = [f for f in (args.calibration or "").split(",") if f and f != "default" and not Path(f).is_file()]
+    if missing:
+        p.error(f"--calibration {missing[0]}: no such file")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if args.calibration is None:
         args.calibration = str(out.with_name(out.stem + "-calibration.json"))
         subprocess.run([sys.executable, "-m", "spgnn", "calibrate", "--nprocs", "2", "--sizes", "4K,64K,1M,4M,16M",
@@ -225,10 +235,10 @@ def main() -> int:
     names = args.calibration.split(",")
     args.files = [calibration_file(f) for f in names]        # the paths (None: the built-in rates)
     rows = []
-    for dataset in args.datasets.split(",") if not args.memory_only else []:
-        for P in map(int, args.procs.split(",")):
+    for dataset in args.datasets:
+        for P in args.procs:
             rows += timed(dataset, P, args)
-            for r in rows[-len(layouts(P, args.algos.split(","), args.model)):]:
+            for r in rows[-len(layouts(P, args.algos, args.model)):]:
                 print(f"{dataset} P={P} {r['algo']} {r['shape']}: measured {r['measured_s']:.4f} s, predicted "
                       f"{r['predicted_s']:.4f} s ({r['time_ratio']:.2f})", flush=True)
     with tempfile.TemporaryDirectory() as folder:
@@ -245,8 +255,8 @@ def main() -> int:
         print("\n| dataset | P | algo | grid | set-up peak MiB | training peak MiB | peak MiB | predicted MiB | ratio |"
               "\n|---|---|---|---|---|---|---|---|---|")
     for r in mems:
-        print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {max(r['setup_mb']):.0f} | "
-              f"{max(r['train_mb']):.0f} | {r['rss_mb']:.0f} | {r['predicted_mb']:.0f} | {r['memory_ratio']:.2f} |")
+        print(f"| {r['dataset']} | {r['P']} | {r['algo']} | {r['shape']} | {_most(r['setup_mb'])} | "
+              f"{_most(r['train_mb'])} | {r['rss_mb']:.0f} | {r['predicted_mb']:.0f} | {r['memory_ratio']:.2f} |")
     if autos:
         print("\n| dataset | P | predicted fastest | measured fastest | measured ratio |\n|---|---|---|---|---|")
     for a in autos:

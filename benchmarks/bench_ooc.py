@@ -18,8 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+import machine  # benchmarks/machine.py
 import numpy as np
 import scipy.sparse as sp
+
+from spgnn.partition.ooc import METHODS
 
 MEASURE = """
 import json, sys, time
@@ -51,17 +54,17 @@ def edge_folder(dataset: str, root: Path) -> Path:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="rmat:19")
-    p.add_argument("--nparts", type=int, default=8)
-    p.add_argument("--methods", default="block,random,ldg,fennel")
-    p.add_argument("--chunk", type=int, default=1 << 18)
-    p.add_argument("--out", default="results/bench_ooc.json")
+    p.add_argument("--nparts", type=machine.at_least(1), default=8)
+    p.add_argument("--methods", default=",".join(METHODS), type=machine.names(METHODS, "an out-of-core partitioner"))
+    p.add_argument("--chunk", type=machine.at_least(1), default=1 << 18)
+    p.add_argument("--out", default="results/bench_ooc.json", type=machine.output)
     args = p.parse_args(argv)
+    machine.check_datasets(p, [args.dataset])
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     src = edge_folder(args.dataset, out.parent / "edge-folders")
     size = sum(f.stat().st_size for f in src.iterdir())
     rows = []
-    for method in args.methods.split(","):
+    for method in args.methods:
         dest = out.parent / "ooc-parts" / f"{src.name}-{method}-{args.nparts}"
         t0 = time.perf_counter()
         res = subprocess.run([sys.executable, "-c", MEASURE, str(src), str(dest), str(args.nparts), method,
@@ -78,8 +81,6 @@ def main(argv=None):
         lines.append(f"| {r['method']} | {r['graph_bytes'] / 1e6:.0f} | {r['peak_rss_growth_bytes'] / 1e6:.0f} | "
                      f"{r['peak_rss_growth_bytes'] / r['graph_bytes']:.2f} | {r['largest_part_bytes'] / 1e6:.0f} | "
                      f"{r['nnz_imbalance']:.2f} | {r['seconds']:.1f} |")
-    import machine
-
     out.write_text(json.dumps({"args": vars(args), "rows": rows, "machine": machine.facts()}, indent=1))
     import matplotlib
 

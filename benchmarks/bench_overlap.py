@@ -39,8 +39,9 @@ import numpy as np
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
-from spgnn.layers import get_layer
+from spgnn.layers import LAYERS, get_layer
 from spgnn.memory import _status_bytes
+from spgnn.spmm import ALGORITHMS
 from spgnn.spmm import get as get_algorithm
 from spgnn.train.fullbatch import Trainer
 
@@ -155,23 +156,29 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     ap = machine.arguments(__doc__, "results/bench_overlap.json", data=True)
     ap.add_argument("--datasets", default="amazon-computers,rmat:17", help="comma-separated dataset specs")
-    ap.add_argument("--procs", default="2,4", help="comma-separated process counts P")
-    ap.add_argument("--algos", default="1d-halo,sar,1.5d,2d,3d", help="comma-separated algorithms")
-    ap.add_argument("--repeats", type=int, default=5, help="timed steps per (algorithm, overlap setting)")
-    ap.add_argument("--models", default="gcn", help="comma-separated models (gat: on the algorithms with attention)")
-    ap.add_argument("--hidden", type=int, default=128, help="hidden width of the 2-layer models")
-    ap.add_argument("--prefetch", default="1", help="sar: ring rounds in flight with overlap on; a comma-separated "
-                    "list adds a variant per further value, timed in the same interleaved rounds")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds one run_local may take")
+    ap.add_argument("--procs", default="2,4", type=machine.ints(1), help="comma-separated process counts P")
+    ap.add_argument("--algos", default="1d-halo,sar,1.5d,2d,3d", type=machine.names(ALGORITHMS, "an algorithm"),
+                    help="comma-separated algorithms")
+    ap.add_argument("--repeats", type=machine.at_least(1), default=5,
+                    help="timed steps per (algorithm, overlap setting)")
+    ap.add_argument("--models", default="gcn", type=machine.names(LAYERS, "a model"),
+                    help="comma-separated models (gat: on the algorithms with attention)")
+    ap.add_argument("--hidden", type=machine.at_least(1), default=128, help="hidden width of the 2-layer models")
+    ap.add_argument("--prefetch", default="1", type=machine.ints(1), help="sar: ring rounds in flight with overlap "
+                    "on; a comma-separated list adds a variant per further value, timed in the same interleaved rounds")
+    ap.add_argument("--timeout", type=machine.at_least(0.0, float, above=True), default=900.0,
+                    help="seconds one run_local may take")
     args = ap.parse_args(argv)
-    args.algos, args.models = args.algos.split(","), args.models.split(",")
-    args.prefetch = [int(k) for k in args.prefetch.split(",")]
+    args.datasets = machine.check_datasets(ap, args.datasets.split(","), args.data_dir)
+    if not cases(args):
+        ap.error(f"nothing to measure: none of --algos {','.join(args.algos)} has what --models "
+                 f"{','.join(args.models)} need{'s' if len(args.models) == 1 else ''} (gat: attention)")
     os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"          # inherited by the rank processes
     start, host = time.perf_counter(), machine.facts()
     rows = []
-    for spec in args.datasets.split(","):
+    for spec in args.datasets:
         g = load_dataset(spec, args.data_dir)
-        for P in map(int, args.procs.split(",")):
+        for P in args.procs:
             ranks = run_local(measure, P, g, args, timeout_s=args.timeout)
             rows += [summarise(spec, P, f"{m} {a}", ranks, on, args.prefetch) for m, a in cases(args)
                      for on in variants(a, args.prefetch) if on != "off"]
@@ -179,7 +186,6 @@ def main(argv=None) -> int:
     text = table(rows)
     print(text)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     png = out.with_suffix(".png")
     plot(rows, png)
     out.write_text(json.dumps({

@@ -119,13 +119,27 @@ def plot(rows: list[dict], path: Path) -> None:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default="amazon-computers,coauthor-cs,rmat:15")
-    p.add_argument("--nparts", default="2,4,8")
+    p.add_argument("--nparts", default="2,4,8", type=machine.ints(1))
     p.add_argument("--methods", default="all", help="comma-separated partitioners, or all installed ones")
-    p.add_argument("--epochs", type=int, default=10, help="training epochs per run (the first is not timed)")
+    p.add_argument("--epochs", type=machine.at_least(1), default=10,
+                   help="training epochs per run (the first is not timed)")
     p.add_argument("--coauthor-max-nparts", type=int, default=4, help="largest P for coauthor-cs (memory)")
     machine.data_option(p)
-    p.add_argument("--out", default="results/bench_partition.json")
-    return p.parse_args(argv)
+    p.add_argument("--out", default="results/bench_partition.json", type=machine.output)
+    args = p.parse_args(argv)
+    args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir)
+    if args.methods == "all":
+        args.methods = installed_methods()
+        return args
+    args.methods = args.methods.split(",")
+    for m in args.methods:                                  # registered, and its package installed
+        try:
+            if m not in available():
+                raise SpgnnError(f"unknown partitioner {m!r}: choose from {', '.join(available())}, or all")
+            warm_up(m, 2)
+        except SpgnnError as e:
+            p.error(f"--methods: {e}")
+    return args
 
 
 def installed_methods() -> list[str]:
@@ -142,15 +156,12 @@ def installed_methods() -> list[str]:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    methods = installed_methods() if args.methods == "all" else args.methods.split(",")
-    nparts = [int(x) for x in args.nparts.split(",")]
     t0 = time.perf_counter()
     rows = []
-    for dataset in args.datasets.split(","):
-        cap = args.coauthor_max_nparts if dataset.startswith("coauthor") else max(nparts)
-        rows += bench_graph(dataset, [P for P in nparts if P <= cap], methods, args)
+    for dataset in args.datasets:
+        cap = args.coauthor_max_nparts if dataset.startswith("coauthor") else max(args.nparts)
+        rows += bench_graph(dataset, [P for P in args.nparts if P <= cap], args.methods, args)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     result = {"command": "python " + shlex.join(sys.argv), "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "seconds": time.perf_counter() - t0, "train": TRAIN | {"epochs": args.epochs},
               "machine": machine.facts() | versions(), "rows": rows}

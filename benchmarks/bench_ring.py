@@ -72,21 +72,18 @@ def plot(rows: list, path: Path) -> None:
     machine.save_figure(fig, path)
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = machine.arguments(__doc__, "results/bench_ring.json")
-    ap.add_argument("--procs", default="2,4,8", help="comma-separated process counts P")
-    ap.add_argument("--rows", default="16,4096", help="comma-separated rows a message")
-    ap.add_argument("--width", type=int, default=64, help="float32 columns a row")
-    ap.add_argument("--repeats", type=int, default=60, help="timed rings each way")
-    args = ap.parse_args()
-    procs = [int(p) for p in args.procs.split(",")]
-    if min(procs) < 2:
-        ap.error(f"--procs: a ring needs at least 2 processes, got {args.procs}")
+    ap.add_argument("--procs", default="2,4,8", type=machine.ints(2),
+                    help="comma-separated process counts P (a ring needs at least 2)")
+    ap.add_argument("--rows", default="16,4096", type=machine.ints(1), help="comma-separated rows a message")
+    ap.add_argument("--width", type=machine.at_least(1), default=64, help="float32 columns a row")
+    ap.add_argument("--repeats", type=machine.at_least(1), default=60, help="timed rings each way")
+    args = ap.parse_args(argv)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     host, rows = machine.facts(), []
-    for P in procs:
-        for size in map(int, args.rows.split(",")):
+    for P in args.procs:
+        for size in args.rows:
             got = run_local(_rounds, P, size, args.width, args.repeats, timeout_s=600)[0]
             med = {way: float(np.median(got[way])) * 1e3 for way in WAYS}
             rows.append({"P": P, "rows": size, "bytes": 4 * size * args.width,

@@ -25,9 +25,10 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import torch
 
+from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import mean_norm
-from spgnn.sampling.sampler import make_sampler
+from spgnn.sampling.sampler import make_sampler, parse_sampler
 
 
 def seed_sets(n: int, batch_size: int, count: int, seed: int) -> list[np.ndarray]:
@@ -37,15 +38,18 @@ def seed_sets(n: int, batch_size: int, count: int, seed: int) -> list[np.ndarray
 
 
 def spgnn_rate(sampler, seeds: list, bulk: int, minibatches: int, budget_s: float) -> dict:
-    """Minibatches/s of `sampler` in calls of `bulk` minibatches: seeds[0:bulk] warm up, the rest are timed."""
+    """Minibatches/s of `sampler` in calls of `bulk` minibatches: seeds[0:bulk] warm up, the rest are timed (at
+    least one call)."""
     sampler.sample(seeds[:bulk], list(range(bulk)))
     done, spent, key = 0, 0.0, bulk
-    while done < minibatches and spent < budget_s:
+    while True:
         chunk = [seeds[(key + i) % len(seeds)] for i in range(bulk)]
         t0 = time.perf_counter()
         mbs = sampler.sample(chunk, list(range(key, key + bulk)))
         spent += time.perf_counter() - t0
         done, key = done + len(mbs), key + bulk
+        if done >= minibatches or spent >= budget_s:
+            break
     inputs = float(np.mean([len(mb.inputs) for mb in mbs]))
     return {"minibatches": done, "seconds": spent, "per_s": done / spent, "mean_input_nodes": inputs}
 
@@ -96,25 +100,34 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", default="amazon-computers,rmat:17")
     machine.data_option(p)
     p.add_argument("--samplers", default="sage:15,10;ladies:512,512", help="';'-separated --sampler specs")
-    p.add_argument("--batch-size", type=int, default=1024)
-    p.add_argument("--bulks", default="1,8,32")
-    p.add_argument("--minibatches", type=int, default=96, help="minibatches timed per configuration (at most)")
-    p.add_argument("--budget-s", type=float, default=20.0, help="seconds per configuration (at least one call)")
+    p.add_argument("--batch-size", type=machine.at_least(1), default=1024)
+    p.add_argument("--bulks", default="1,8,32", type=machine.ints(1))
+    p.add_argument("--minibatches", type=machine.at_least(1), default=96,
+                   help="minibatches timed per configuration (at most)")
+    p.add_argument("--budget-s", type=machine.at_least(0.0, float, above=True), default=20.0,
+                   help="seconds per configuration (at least one call)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="results/bench_sampling.json")
+    p.add_argument("--out", default="results/bench_sampling.json", type=machine.output)
     args = p.parse_args(argv)
-    bulks = [int(b) for b in args.bulks.split(",")]
+    args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir)
+    args.samplers = args.samplers.split(";")
+    for spec in args.samplers:
+        try:
+            parse_sampler(spec)
+        except SpgnnError as e:
+            p.error(str(e))
+    bulks = args.bulks
     missing = neighbor_loader_missing()
     if missing:
         print(f"PyG NeighborLoader baseline skipped: {missing}", flush=True)
     rows = []
-    for name in args.datasets.split(","):
+    for name in args.datasets:
         g = load_dataset(name, args.data_dir, seed=args.seed)
         norm = mean_norm(g.adj)
         if args.batch_size > g.n:
             raise SystemExit(f"--batch-size {args.batch_size} exceeds the {g.n} nodes of {name}")
         seeds = seed_sets(g.n, args.batch_size, max(bulks) + args.minibatches, args.seed)
-        for spec in args.samplers.split(";"):
+        for spec in args.samplers:
             sampler = make_sampler(spec, norm)
             row = {"graph": name, "n": g.n, "nnz": g.nnz, "sampler": spec}
             if spec.startswith("sage:"):
@@ -138,7 +151,6 @@ def main(argv=None) -> int:
         print(f"| {r['graph']} | {r['sampler']} | {r['system']} | {r['bulk']} | {rate_text(r)} | {inputs} | "
               f"{ratio(base)} | {ratio(pyg) if r['system'] == 'spgnn' else ''} |")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"argv": sys.argv, "rows": rows, "batch_size": args.batch_size,
                                "neighbor_loader": missing or "ran",
                                "machine": machine.facts()}, indent=1))

@@ -52,8 +52,8 @@ def run(args) -> list[dict]:
     root = Path(args.out).parent / "shares"
     folders = {}
     rows = []
-    for P in map(int, args.P.split(",")):
-        for algo in args.algos.split(","):
+    for P in args.P:
+        for algo in args.algos:
             cls = spmm.get(algo)
             shape = cls.grid_for(P)
             B = cls.num_parts(shape)
@@ -90,9 +90,10 @@ def table(rows: list[dict]) -> tuple[str, dict]:
     targets = {}
     for r in rows:
         rss, ratio = max(r["peak_rss_bytes"]), max(np.divide(r["graph_bytes"], r["share_plus_halo_bytes"]))
-        rel = rss / base[r["algo"]] if r["algo"] in base else float("nan")
+        rel = rss / base[r["algo"]] if r["algo"] in base else None     # None: P = 1 not run
         targets[f"{r['algo']}/P={r['P']}"] = {"peak_rss_over_P1": rel, "graph_over_share_plus_halo": float(ratio)}
-        lines.append(f"| {r['algo']} | {r['P']} | {r['grid']} | {rss / 2**20:.0f} | {rel:.2f} | "
+        lines.append(f"| {r['algo']} | {r['P']} | {r['grid']} | {rss / 2**20:.0f} | "
+                     f"{'–' if rel is None else f'{rel:.2f}'} | "
                      f"{max(r['graph_bytes']) / 2**20:.1f} | {ratio:.2f} | {max(r['saved_bytes']) / 2**20:.1f} | "
                      f"{r['epoch_s']:.2f} |")
     return "\n".join(lines), targets
@@ -122,16 +123,16 @@ def plot(rows: list[dict], path: Path) -> None:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", default="rmat:20")
-    p.add_argument("--P", default="1,2,4")
-    p.add_argument("--algos", default="1d-halo,sar,1.5d,2d")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--out", default="results/bench_shares.json")
+    p.add_argument("--P", default="1,2,4", type=machine.ints(1))
+    p.add_argument("--algos", default="1d-halo,sar,1.5d,2d", type=machine.names(spmm.ALGORITHMS, "an algorithm"))
+    p.add_argument("--epochs", type=machine.at_least(1), default=2)
+    p.add_argument("--out", default="results/bench_shares.json", type=machine.output)
     args = p.parse_args(argv)
+    machine.check_datasets(p, [args.dataset])
     t0 = time.perf_counter()
     rows, graph = run(args)
     text, targets = table(rows)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "graph": graph, "model": MODEL, "rows": rows, "targets": targets,
                                "machine": machine.facts(), "wall_s": time.perf_counter() - t0}, indent=1))
     plot(rows, out.with_suffix(".png"))

@@ -117,21 +117,19 @@ def plot(rows, path: Path) -> None:
 def main(argv=None) -> int:
     ap = machine.arguments(__doc__, "results/bench_spmm.json", data=True)
     ap.add_argument("--datasets", default="amazon-computers", help="comma-separated dataset specs")
-    ap.add_argument("--widths", default="10,20,64,128,256,300,767", help="comma-separated widths f of H")
+    ap.add_argument("--widths", default="10,20,64,128,256,300,767", type=machine.ints(1),
+                    help="comma-separated widths f of H")
     ap.add_argument("--library", default=None, help="another build's spgnn/_native*.so, timed beside this one")
-    ap.add_argument("--repeats", type=int, default=21, help="timed rounds (median reported)")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
+    ap.add_argument("--repeats", type=machine.at_least(1), default=21, help="timed rounds (median reported)")
+    ap.add_argument("--warmup", type=machine.at_least(0), default=2, help="untimed rounds first")
     ap.add_argument("--budget-s", type=float, default=60.0, help="seconds a width's rounds may take (at least 3)")
     args = ap.parse_args(argv)
-    widths = [int(w) for w in args.widths.split(",")]
-    if min(widths) < 1 or args.repeats < 1:
-        ap.error("--widths must be positive and --repeats >= 1")
+    widths = args.widths
     if args.library and not Path(args.library).is_file():
         ap.error(f"--library {args.library}: no such file (another checkout's spgnn/_native*.so)")
     if not native.available():
         ap.error("spgnn's C kernels are not built: pip install -e . (needs a C compiler)")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)            # before any work
     try:
         graphs = {s: load_dataset(s, args.data_dir) for s in args.datasets.split(",")}
     except SpgnnError as e:

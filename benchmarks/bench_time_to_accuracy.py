@@ -28,7 +28,9 @@ import numpy as np
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.sampling.sampler import parse_sampler
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
 
@@ -68,27 +70,35 @@ def main(argv=None) -> int:
     p.add_argument("--dataset", default="amazon-computers")
     machine.data_option(p)
     p.add_argument("--sampler", default="sage:15,10", help="minibatch runs' --sampler (its length sets the layers)")
-    p.add_argument("--batch-sizes", default="200,50", help="one minibatch run per batch size")
-    p.add_argument("--bulk", type=int, default=8)
+    p.add_argument("--batch-sizes", default="200,50", type=machine.ints(1), help="one minibatch run per batch size")
+    p.add_argument("--bulk", type=machine.at_least(1), default=8)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--dropout", type=float, default=0.5)
     p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--epochs", type=machine.at_least(1), default=200)
     p.add_argument("--margin", type=float, default=1.0, help="target = full-batch plateau minus this many points")
-    p.add_argument("--window", type=int, default=5, help="epochs in the trailing mean of the test accuracy")
-    p.add_argument("--seeds", default="0")
-    p.add_argument("--out", default="results/bench_time_to_accuracy.json")
+    p.add_argument("--window", type=machine.at_least(1), default=5,
+                   help="epochs in the trailing mean of the test accuracy")
+    p.add_argument("--seeds", default="0", type=machine.ints(0))
+    p.add_argument("--out", default="results/bench_time_to_accuracy.json", type=machine.output)
     args = p.parse_args(argv)
-    layers = len(args.sampler.partition(":")[2].split(","))
+    machine.check_datasets(p, [args.dataset], args.data_dir)
+    try:
+        layers = len(parse_sampler(args.sampler)[1])
+    except SpgnnError as e:
+        p.error(str(e))
     runs = []
-    for seed in map(int, args.seeds.split(",")):
+    for seed in args.seeds:
         g = load_dataset(args.dataset, args.data_dir, seed=seed)
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, model="sage", layers=layers,
                           hidden=args.hidden, dropout=args.dropout, lr=args.lr, epochs=args.epochs, seed=seed,
                           eval_every=1)
-        sizes = [int(b) for b in args.batch_sizes.split(",")]
-        trainers = [Trainer(cfg, Comm(0, 1), graph=g)] + \
-            [MinibatchTrainer(cfg, Comm(0, 1), args.sampler, b, args.bulk, graph=g) for b in sizes]
+        sizes = args.batch_sizes
+        try:                        # e.g. a batch larger than the training set: one line, before the first epoch
+            trainers = [Trainer(cfg, Comm(0, 1), graph=g)] + \
+                [MinibatchTrainer(cfg, Comm(0, 1), args.sampler, b, args.bulk, graph=g) for b in sizes]
+        except SpgnnError as e:
+            p.error(str(e))
         curves = [curve(rec, args.window) for rec in lockstep(trainers, args.epochs)]
         target = curves[0]["plateau"] - args.margin / 100
         for b, c in zip([None] + sizes, curves):
@@ -111,7 +121,6 @@ def main(argv=None) -> int:
               f" | {r['plateau']:.4f} | {r['best']['test_acc']:.4f} | {r['epochs_to_target'] or '–'} | "
               f"{'–' if t is None else f'{t:.2f}'} | {ratio} |")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "hidden": args.hidden, "layers": layers,
                                "runs": runs, "machine": machine.facts()}, indent=1))
     plot(runs, out.with_suffix(".png"))

@@ -26,6 +26,7 @@ with ``--rounds 15``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -39,14 +40,16 @@ import torch
 from scipy.optimize import nnls
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from spgnn import cost
+from spgnn import cost, spmm
 from spgnn.comm import launch
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.layers import GATConv
 from spgnn.train.fullbatch import Trainer
 
 WAYS = ("forward", "backward")
+ATTENTION = [name for name, cls in spmm.ALGORITHMS.items() if cls.attention]     # the layouts with attention
 
 
 class OpCounter(TorchDispatchMode):
@@ -108,24 +111,40 @@ def predicted(cls, stats, shape, heads: int, f: int, dropout: bool, tables: dict
     return {way: cost.compute_seconds(work[way], rates, cores) for way in WAYS}
 
 
+def shapes_option(text: str) -> list[tuple[int, int]]:
+    """--shapes: comma-separated HEADSxFEATURES, each a positive integer, as [(heads, features)]."""
+    try:
+        shapes = [tuple(int(k) for k in s.split("x")) for s in text.split(",")]
+    except ValueError:
+        shapes = []
+    if not shapes or any(len(s) != 2 or min(s) < 1 for s in shapes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give HEADSxFEATURES items of positive integers, e.g. 8x64,1x10")
+    return shapes
+
+
 def main(argv=None) -> int:
     ap = machine.arguments(__doc__, "results/fit_attention.json", data=True)
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
-    ap.add_argument("--algos", default="1d-halo,sar", help="comma-separated layouts with attention")
-    ap.add_argument("--shapes", default="8x64,4x16,1x10", help="comma-separated HEADSxFEATURES")
+    ap.add_argument("--algos", default="1d-halo,sar", type=machine.names(ATTENTION, "a layout with attention"),
+                    help="comma-separated layouts with attention")
+    ap.add_argument("--shapes", default="8x64,4x16,1x10", type=shapes_option, help="comma-separated HEADSxFEATURES")
     ap.add_argument("--dropout", type=float, default=0.5, help="attention dropout of the second case")
-    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds")
+    ap.add_argument("--rounds", type=machine.at_least(1), default=9, help="interleaved rounds")
     ap.add_argument("--calibration", default=None, help="a `spgnn calibrate` file (else the built-in rates)")
     args = ap.parse_args(argv)
+    machine.check_datasets(ap, [args.dataset], args.data_dir)
+    try:
+        all_rates = cost.load_rates(args.calibration)
+    except (SpgnnError, OSError, ValueError, KeyError) as e:
+        ap.error(f"--calibration {args.calibration}: not a calibration ({type(e).__name__}: {e})")
     comm = launch.init()
     start, host = time.perf_counter(), machine.facts()
     g = load_dataset(args.dataset, args.data_dir)
-    all_rates = cost.load_rates(args.calibration)
     rates, cores = all_rates.on(1), all_rates.cores_each(1)
-    shapes = [tuple(int(k) for k in s.split("x")) for s in args.shapes.split(",")]
+    shapes = args.shapes
     result, lines, drop = {}, [], args.dropout
     cases = (0.0, drop)
-    for algo in args.algos.split(","):
+    for algo in args.algos:
         t = Trainer(TrainConfig(dataset=g.name, model="gat", algo=algo, dropout=0.0), comm, graph=g)
         stats = t.costs[1]
         n, nnz = t.g.node_ids.shape[0], cost.local_share(type(t.algo), stats["self-loops"], t.grid.shape, 0).nnz
@@ -169,7 +188,6 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text, flush=True)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({
         "schema": "spgnn.fit_attention/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,

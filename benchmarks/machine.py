@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from spgnn import __version__
+from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import check_dataset
 from spgnn.sparse import kernels
 
 
@@ -55,7 +57,7 @@ def arguments(doc: str, out: str, data: bool = False) -> argparse.ArgumentParser
     JSON, default `out`; the PNG goes next to it) and, with `data`, --data-dir (`data_option`)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--out", default=out, help="JSON output (the PNG goes next to it)")
+    ap.add_argument("--out", default=out, type=output, help="JSON output (the PNG goes next to it)")
     if data:
         data_option(ap)
     return ap
@@ -65,3 +67,64 @@ def data_option(parser: argparse.ArgumentParser) -> None:
     """--data-dir: the folder holding the named datasets (amazon-computers, ...), one option for every benchmark."""
     parser.add_argument("--data-dir", default=None, help="folder holding the named datasets (default: "
                         "$SPGNN_DATA_DIR, then spgnn's search)")
+
+
+# ------------------------------------------------------------------------------ checks before any work
+# Bad input is refused in one line ("usage: ... error: ...") by argparse, before anything is measured.
+
+
+def at_least(lo, kind=int, above: bool = False):
+    """An argparse type: a `kind` number >= `lo` (> `lo` with `above`)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") \
+                from None
+        if not (value > lo if above else value >= lo):          # NaN fails too
+            raise argparse.ArgumentTypeError(f"must be {'>' if above else '>='} {lo}, got {text}")
+        return value
+    return parse
+
+
+def ints(lo: int):
+    """An argparse type: comma-separated integers, each >= `lo`, as a list."""
+    one = at_least(lo)
+    return lambda text: [one(item) for item in text.split(",")]
+
+
+def names(choices, what: str):
+    """An argparse type: comma-separated names, each one of `choices` (`what`: "an algorithm"), as a list."""
+    def parse(text: str):
+        for name in text.split(","):
+            if name not in choices:
+                raise argparse.ArgumentTypeError(f"{name!r} is not {what}: choose from {', '.join(choices)}")
+        return text.split(",")
+    return parse
+
+
+def output(path: str) -> str:
+    """An argparse type for --out: `path`, once its folder is made and a file can be written there and at the PNG
+    beside it (a run must not lose what it measured to an unwritable path at the end)."""
+    p = Path(path)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot make the folder of {path}: {e.strerror}") from None
+    for f in (p, p.with_suffix(".png")) if p.name else (p,):
+        if f.is_dir() or not os.access(f if f.exists() else f.parent, os.W_OK):
+            raise argparse.ArgumentTypeError(f"cannot write {f}: {'a folder' if f.is_dir() else 'permission denied'}")
+    return path
+
+
+def check_datasets(ap: argparse.ArgumentParser, specs: list[str], data_dir=None) -> list[str]:
+    """`specs`, each checked as `load_dataset` would check it before reading (`spgnn.graph.datasets.check_dataset`:
+    nothing read or generated); `ap.error` at the first bad one, or at none given."""
+    if not specs:
+        ap.error("no dataset given")
+    for spec in specs:
+        try:
+            check_dataset(spec, data_dir)
+        except SpgnnError as e:
+            ap.error(str(e))
+    return specs

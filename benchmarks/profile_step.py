@@ -106,7 +106,6 @@ def main(argv=None) -> int:
     if args.steps < 1 or args.top < 1:
         ap.error("--steps and --top must be >= 1")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)       # an unwritable --out fails here, before any work
     try:                                                # bad input: one line before any work
         launch.check_device(args.device)
         g = load_dataset(args.dataset, args.data_dir)

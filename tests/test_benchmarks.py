@@ -1,11 +1,13 @@
 """The benchmarks' own plumbing, run small: a benchmark that measures for minutes must still write its report."""
 
+import importlib
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from spgnn import cost
 
@@ -128,3 +130,105 @@ def test_profile_step_lists_each_algorithms_operators(tmp_path):
     assert refused.returncode == 2 and "Traceback" not in refused.stderr and not refused.stdout
     assert refused.stderr.strip().splitlines()[-1].endswith("unknown algorithm 'nope': choose one of 1d, 1.5d, "
                                                             "1d-halo, sar, 2d, 3d")
+
+
+def test_bench_init_writes_a_valid_report_and_retabulates_it(tmp_path):
+    """bench_init's smallest run writes its JSON (the chosen initialisations as a plain dict: the registry's mapping
+    once failed the write after training); --tables-from re-tabulates it under its own dataset and refuses a --window
+    that would not change it."""
+    out = tmp_path / "init.json"
+    args = [sys.executable, "benchmarks/bench_init.py", "--dataset", "cora", "--models", "gcn", "--seeds", "0",
+            "--epochs", "3", "--window", "1", "--targets", "gcn:0.3", "--threads", "1", "--out", str(out)]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["chosen"]["gcn"] in ("pyg", "dgl") and (report["dataset"], report["window"]) == ("cora", 1)
+    assert {r["system"] for r in report["runs"]} == {"spgnn --init pyg", "spgnn --init dgl", "PyG"}
+    assert out.with_suffix(".png").stat().st_size > 0
+    again = [sys.executable, "benchmarks/bench_init.py", "--tables-from", str(out), "--targets", "gcn:0.5"]
+    done = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.lstrip().startswith("cora, one process"), done.stderr[-3000:]
+    done = subprocess.run([*again, "--window", "3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith("--window cannot change it")
+
+
+def test_bench_comm_extrapolates_and_tabulates_without_timed_epochs(monkeypatch):
+    """bench_comm's model at scale (`extrapolate`, on a small graph and few P here) splits each algorithm's fastest
+    row into terms and α/β (it once passed one BlockStats where {adjacency: BlockStats} is expected, and read model
+    widths no longer kept, after every measurement), and its measured table shows "–" for the epoch times of an
+    --epochs 0 run (it once multiplied None)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_comm
+
+    monkeypatch.setattr(bench_comm, "OGB", {"small": (20_000, 2 * 200_000, 8)})
+    monkeypatch.setattr(bench_comm, "PLAN_PS", (8, 16, 64))
+    monkeypatch.setattr(bench_comm, "DEGREES", (16, 256))
+    ex = bench_comm.extrapolate()
+    e = ex["small"]
+    assert e["widths"] == [bench_comm.PLAN_F, 128, 128, 8] and e["spmm_widths"] == [128, 128, 8]
+    for P in bench_comm.PLAN_PS:
+        for row in e["fastest_per_algo"][P].values():
+            assert row["alpha_s"] + row["beta_s"] > 0 and sum(row["terms"].values()) > 0
+    json.dumps(ex, allow_nan=False)
+    assert "| 64 |" in bench_comm.plan_markdown("small", e)
+    record = {"graph": "sparse", "spec": "rmat:6", "P": 1, "label": "1d", "max_recv_words": 0,
+              "max_recv_words_predicted": 0, "max_sent_words": 0, "max_sent_words_predicted": 0, "exact": True,
+              "mismatches": [], "median_epoch_s": None, "max_comm_s": 0.0, "max_predicted_comm_s": 0.0}
+    row = bench_comm.measured_table([record], "sparse").splitlines()[-1]
+    assert row == "| 1 | 1d | 0 | 0 | 0 | 0 | yes | – | – | 0.0 |"
+
+
+REFUSED = [   # (script, arguments, the end of the one-line error)
+    ("bench_ring", ["--procs", "2", "--rows", "16,x"], "argument --rows: 'x' is not an integer"),
+    ("bench_time_to_accuracy", ["--dataset", "cora", "--seeds", "0,x"], "argument --seeds: 'x' is not an integer"),
+    ("bench_memory", ["--datasets", "cora", "--P", "1,x"], "argument --P: 'x' is not an integer"),
+    ("bench_shares", ["--dataset", "rmat:6", "--P", "1,x"], "argument --P: 'x' is not an integer"),
+    ("bench_overlap", ["--datasets", "cora,nosuch", "--procs", "2"], "unknown dataset 'nosuch'"),
+    ("bench_overlap", ["--datasets", "cora", "--procs", "2,x"], "argument --procs: 'x' is not an integer"),
+    ("bench_overlap", ["--datasets", "cora", "--models", "gat", "--algos", "1d"], "(gat: attention)"),
+    ("bench_overlap", ["--datasets", "cora", "--repeats", "0"], "argument --repeats: must be >= 1, got 0"),
+    ("bench_partition", ["--datasets", "cora,nosuch", "--methods", "block"], "unknown dataset 'nosuch'"),
+    ("bench_partition", ["--datasets", "cora", "--methods", "block,bogus"], "unknown partitioner 'bogus'"),
+    ("bench_ooc", ["--dataset", "rmat:6", "--methods", "block,bogus"], "'bogus' is not an out-of-core partitioner"),
+    ("fit_attention", ["--dataset", "cora", "--algos", "1d-halo,1d"], "'1d' is not a layout with attention"),
+    ("fit_attention", ["--dataset", "cora", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+    ("bench_collectives", ["--procs", "2", "--epoch-dataset", "nosuch"], "unknown dataset 'nosuch'"),
+    ("bench_collectives", ["--procs", "2,x"], "argument --procs: 'x' is not an integer"),
+    ("bench_model", ["--datasets", "cora", "--procs", "1", "--algos", "1d-halo,sr"], "'sr' is not an algorithm"),
+    ("bench_model", ["--datasets", "cora", "--procs", "1,x"], "argument --procs: 'x' is not an integer"),
+    ("bench_bound", ["--dataset", "cora", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+    ("bench_sampling", ["--datasets", "cora", "--minibatches", "0"], "argument --minibatches: must be >= 1, got 0"),
+    ("bench_sampling", ["--datasets", "cora", "--budget-s", "0"], "argument --budget-s: must be > 0.0, got 0"),
+    ("bench_init", ["--dataset", "cora", "--models", "gcn", "--targets", "sage:0.7"], "no target for gcn (give "
+     "MODEL:ACCURACY for each model run)"),
+    ("bench_init", ["--dataset", "cora", "--models", "gcn,nope"], "'nope' is not a model: choose from gcn, sage, gat"),
+    ("bench_init", ["--dataset", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    ("bench_epoch", ["--datasets", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    ("bench_layers", ["--dataset", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+]
+
+
+@pytest.mark.parametrize("script, argv, error", REFUSED, ids=[f"{s} {' '.join(a)}" for s, a, _ in REFUSED])
+def test_benchmarks_refuse_bad_input_in_one_line_before_any_work(script, argv, error, tmp_path, monkeypatch, capsys):
+    """A bad list item (a later one too), an unknown dataset, algorithm, partitioner or layout, a count of zero, a
+    model without a target: argparse's one line, before anything is measured or written."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    out = tmp_path / "out" / "report.json"
+    flag = "--output" if script == "bench_layers" else "--out"
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(script).main([*argv, flag, str(out)])
+    err = capsys.readouterr()
+    assert exit_.value.code == 2 and not err.out
+    assert error in err.err.strip().splitlines()[-1] and "Traceback" not in err.err, err.err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("script", ["bench_bound", "bench_comm", "bench_init", "bench_sampling", "bench_ring"])
+def test_benchmarks_refuse_an_out_they_cannot_write(script, tmp_path, monkeypatch, capsys):
+    """An --out that is a folder is refused in one line before any work (it once failed with IsADirectoryError after
+    every measurement)."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(script).main(["--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and err.endswith(f"argument --out: cannot write {tmp_path}: a folder"), err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import zipfile
 from collections import defaultdict
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from spgnn.errors import SpgnnError
+from spgnn.graph import datasets
 from spgnn.graph.build import per_class_split
 from spgnn.graph.datasets import (
     BUNDLED_DIR,
@@ -527,3 +529,19 @@ def test_save_npz_keeps_directed_graphs(tmp_path):
     g = load_dataset(str(write_edge_list(tmp_path / "el", "0 1\n1 2\n", small_features(), [0, 1, 0, 1, 0, 1],
                                          meta={"directed": True})))
     assert_same_graph(read_npz(save_npz(g, tmp_path / "d.npz")), g)
+
+
+def test_a_spec_is_checked_without_reading_it(tmp_path, monkeypatch):
+    """check_dataset refuses what load_dataset would refuse before reading (a benchmark checks every dataset it is
+    given before its first run), and reads and generates nothing."""
+    monkeypatch.setattr(datasets, "rmat", lambda *a, **k: pytest.fail("generated"))
+    monkeypatch.setattr(datasets, "read_npz", lambda *a, **k: pytest.fail("read"))
+    for good in ("cora", "rmat:6", "sbm:100:4", str(tmp_path)):
+        datasets.check_dataset(good)
+    for bad, said in (("nosuch", "unknown dataset 'nosuch'"), ("rmat:x", "SCALE must be an integer"),
+                      ("cora:2", "takes no ':' argument"), (str(tmp_path / "none.npz"), "no such file or folder"),
+                      ("", "empty dataset spec")):
+        with pytest.raises(SpgnnError, match=re.escape(said)):
+            datasets.check_dataset(bad)
+    with pytest.raises(SpgnnError, match="dataset 'citeseer' not found"):
+        datasets.check_dataset("citeseer", data_dir=str(tmp_path))

@@ -88,26 +88,34 @@ def load_dataset(spec: str, data_dir: str | None = None, seed: int = 0) -> Graph
         return _load(spec, data_dir, seed)
 
 
-def _load(spec, data_dir, seed: int) -> Graph:
+def check_dataset(spec: str, data_dir: str | None = None) -> None:
+    """SpgnnError where `load_dataset` would refuse `spec` before reading a graph: an empty spec, a named dataset
+    not found (or with a bad ':' argument), a synthetic spec's numbers, a path that is not there. Nothing is read
+    or generated (what a file holds is checked when it is read)."""
+    _load(spec, data_dir, 0, read=False)
+
+
+def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
+    """`load_dataset`'s work; with `read` False only its checks of `spec` (None)."""
     if not isinstance(spec, str) or not spec.strip():
         raise SpgnnError(f"empty dataset spec; {_spec_help()}")
     spec = spec.strip()
     head, _, arg = spec.partition(":")
     key = head.lower()
     if key in KNOWN_DATASETS:
-        return _load_named(key, arg, data_dir, seed)
+        return _load_named(key, arg, data_dir, seed, read)
     if key in ("rmat", "sbm") and not Path(spec).exists():
-        return _load_synthetic(key, arg, spec, seed)
-    path = Path(spec).expanduser()
+        return _load_synthetic(key, arg, spec, seed, read)
+    path, base, (_, sep, tail) = Path(spec).expanduser(), Path(spec.rpartition(":")[0]).expanduser(), \
+        spec.rpartition(":")
     if path.exists():
-        return load_path(path, seed=seed)
-    base, sep, tail = spec.rpartition(":")
-    if sep and tail.isdigit() and Path(base).expanduser().is_file():
-        return load_path(Path(base).expanduser(), seed=seed, split=int(tail))
-    if sep and tail and is_ogbl(Path(base).expanduser()):
-        return read_ogbl(Path(base).expanduser(), split=tail)
-    if sep and tail and is_ogb(Path(base).expanduser()):
-        return read_ogb(Path(base).expanduser(), split=tail)
+        return load_path(path, seed=seed) if read else None
+    if sep and tail.isdigit() and base.is_file():
+        return load_path(base, seed=seed, split=int(tail)) if read else None
+    if sep and tail and is_ogbl(base):
+        return read_ogbl(base, split=tail) if read else None
+    if sep and tail and is_ogb(base):
+        return read_ogb(base, split=tail) if read else None
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
         raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing .npz/.zip "
                          f"file or a Planetoid or edge-list folder)")
@@ -143,7 +151,7 @@ def find_dataset(name: str, data_dir: str | os.PathLike | None = None) -> Path:
                      f"point at the folder holding it with --data-dir DIR or {DATA_DIR_ENV}=DIR")
 
 
-def _load_named(name: str, arg: str, data_dir, seed: int) -> Graph:
+def _load_named(name: str, arg: str, data_dir, seed: int, read: bool = True) -> Graph | None:
     split = None
     if arg:
         if name != "squirrel":
@@ -152,6 +160,10 @@ def _load_named(name: str, arg: str, data_dir, seed: int) -> Graph:
             raise SpgnnError(f"bad split in 'squirrel:{arg}': K must be a split number 0..9")
         split = int(arg)
     explicit = (data_dir is not None and str(data_dir)) or os.environ.get(DATA_DIR_ENV)
+    if not read:
+        if name != "cora":                      # cora is bundled
+            find_dataset(name, data_dir)
+        return None
     if name == "cora" and not explicit:
         return read_npz(BUNDLED_DIR / "cora.npz", name="cora", seed=seed)
     try:
@@ -494,20 +506,20 @@ def _parse_numbers(spec: str, fields: list[str], kinds: list[tuple[str, type, fl
     return out
 
 
-def _load_synthetic(kind: str, arg: str, spec: str, seed: int) -> Graph:
+def _load_synthetic(kind: str, arg: str, spec: str, seed: int, read: bool = True) -> Graph | None:
     fields = arg.split(":")
     if kind == "rmat":
         scale, ef = _parse_numbers(spec, fields, [("SCALE", int, 1, 26), ("EDGEFACTOR", int, 1, 1024)])
         if scale is None:
             raise SpgnnError(f"bad synthetic spec {spec!r}: SCALE is required; "
                              f"syntax rmat:SCALE[:EDGEFACTOR]")
-        return rmat(scale, 16 if ef is None else ef, seed=seed)
+        return rmat(scale, 16 if ef is None else ef, seed=seed) if read else None
     n, k, p_in, p_out, f = _parse_numbers(spec, fields, [("N", int, 2, 1 << 26), ("K", int, 1, 1 << 20),
                                                          ("PIN", float, 0, 1), ("POUT", float, 0, 1),
                                                          ("F", int, 1, 65536)])
     if n is None or k is None:
         raise SpgnnError(f"bad synthetic spec {spec!r}: N and K are required; syntax sbm:N:K[:PIN:POUT[:F]]")
-    return sbm(n, k, p_in, p_out, num_features=64 if f is None else f, seed=seed)
+    return sbm(n, k, p_in, p_out, num_features=64 if f is None else f, seed=seed) if read else None
 
 
 def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 128,
