@@ -106,8 +106,8 @@ def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
         return _load_named(key, arg, data_dir, seed, read)
     if key in ("rmat", "sbm") and not Path(spec).exists():
         return _load_synthetic(key, arg, spec, seed, read)
-    path, base, (_, sep, tail) = Path(spec).expanduser(), Path(spec.rpartition(":")[0]).expanduser(), \
-        spec.rpartition(":")
+    before, sep, tail = spec.rpartition(":")
+    path, base = Path(spec).expanduser(), Path(before).expanduser()
     if path.exists():
         return load_path(path, seed=seed) if read else None
     if sep and tail.isdigit() and base.is_file():

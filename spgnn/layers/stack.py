@@ -61,9 +61,9 @@ class GNN(nn.Module):
         training forward takes the count of those made so far (a fresh mask each time, not epoch 0's again).
         Minibatch (`spgnn.train.minibatch`): `g` and `node_ids` are per-layer lists (layer i's block, its input
         nodes)."""
-        if epoch is None:
-            epoch = self.forwards if self.training else 0
-            self.forwards += self.training
+        if epoch is None and self.training:
+            epoch, self.forwards = self.forwards, self.forwards + 1
+        epoch = epoch or 0
         n = len(self.layers)
         gs = g if isinstance(g, list) else [g] * n
         ids = node_ids if isinstance(node_ids, list) else [g.node_ids if node_ids is None else node_ids] * n
