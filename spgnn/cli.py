@@ -505,7 +505,10 @@ def cost_command(args, argv) -> int:
         graph = plan(cfg, 1).graph
         model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit)
-    elif args.nodes and args.nnz:
+    elif args.nodes is not None and args.nnz is not None:
+        if not (args.nodes >= 1 and args.nodes == int(args.nodes) and 0 <= args.nnz <= args.nodes ** 2):
+            raise SpgnnError(f"--nodes {args.nodes:g} --nnz {args.nnz:g}: n must be a whole number of at least 1 "
+                             "and nnz between 0 and n²")
         model = cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes)
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
                                ordered=args.node_order == "rcm")

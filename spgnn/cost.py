@@ -83,7 +83,11 @@ class BlockStats:
     def expected(cls, n: int, nnz: int, P: int, ordered: bool = False) -> BlockStats:
         """Statistics of a graph known only by n and nnz, parts of equal size and columns uniformly random:
         block row i (nnz/P nonzeros) touches a row of part j with probability 1 − exp(−nnz/(P·n)); `ordered`:
-        each part's nodes in a locality order, as ``--node-order rcm`` puts them."""
+        each part's nodes in a locality order, as ``--node-order rcm`` puts them. SpgnnError for a graph that
+        cannot be (n below 1, or nnz outside [0, n²])."""
+        if not (n >= 1 and 0 <= nnz <= n * n):
+            raise SpgnnError(f"a graph of n = {n:g} nodes and nnz = {nnz:g} nonzeros cannot be: n must be at least 1 "
+                             "and nnz between 0 and n²")
         sizes = np.full(P, n / P)
         halo = np.outer(np.ones(P), sizes) * -math.expm1(-nnz / (P * n))
         np.fill_diagonal(halo, 0)

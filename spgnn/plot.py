@@ -178,8 +178,10 @@ def partition_figure(result: dict):
 
 
 def save(fig, path: str | Path) -> Path:
-    """Write `fig` as an image (format from the suffix, PNG by default) and close it."""
+    """Write `fig` as an image (format from the suffix; without one, PNG at path.png) and close it; returns the
+    path written."""
     path = Path(path)
+    path = path if path.suffix else path.with_suffix(".png")
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fig.savefig(path, dpi=110)

@@ -6,6 +6,7 @@ compare  every rank runs the same work twice, once on each transport (torch.dist
          run. Rank 0 pickles {"collectives": [per rank], "training": [per rank]} to OUT.
 die      training on the mpi transport where rank 1 calls os._exit(3) in epoch 3.
 raise    ``spgnn train --transport mpi`` where rank 1 raises ValueError in epoch 3.
+stall    rank 1 never joins a non-blocking broadcast that rank 0 waits on.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 
 import torch
 
@@ -108,6 +110,16 @@ def die(base: Comm) -> None:
         t.step(epoch)
 
 
+def stall(base: Comm) -> None:
+    """Rank 0 waits on a broadcast from rank 1, which never makes it: the transport's watchdog must end rank 0 after
+    its timeout (3 s) with one line, not leave it waiting."""
+    comm = Comm(base.rank, base.world_size, MPITransport(timeout_s=3.0))
+    if comm.rank == 1:
+        time.sleep(12)
+        os._exit(0)
+    comm.broadcast_async(torch.zeros(4), 1).wait()
+
+
 def raise_in_cli() -> int:
     """``spgnn train`` where rank 1's epoch 3 raises an ordinary exception: cli.main must end the job."""
     from spgnn import cli
@@ -132,6 +144,8 @@ def main(mode: str, out: str) -> None:
         compare(base, out)
     elif mode == "die":
         die(base)
+    elif mode == "stall":
+        stall(base)
     launch.shutdown()
 
 

@@ -234,6 +234,9 @@ def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
     (["--nprocs", "0,4"], "--nprocs takes comma-separated process counts"),
     (["--layers", "0"], "--layers must be at least 1"),
     (["--hidden", "-1"], "--hidden must be at least 1"),
+    (["--nodes", "-100000"], "--nodes -100000 --nnz 10000: n must be a whole number of at least 1"),  # "best"
+    (["--nodes", "0.5"], "n must be a whole number of at least 1"),                                  # a traceback
+    (["--nnz", "1e9"], "--nodes 1000 --nnz 1e+09: n must be a whole number of at least 1 and nnz between 0 and n²"),
 ])
 def test_cost_arguments(args, needle, capsys):
     code, line = error_line(capsys, ["cost", "--nodes", "1000", "--nnz", "10000", *args])

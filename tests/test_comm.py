@@ -299,3 +299,36 @@ def test_staged_transport_hands_results_back_when_done(stage):
     assert torch.equal(t, torch.full((3,), 7.0)) and torch.equal(out, more * 2)
     handed_as_is = [any(g is x for x in (t, out, inp, more)) for g in inner.given]
     assert all(handed_as_is) if stage is Staged else not any(handed_as_is)
+
+
+def test_counts_and_ranks_a_group_cannot_have_are_refused_in_a_group_of_one_too():
+    """A group of one took a shortcut past the checks torch makes in larger groups: rows of another length came back
+    repeated (all_gather_v, all_to_all_v) or whole (reduce_scatter), a source outside the group was taken, and a
+    negative rank made a group."""
+    comm = Comm()
+    one = torch.ones(1, 2)
+    with pytest.raises(ValueError, match=r"^all_gather_v rows: 2 counts for the 1 members of group 'world'$"):
+        comm.all_gather_v(one, [1, 1])
+    with pytest.raises(ValueError, match=r"^all_gather_v: this member gives 1 rows, rows says 3$"):
+        comm.all_gather_v(one, [3])
+    with pytest.raises(ValueError, match=r"^all_to_all_v: send_rows \[1\] must cover the 1 rows sent, and keep as "):
+        comm.all_to_all_v(one, [1], [4])
+    with pytest.raises(ValueError, match=r"^reduce_scatter rows: 2 counts for the 1 members"):
+        comm.reduce_scatter(torch.ones(4, 2), rows=[2, 2])
+    with pytest.raises(ValueError, match=r"^broadcast: the source rank 3 is not a member of group 'world' \(0,\)$"):
+        comm.broadcast(one, 3)
+    with pytest.raises(ValueError, match=r"ranks \(-1, 0\) must be distinct, ascending and in \[0, 2\)"):
+        Comm(0, 2).group("bad", [-1, 0])
+    assert torch.equal(comm.all_gather_v(one, [1]), one) and comm.ledger.total("recv_bytes") == 0
+
+
+def test_a_ledger_total_of_what_it_does_not_record_is_refused():
+    """total(op="all_to_all_v") (a method's name, not the op the ledger records) summed nothing: 0."""
+    comm = Comm()
+    comm.all_to_all_v(torch.ones(2, 3), [2], [2])
+    assert comm.ledger.total("calls", op="all_to_all") == 1
+    for bad in ({"op": "all_to_all_v"}, {"ops": "all_to_all"}):
+        with pytest.raises(ValueError, match="^ledger total of 'calls' where .*: fields are calls, "):
+            comm.ledger.total("calls", **bad)
+    with pytest.raises(ValueError, match="^ledger total of 'bytes'"):
+        comm.ledger.total("bytes")

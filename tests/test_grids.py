@@ -12,6 +12,7 @@ graph (GCN) and a directed one (GraphSAGE):
 """
 
 import math
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -171,3 +172,15 @@ def test_default_grids_are_square_or_cubic():
     assert algorithms.get("2d").grid_shape(6) == (3, 2, 1)
     assert algorithms.get("3d").grid_shape(8) == (2, 2, 2)
     assert all(math.prod(algorithms.get("3d").grid_shape(P)) == P for P in range(1, 30))
+
+
+@pytest.mark.parametrize("names, planes, said", [
+    (("row", "row"), None, "must be distinct"),                  # group("row") was one rank's, not the row's
+    (("row", "col"), {"row": ("row", "col")}, "must be distinct"),   # a plane replaced the dimension's group
+    (("row", "world"), None, "not 'world'"),                       # group("world") ignored it
+    (("row", "col"), {"both": ("row", "fiber")}, "span dimensions ['fiber']"),
+])
+def test_grid_names_that_would_name_the_wrong_group_are_refused(names, planes, said):
+    with pytest.raises(SpgnnError, match=re.escape(said)):
+        ProcessGrid(Comm(), (1, 1), names, planes=planes)
+    assert ProcessGrid(Comm(), (1, 1), ("row", "col"), planes={"both": ("row", "col")}).group("both").size == 1

@@ -72,6 +72,13 @@ def test_same_results_and_bytes_on_both_transports(tmp_path, P):
                 assert a["ledger"] == b["ledger"] == predicted[algo][rank], where
 
 
+def test_a_wait_on_a_peer_that_never_comes_fails_after_the_timeout():
+    """A non-blocking broadcast's wait is watched against the timeout as every other wait: rank 0 ends with the
+    watchdog's line (it waited, unwatched, for a peer that never came)."""
+    res = mpirun(2, ["-m", "tests.mpi_helper", "stall", os.devnull], timeout=120)       # a hang fails here
+    assert res.returncode != 0 and "communication failed (broadcast waited beyond --timeout 3 s)" in res.stderr
+
+
 @pytest.mark.parametrize("mode", ["die", "raise"])
 def test_failing_rank_ends_the_job(mode):
     """die: rank 1 calls os._exit(3) mid-training (mpirun sees a rank vanish); raise: rank 1 raises inside

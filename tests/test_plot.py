@@ -81,6 +81,10 @@ def test_plot_command_writes_the_image(tmp_path, reports, capsys):
     out = tmp_path / "figs" / "runs.png"
     assert main(["plot", *map(str, paths), "--output", str(out)]) == 0
     assert out.read_bytes().startswith(PNG) and out.stat().st_size > 20_000
+    capsys.readouterr()
+    assert main(["plot", *map(str, paths), "--output", str(tmp_path / "figs" / "bare")]) == 0     # no suffix: PNG
+    assert capsys.readouterr().out.strip().endswith(str(tmp_path / "figs" / "bare.png"))        # the path written
+    assert (tmp_path / "figs" / "bare.png").read_bytes().startswith(PNG)
     (tmp_path / "bad.json").write_text('{"epochs": []}')
     assert main(["plot", str(tmp_path / "bad.json"), "--output", str(out)]) == 2
     assert "is not a report of spgnn train --output" in capsys.readouterr().err

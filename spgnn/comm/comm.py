@@ -31,6 +31,8 @@ import torch
 import torch.distributed as dist
 
 FIELDS = ("calls", "sent_bytes", "recv_bytes", "messages", "seconds")
+KEYS = ("phase", "layer", "op", "group")                                      # a ledger row's key
+OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")  # the collectives it records
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,11 @@ class Ledger:
         self.rows.clear()
 
     def total(self, field_name: str = "sent_bytes", **match) -> float:
-        """Sum of one field over the rows whose phase/layer/op/group equal the given values."""
+        """Sum of one field over the rows whose phase/layer/op/group equal the given values (ValueError for a field,
+        key or op the ledger does not have: a misspelt one would sum nothing)."""
+        if field_name not in FIELDS or set(match) - set(KEYS) or match.get("op", OPS[0]) not in OPS:
+            raise ValueError(f"ledger total of {field_name!r} where {match}: fields are {', '.join(FIELDS)}; keys "
+                             f"{', '.join(KEYS)}; ops {', '.join(OPS)}")
         i = FIELDS.index(field_name)
         return sum(row[i] for key, row in self.rows.items() if _matches(key, match))
 
@@ -81,13 +87,12 @@ class Ledger:
 
     def table(self) -> list[dict]:
         """The ledger as a list of JSON-ready records."""
-        return [dict(zip(("phase", "layer", "op", "group"), key)) | dict(zip(FIELDS, row))
+        return [dict(zip(KEYS, key)) | dict(zip(FIELDS, row))
                 for key, row in sorted(self.rows.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
 def _matches(key, match) -> bool:
-    names = ("phase", "layer", "op", "group")
-    return all(key[names.index(k)] == v for k, v in match.items())
+    return all(key[KEYS.index(k)] == v for k, v in match.items())
 
 
 # torch.distributed's reduce-scatter of one tensor: reduce_scatter_single from torch 2.13, which warns that the
@@ -181,9 +186,9 @@ class Comm:
         own sockets and a thread that wakes 100 times a second, which ranks sharing cores pay for (the world's is
         the default group, one rank's needs none)."""
         ranks = tuple(int(r) for r in ranks)
-        if not ranks or list(ranks) != sorted(set(ranks)) or ranks[-1] >= self.world_size:
-            raise ValueError(f"group {name!r}: ranks {ranks} must be distinct, ascending and below "
-                             f"{self.world_size}")
+        if not ranks or list(ranks) != sorted(set(ranks)) or ranks[0] < 0 or ranks[-1] >= self.world_size:
+            raise ValueError(f"group {name!r}: ranks {ranks} must be distinct, ascending and in [0, "
+                             f"{self.world_size})")
         if ranks not in self._made:
             alone_or_all = len(ranks) in (1, self.world_size)
             self._made[ranks] = None if alone_or_all else self.transport.new_group(ranks)
@@ -226,6 +231,9 @@ class Comm:
         the bytes (in the phase current at the start); meanwhile the transport may overlap it with computation
         (`blocking`, or a transport without ``broadcast_async``: done at once). `t` must be contiguous."""
         group = group or self.world
+        if src not in group.ranks:
+            raise ValueError(f"broadcast: the source rank {src} is not a member of group {group.name!r} "
+                             f"{group.ranks}")
 
         def begin(start):
             if group.size > 1 and start is not None:
@@ -272,6 +280,12 @@ class Comm:
         overlap the exchange with computation meanwhile (`blocking`, or a transport without
         ``all_to_all_v_async``: done at once)."""
         group, send = group or self.world, send.contiguous()    # kept alive until the wait
+        send_rows, recv_rows = _counts(group, "all_to_all_v send_rows", send_rows), \
+            _counts(group, "all_to_all_v recv_rows", recv_rows)
+        me = group.ranks.index(self.rank)
+        if sum(send_rows) != send.shape[0] or send_rows[me] != recv_rows[me]:
+            raise ValueError(f"all_to_all_v: send_rows {send_rows} must cover the {send.shape[0]} rows sent, and "
+                             f"keep as many for this member ({send_rows[me]}) as recv_rows expects ({recv_rows[me]})")
 
         def begin(start):
             if group.size > 1 and start is not None:
@@ -292,6 +306,10 @@ class Comm:
     def all_gather_v(self, mine: torch.Tensor, rows, group: Group | None = None) -> torch.Tensor:
         """Concatenation over group members of their row blocks; `rows[j]` is member j's row count."""
         group = group or self.world
+        rows = _counts(group, "all_gather_v rows", rows)
+        if rows[group.ranks.index(self.rank)] != mine.shape[0]:
+            raise ValueError(f"all_gather_v: this member gives {mine.shape[0]} rows, rows says "
+                             f"{rows[group.ranks.index(self.rank)]}")
         t0 = time.perf_counter()
         send = mine.unsqueeze(0).expand(group.size, *mine.shape).reshape(-1, *mine.shape[1:])
         out = self._exchange(send, [mine.shape[0]] * group.size, rows, group)
@@ -343,7 +361,7 @@ class Comm:
             if inp.shape[0] % g:
                 raise ValueError(f"reduce_scatter needs dim 0 ({inp.shape[0]}) divisible by the group size {g}")
             rows = [inp.shape[0] // g] * g
-        rows = [int(r) for r in rows]
+        rows = _counts(group, "reduce_scatter rows", rows)
         if sum(rows) != inp.shape[0]:
             raise ValueError(f"reduce_scatter: chunks of {rows} rows do not cover dim 0 ({inp.shape[0]})")
         t0 = time.perf_counter()
@@ -400,6 +418,14 @@ def prefetched(starts, depth: int):
             yield pending.popleft().wait()
 
     return results()
+
+
+def _counts(group: Group, what: str, counts) -> list[int]:
+    """`counts`, one per member of `group`, as ints; ValueError naming `what` when there are not as many."""
+    counts = [int(c) for c in counts]
+    if len(counts) != group.size:
+        raise ValueError(f"{what}: {len(counts)} counts for the {group.size} members of group {group.name!r}")
+    return counts
 
 
 def _row_bytes(t: torch.Tensor) -> int:

@@ -48,6 +48,13 @@ class ProcessGrid:
         shape, names = tuple(int(s) for s in shape), tuple(names)
         if len(shape) != len(names):
             raise SpgnnError(f"grid shape {shape} and dimension names {names} differ in length")
+        every = [*names, *(planes or {})]
+        if len(set(every)) != len(every) or "world" in every:
+            raise SpgnnError(f"grid dimension and plane names {every} must be distinct and not 'world' (each names "
+                             "one group of this rank)")
+        unknown = [d for dims in (planes or {}).values() for d in dims if d not in names]
+        if unknown:
+            raise SpgnnError(f"grid planes span dimensions {unknown} the grid does not have ({names})")
         if min(shape) < 1 or math.prod(shape) != comm.world_size:
             raise SpgnnError(f"grid {format_grid(shape)} has {math.prod(shape)} processes but the job "
                              f"has {comm.world_size}: choose a shape whose product is {comm.world_size}")

@@ -83,8 +83,9 @@ class MPITransport:
             self.communicator(group).Bcast(buf, root=group.ranks.index(src))
 
     def broadcast_async(self, t, src, group):
-        """`broadcast` started now (MPI_Ibcast) on contiguous `t`; the returned request's ``wait()`` completes it."""
-        return self.communicator(group).Ibcast(_view(t), root=group.ranks.index(src))
+        """`broadcast` started now (MPI_Ibcast) on contiguous `t`; the returned request's ``wait()`` completes it
+        (watched, as every wait, against --timeout)."""
+        return _Request(self, self.communicator(group).Ibcast(_view(t), root=group.ranks.index(src)), "broadcast")
 
     def all_to_all_v(self, out, inp, out_splits, in_splits, group):
         """Rows inp[Σ_{k<j} in_splits_k : …] go to member j; `out` (Σ out_splits rows) receives by source."""
