@@ -10,7 +10,7 @@ import torch
 
 from spgnn.errors import SpgnnError
 from spgnn.hashing import dropout, dropout_mask, mix_key
-from spgnn.sparse import kernels
+from spgnn.sparse import attention, kernels, segment
 from spgnn.sparse.csr import CSR
 from spgnn.sparse.kernels import spmm
 
@@ -248,3 +248,24 @@ def test_mix_key():
     keys = {mix_key(s, e, layer) for s in range(3) for e in range(3) for layer in range(3)}
     assert len(keys) == 27 and all(0 <= k < 2**64 for k in keys)
     assert mix_key(1, 2, 3) == mix_key(1, 2, 3) != mix_key(3, 2, 1)
+
+
+def test_inputs_the_kernels_would_misread_are_refused():
+    """Column indices out of range or fractional were cast first (2³² became 0, 1.7 became 1); astype to another
+    than float32/float64 gave float32 (int32 values truncated); row_slice took any bounds; out aliasing H was read
+    while written (0.3 off); segment sums over fewer row indices than rows, and attention weights of another head
+    count, were summed silently."""
+    for indices in ([2**32], [1.7]):
+        with pytest.raises(ValueError, match=r"^CSR: column indices must be integers in \[0, 2\)"):
+            CSR([0, 1], indices, [1.0], (1, 2))
+    a = CSR([0, 1, 2], [0, 1], [1.0, 1.0], (2, 2))
+    for bad in (lambda: a.astype(np.int32), lambda: a.row_slice(-1, 1), lambda: a.row_slice(2, 1)):
+        with pytest.raises(ValueError, match="^CSR "):
+            bad()
+    h = torch.ones(2, 3)
+    with pytest.raises(ValueError, match="^spmm: out shares its memory with H"):
+        kernels.spmm(a, h, out=h)
+    with pytest.raises(ValueError, match="^segment_sum: 2 row indices for 5 rows of x$"):
+        segment.segment_sum(torch.ones(5, 2), torch.tensor([0, 1]), 3)
+    with pytest.raises(ValueError, match=r"^weighted_sum: p \(2, 1\) must be nnz×H = \(2, 3\)"):
+        attention.weighted_sum(torch.ones(2, 1), [0, 1], [0, 1], torch.ones(2, 3, 4), 2)

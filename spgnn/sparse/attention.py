@@ -61,6 +61,9 @@ class _WeightedSum(torch.autograd.Function):
 def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.Tensor:
     """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H): by the C kernels on CPU, else by gather and index_add."""
     rows, cols = torch.as_tensor(rows), torch.as_tensor(cols)
+    if p.shape != (rows.shape[0], v.shape[1]) or cols.shape != rows.shape:
+        raise ValueError(f"weighted_sum: p {tuple(p.shape)} must be nnz×H = ({rows.shape[0]}, {v.shape[1]}) for "
+                         f"rows and cols of {rows.shape[0]} and {cols.shape[0]} edges")
     if v.device.type == "cpu" and p.dtype == v.dtype and v.dtype in (torch.float32, torch.float64) \
             and native.available():
         return _WeightedSum.apply(p, rows.to(torch.int64).contiguous(), cols.to(torch.int64).contiguous(), v, n)

@@ -23,6 +23,10 @@ class CSR:
         m, k = (int(s) for s in shape)
         self.shape = (m, k)
         self.indptr = np.ascontiguousarray(indptr, dtype=np.int64)
+        indices = np.asarray(indices)
+        if check and indices.size and (indices.dtype.kind not in "iu" or indices.min() < 0 or indices.max() >= k):
+            raise ValueError(f"CSR: column indices must be integers in [0, {k}), got {indices.dtype} in "
+                             f"[{indices.min()}, {indices.max()}]")
         self.indices = np.ascontiguousarray(indices, dtype=np.int32 if k < 2**31 else np.int64)
         data = np.asarray(data)
         self.data = np.ascontiguousarray(data, dtype=data.dtype if data.dtype == np.float64 else np.float32)
@@ -39,8 +43,6 @@ class CSR:
             )
         if np.any(ip[1:] < ip[:-1]):
             raise ValueError("CSR: indptr must be non-decreasing")
-        if nnz and (self.indices.min() < 0 or self.indices.max() >= k):
-            raise ValueError(f"CSR: column indices must lie in [0, {k})")
 
     @classmethod
     def from_scipy(cls, mat, dtype=np.float32) -> CSR:
@@ -77,6 +79,9 @@ class CSR:
 
     def row_slice(self, lo: int, hi: int) -> CSR:
         """Rows lo…hi−1 (a (hi−lo)×k CSR sharing indices and data; all rows: itself); cached."""
+        if not 0 <= lo <= hi <= self.shape[0]:
+            raise ValueError(f"CSR row_slice({lo}, {hi}) of {self.shape[0]} rows: need 0 <= lo <= hi <= "
+                             f"{self.shape[0]}")
         if (lo, hi) == (0, self.shape[0]):
             return self
         key = ("rows", lo, hi)
@@ -89,6 +94,8 @@ class CSR:
     def astype(self, dtype) -> CSR:
         """The same matrix with ``data`` of the given dtype (shares indptr/indices); cached."""
         dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"CSR values are float32 or float64, not {dtype}")
         if dtype == self.data.dtype:
             return self
         key = ("astype", dtype)

@@ -28,7 +28,10 @@ def _index(index, device) -> torch.Tensor:
 
 
 def _reduce(name: str, x: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """out[rows[e]] (+= or max=) x[e] by the C kernel `name` (segment_sum, segment_max), in place; rows in [0, n)."""
+    """out[rows[e]] (+= or max=) x[e] by the C kernel `name` (segment_sum, segment_max), in place; rows in [0, n)
+    (not checked: an O(nnz) pass; a row outside is skipped)."""
+    if rows.shape[0] != x.shape[0]:
+        raise ValueError(f"{name}: {rows.shape[0]} row indices for {x.shape[0]} rows of x")
     x, rows = x.contiguous(), rows.to(torch.int64).contiguous()
     i64 = native.i64
     native.function(f"{name}_{native.suffix(x.dtype)}", i64, i64, i64, native.addr, native.addr, native.addr)(
