@@ -254,7 +254,8 @@ def train(args, argv) -> int:
         trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else full(cfg, comm)
     if comm.rank == 0 and not args.quiet:
         g = trainer.info
-        how = f"sampler {args.sampler}" if sampled else cfg.algo
+        how = f"sampler {args.sampler}" if sampled else trainer.cfg.algo + (" (--algo auto's pick)" if cfg.algo ==
+                                                                             "auto" else "")
         print(f"spgnn: {cfg.model} on {g.name} (n={g.n}, nnz={g.nnz}), {how} on {comm.world_size} "
               f"process(es), launcher {launch.detect().kind}, transport {comm.transport.name}"
               + (f" ({note})" if (note := getattr(comm.transport, "note", "")) else ""), flush=True)

@@ -258,7 +258,8 @@ def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys
         assert err[0].startswith("spgnn: error: the training loss became nan at epoch") and epoch < 19
         data = json.loads(report.read_text(), parse_constant=lambda c: pytest.fail(f"{c} in the report"))
         assert len(data["epochs"]) == epoch and all(math.isfinite(e["loss"]) for e in data["epochs"])
-        if epoch:
+        assert data["final"] is None and data["predicted"] is None      # no final evaluation; a prediction of
+        if epoch:                                                       # the run it did not finish left out
             assert f"{ck}/checkpoint.pt (epoch {epoch - 1}) is still good" in err[0]
 
 

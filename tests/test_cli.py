@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from spgnn.cli import main
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.train import MinibatchTrainer, Trainer
@@ -173,3 +174,12 @@ def test_rank_that_dies_does_not_hang_the_others(tmp_path):
     finally:
         for p in procs:
             p.kill()
+
+
+def test_auto_names_its_pick_where_the_run_says_what_it_trains(tmp_path, capsys):
+    """The run's first line named "auto" where the report named the algorithm --algo auto picked."""
+    out = tmp_path / "auto.json"
+    assert main(["train", "--algo", "auto", "--epochs", "1", "--eval-every", "0", "--output", str(out)]) == 0
+    picked = json.loads(out.read_text())["config"]["algo"]
+    first = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("spgnn: gcn on cora"))
+    assert picked != "auto" and f"), {picked} (--algo auto's pick) on 1 process(es)" in first

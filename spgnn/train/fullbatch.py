@@ -119,7 +119,7 @@ class Trainer(Run):
 
     def run_report(self, everyone, epochs) -> dict:
         g, p = self.info, self.parts.partition_info
-        evals = sum(f"val_{self.task.metric}" in e for e in epochs) + 1
+        evals = sum(f"val_{self.task.metric}" in e for e in epochs) + 1       # and the final one
         return {"partition": {"method": str(p.get("method")), "sizes": np.diff(g.offsets).tolist(), "info": p,
                               "metrics": self.parts.metrics() if self.comm.rank == 0 else None},
                 "grid": {"algo": self.algo.name, "shape": list(self.grid.shape), "names": list(self.grid.names)},

@@ -71,13 +71,15 @@ class Run:
                     checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
                 good[0] = (folder, epoch)
 
+        self.first_epoch = start                 # what this process runs: its measurements are of these epochs
         try:
             records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                        records, best, save, self.finite, self.metric)
         except Diverged as d:
             kept = f"; {Path(good[0][0]) / checkpoint.FILE} (epoch {good[0][1]}) is still good: resume from it with " \
                    "a lower --lr" if good[0] else "; lower --lr, or scale the features down"
-            return self.report(d.epochs, {}, d.best) | {"stopped": f"{d}{kept}"}
+            report = self.report(d.epochs, None, d.best)        # its prediction is of the run it did not finish
+            return report | {"stopped": f"{d}{kept}"} | ({"predicted": None} if "predicted" in report else {})
         with progress.stage("evaluating", "(final)"):
             final = self.evaluate()
         if not best and records:                # --eval-every 0: the final evaluation is the only one, so the best
@@ -115,12 +117,18 @@ class Run:
         return {"name": g.name, "n": g.n, "nnz": g.nnz, "features": g.num_features, "classes": g.num_classes}
 
     def run_report(self, everyone: list[dict], epochs: list[dict]) -> dict:
-        """The report's entries particular to the kind of training (`everyone`: each rank's `rank_report`)."""
+        """The report's entries particular to the kind of training (`everyone`: each rank's `rank_report`; `epochs`:
+        the records of the epochs this process ran, those a resumed run carried over left out)."""
         return {}
 
-    def report(self, epochs: list[dict], final: dict, best: dict) -> dict:
+    first_epoch = 0                             # the first epoch this process ran (`run`: after a resume, not 0)
+
+    def report(self, epochs: list[dict], final: dict | None, best: dict) -> dict:
+        """The run's report: `epochs` all records (a resumed run's included), `final` the final evaluation (None
+        where the run stopped before it); what was measured (seconds, bytes) is of the epochs this process ran."""
         everyone = self.comm.all_gather_object(self.rank_report())
-        times = [e["time_s"] for e in epochs]
+        ran = [e for e in epochs if e["epoch"] >= self.first_epoch]
+        times = [e["time_s"] for e in ran]
         return {
             "config": self.cfg.as_dict(),
             "task": {"name": self.task.name, "metric": self.metric, "label": self.task.metric_label},
@@ -128,13 +136,13 @@ class Run:
             "transport": self.comm.transport.name,
             "graph": self.graph_report(),
             "epochs": epochs,
-            "final": final | {"loss": epochs[-1]["loss"] if epochs else None},
+            "final": None if final is None else final | {"loss": epochs[-1]["loss"] if epochs else None},
             "best": best,
             "median_epoch_s": float(np.median(times)) if times else None,
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
-        } | self.run_report(everyone, epochs)
+        } | self.run_report(everyone, ran)
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
