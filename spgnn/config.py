@@ -165,8 +165,7 @@ def validate(self):
             raise SpgnnError(f"{option.flag} applies to --task {' and '.join(tasks.declaring(option.name))}, not "
                              f"{self.task}")
         option.check(value)
-    shaped = [o.flag for o in spmm.options().values()
-              if o.shapes and getattr(self, o.name) not in (o.default, *o.inert)]
+    shaped = [o.flag for o in spmm.options().values() if o.shapes and o.is_set(getattr(self, o.name))]
     if self.algo == "auto" and shaped:
         raise SpgnnError(f"{' and '.join(shaped)} with --algo auto: auto chooses the algorithm and its grid; name an "
                          f"--algo to fix {'them' if len(shaped) > 1 else 'it'}, or drop {' and '.join(shaped)}")

@@ -32,6 +32,10 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
+    def is_set(self, value) -> bool:
+        """Whether `value` asks for something: neither the default nor an inert ("off") value."""
+        return value != self.default and value not in self.inert
+
     def check(self, value) -> None:
         """SpgnnError naming the flag when `value` is not usable."""
         if value != self.default and not self.valid(value):

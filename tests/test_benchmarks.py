@@ -208,18 +208,24 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
 ]
 
 
+def _refusal(script, argv, monkeypatch, capsys):
+    """(exit code, stdout, stderr) of benchmarks/`script`'s main(`argv`), which must exit."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    with pytest.raises(SystemExit) as exit_:
+        importlib.import_module(script).main(argv)
+    err = capsys.readouterr()
+    return exit_.value.code, err.out, err.err
+
+
 @pytest.mark.parametrize("script, argv, error", REFUSED, ids=[f"{s} {' '.join(a)}" for s, a, _ in REFUSED])
 def test_benchmarks_refuse_bad_input_in_one_line_before_any_work(script, argv, error, tmp_path, monkeypatch, capsys):
     """A bad list item (a later one too), an unknown dataset, algorithm, partitioner or layout, a count of zero, a
     model without a target: argparse's one line, before anything is measured or written."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     out = tmp_path / "out" / "report.json"
     flag = "--output" if script == "bench_layers" else "--out"
-    with pytest.raises(SystemExit) as exit_:
-        importlib.import_module(script).main([*argv, flag, str(out)])
-    err = capsys.readouterr()
-    assert exit_.value.code == 2 and not err.out
-    assert error in err.err.strip().splitlines()[-1] and "Traceback" not in err.err, err.err
+    code, said, err = _refusal(script, [*argv, flag, str(out)], monkeypatch, capsys)
+    assert code == 2 and not said
+    assert error in err.strip().splitlines()[-1] and "Traceback" not in err, err
     assert not out.exists()
 
 
@@ -227,8 +233,6 @@ def test_benchmarks_refuse_bad_input_in_one_line_before_any_work(script, argv, e
 def test_benchmarks_refuse_an_out_they_cannot_write(script, tmp_path, monkeypatch, capsys):
     """An --out that is a folder is refused in one line before any work (it once failed with IsADirectoryError after
     every measurement)."""
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    with pytest.raises(SystemExit) as exit_:
-        importlib.import_module(script).main(["--out", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert exit_.value.code == 2 and err.endswith(f"argument --out: cannot write {tmp_path}: a folder"), err
+    code, _, err = _refusal(script, ["--out", str(tmp_path)], monkeypatch, capsys)
+    err = err.strip().splitlines()[-1]
+    assert code == 2 and err.endswith(f"argument --out: cannot write {tmp_path}: a folder"), err

@@ -306,16 +306,15 @@ class Comm:
     def all_gather_v(self, mine: torch.Tensor, rows, group: Group | None = None) -> torch.Tensor:
         """Concatenation over group members of their row blocks; `rows[j]` is member j's row count."""
         group = group or self.world
-        rows = _counts(group, "all_gather_v rows", rows)
-        if rows[group.ranks.index(self.rank)] != mine.shape[0]:
-            raise ValueError(f"all_gather_v: this member gives {mine.shape[0]} rows, rows says "
-                             f"{rows[group.ranks.index(self.rank)]}")
+        rows, me = _counts(group, "all_gather_v rows", rows), group.ranks.index(self.rank)
+        if rows[me] != mine.shape[0]:
+            raise ValueError(f"all_gather_v: this member gives {mine.shape[0]} rows, rows says {rows[me]}")
         t0 = time.perf_counter()
         send = mine.unsqueeze(0).expand(group.size, *mine.shape).reshape(-1, *mine.shape[1:])
         out = self._exchange(send, [mine.shape[0]] * group.size, rows, group)
-        me, rb = group.ranks.index(self.rank), _row_bytes(mine)
+        rb = _row_bytes(mine)
         self._record("all_gather", group, mine.shape[0] * rb * (group.size - 1),
-                     sum(int(r) for j, r in enumerate(rows) if j != me) * rb,
+                     sum(r for j, r in enumerate(rows) if j != me) * rb,
                      (group.size - 1) if mine.shape[0] else 0, t0)
         return out
 

@@ -260,22 +260,20 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
     if P > n:
         raise SpgnnError(f"{P} processes but the graph has only {n} nodes: use at most {n} processes")
     fn = get_partitioner(method) if isinstance(method, str) else None
+    saved = fn is None and isinstance(method, (str, Path))
+    if saved and not Path(method).exists():
+        raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
+                         f"or the path of a saved .npz, .npy or text part vector")
+    if fn is None and params:
+        raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
+                         f"{f'the saved partition {str(method)!r}' if saved else 'a part array'}: drop them")
     if fn is not None:
         params = partitioner_params(fn, **params)
         parts, info = fn(adj, P, seed, **params), {"method": method, "params": params, "seed": seed}
-    elif isinstance(method, (str, Path)):
-        if not Path(method).exists():
-            raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
-                             f"or the path of a saved .npz, .npy or text part vector")
-        if params:
-            raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
-                             f"the saved partition {str(method)!r}: drop them")
+    elif saved:
         parts, meta = load_parts(method, adj, P)
         info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}
     else:
-        if params:
-            raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
-                             "a part array: drop them")
         parts, info = method, {"method": "array"}
     return check_parts(parts, n, P), info
 

@@ -140,7 +140,7 @@ class DistSpMM(RowLayout):
         mine = {o.name for o in cls.options}
         for o in registry.options().values():
             v = values.get(o.name, o.default)
-            if o.name not in mine and v != o.default and v not in o.inert:
+            if o.name not in mine and o.is_set(v):
                 raise SpgnnError(f"{o.flag} applies to --algo {' and '.join(registry.declaring(o.name))}, "
                                  f"not {cls.name}")
         return cls.grid_shape(P, **{o.name: values.get(o.name, o.default) for o in cls.options if o.shapes})

@@ -35,7 +35,7 @@ from ..comm.agree import agree
 from ..comm.comm import Comm
 from ..comm.grid import ProcessGrid
 from ..comm.halo import Halo
-from ..config import FIELDS, TrainConfig
+from ..config import TrainConfig
 from ..distgraph import all_reduce_gradients
 from ..errors import SpgnnError
 from ..graph.adjacency import normalize
@@ -67,10 +67,9 @@ FULL_BATCH = ("algo", "partition", "node_order", "precompute", "memory_per_rank"
 def full_batch_flags(cfg: TrainConfig) -> list[str]:
     """The flags of cfg's settings that only full-batch training reads (its layout, its algorithm's options but
     --replication, which splits the graph here too) set to other than their defaults (or an inert value)."""
-    defaults = {name: default for name, _, default in FIELDS}
-    flags = ["--" + k.replace("_", "-") for k in FULL_BATCH if getattr(cfg, k) != defaults[k]]
+    flags = ["--" + k.replace("_", "-") for k in FULL_BATCH if getattr(cfg, k) != getattr(TrainConfig, k)]
     return flags + [o.flag for o in algorithm_options().values() if o.name != "replication"
-                    and getattr(cfg, o.name) != o.default and getattr(cfg, o.name) not in o.inert]
+                    and o.is_set(getattr(cfg, o.name))]
 
 
 def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None = None,
