@@ -1,5 +1,6 @@
 """What the registries of plug-ins (algorithms, layers) share: `Option`, a setting a plug-in brings to
-`TrainConfig` and the command line; the options of a registry (`merged`, `declaring`); and loading the plug-ins
+`TrainConfig` and the command line; admitting a class to a registry (`admit`); the options of a registry (`merged`,
+`declaring`); and loading the plug-ins
 other packages publish under an entry-point group (`load_entry_points`)."""
 
 from __future__ import annotations
@@ -40,6 +41,20 @@ class Option:
         """SpgnnError naming the flag when `value` is not usable."""
         if value != self.default and not self.valid(value):
             raise SpgnnError(f"{self.flag} must be {self.must}, got {value!r}")
+
+
+def admit(registry: dict, cls, what: str, flag: str) -> None:
+    """SpgnnError unless plug-in class `cls` may join `registry` under ``cls.name``: it has a name, no other class
+    holds that name, and its options agree with those registered (`merged`), so that a clash is reported where the
+    plug-in is registered, not when a command line is parsed. `what` names the kind ("layer") for the error."""
+    if not cls.name:
+        raise SpgnnError(f"{what} {cls.__qualname__} has no name: set the class attribute `name`")
+    held = registry.get(cls.name)
+    held = held if held is None or isinstance(held, type) else type(held)     # a registry of instances (tasks)
+    if held is not None and held is not cls:
+        raise SpgnnError(f"{what} {cls.name!r} is registered already (by {held.__module__}.{held.__qualname__}): "
+                         "choose another name")
+    merged({**registry, cls.name: cls}, flag)
 
 
 def merged(registry: dict, flag: str) -> dict[str, Option]:

@@ -99,3 +99,22 @@ def test_an_algorithm_name_taken_is_refused():
     with pytest.raises(SpgnnError, match="^algorithm 'sar' is registered already .*: choose another name$"):
         algorithms.register(type("MySAR", (sar,), {}))
     assert algorithms.get("sar") is sar and algorithms.register(sar) is sar
+
+
+def test_an_option_that_disagrees_is_refused_where_it_is_registered():
+    """A plug-in whose option another plug-in of its kind declares with another type or default was registered,
+    and the clash came out only when options were merged: every later TrainConfig and command line failed."""
+    from spgnn.layers import LAYERS, GINConv, register_layer
+    from spgnn.options import Option
+    from spgnn.tasks import TASKS, get_task, register_task
+
+    kinds = ((algorithms.register, algorithms.ALGORITHMS, algorithms.get("sar"), "overlap", "--algo"),
+             (register_layer, LAYERS, GINConv, "alpha", "--model"),
+             (register_task, TASKS, type(get_task("link")), "decoder", "--task"))
+    for register, registry, base, option, flag in kinds:
+        clash = type("Clash", (base,), {"name": "clash", "options": (Option(option, int, 3, "a clash"),)})
+        with pytest.raises(SpgnnError, match=f"^option --{option} of {flag} clash disagrees with another's: "
+                                             f"int = 3 against "):
+            register(clash)
+        assert "clash" not in registry
+    TrainConfig().validate()                     # the registries still merge

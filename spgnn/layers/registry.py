@@ -164,12 +164,9 @@ def adjacencies_of(model: nn.Module) -> list[str]:
 
 
 def register_layer(cls):
-    """Class decorator: register layer `cls` under ``cls.name`` (a name registered twice is an error)."""
-    if not cls.name:
-        raise SpgnnError(f"layer {cls.__qualname__} has no name: set the class attribute `name`")
-    if cls.name in LAYERS and LAYERS[cls.name] is not cls:
-        raise SpgnnError(f"layer {cls.name!r} is registered already (by {LAYERS[cls.name].__module__}."
-                         f"{LAYERS[cls.name].__qualname__}): choose another name")
+    """Class decorator: register layer `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, or
+    an option that disagrees with another layer's, is an error)."""
+    plugins.admit(LAYERS, cls, "layer", "--model")
     if cls.adjacency is not None:
         get_adjacency(cls.adjacency)
     unknown = set(cls.needs) - NEEDS

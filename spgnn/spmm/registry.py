@@ -18,12 +18,9 @@ ENTRY_POINT_GROUP = "spgnn.algorithms"
 
 
 def register(cls):
-    """Class decorator: register algorithm `cls` under ``cls.name`` (a name registered twice is an error)."""
-    if not cls.name:
-        raise SpgnnError(f"algorithm {cls.__qualname__} has no name: set the class attribute `name`")
-    if cls.name in ALGORITHMS and ALGORITHMS[cls.name] is not cls:
-        raise SpgnnError(f"algorithm {cls.name!r} is registered already (by {ALGORITHMS[cls.name].__module__}."
-                         f"{ALGORITHMS[cls.name].__qualname__}): choose another name")
+    """Class decorator: register algorithm `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice,
+    or an option that disagrees with another algorithm's, is an error)."""
+    plugins.admit(ALGORITHMS, cls, "algorithm", "--algo")
     ALGORITHMS[cls.name] = cls
     return cls
 

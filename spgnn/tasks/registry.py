@@ -72,14 +72,11 @@ class Task:
 
 
 def register_task(cls):
-    """Class decorator: register task `cls` under ``cls.name`` (a name registered twice is an error)."""
-    if not cls.name:
-        raise SpgnnError(f"task {cls.__qualname__} has no name: set the class attribute `name`")
+    """Class decorator: register task `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, or an
+    option that disagrees with another task's, is an error)."""
     if cls.name == "auto":
         raise SpgnnError("'auto' is not a task name: --task auto means the task the data describe")
-    if cls.name in TASKS and type(TASKS[cls.name]) is not cls:
-        raise SpgnnError(f"task {cls.name!r} is registered already (by {type(TASKS[cls.name]).__module__}."
-                         f"{type(TASKS[cls.name]).__qualname__}): choose another name")
+    plugins.admit(TASKS, cls, "task", "--task")
     TASKS[cls.name] = cls()
     return cls
 
