@@ -331,6 +331,10 @@ def test_bad_input():
             parse_sampler(spec)
     with pytest.raises(SpgnnError, match="positive"):
         NodeSampler(mean_norm(g.adj), [3, 0])
+    for seeds, what in (([1, 1, 2], "names a node more than once"), ([0, g.n], "holds int64 ids outside"),
+                        ([-1], "holds int64 ids outside"), ([0.0, 1.0], "holds float64 ids outside")):  # sampled before
+        with pytest.raises(SpgnnError, match=f"^sample: seed set 1 {what}"):
+            NodeSampler(mean_norm(g.adj), [3]).sample([np.array([0]), np.array(seeds)], [0, 1])
     with pytest.raises(SpgnnError, match=r"sizes per layer must be positive integers, got \[3, 2.5\]"):
         NodeSampler(mean_norm(g.adj), [3, 2.5])                  # cut to 2 before
     with pytest.raises(SpgnnError, match="^make_sampler takes N whole"):
@@ -351,6 +355,10 @@ def test_bad_input():
         check_options(TrainConfig(model="sage", replication=2), "sage:3", 4, 1, g)
     with pytest.raises(SpgnnError, match="--replication 2 must be a positive divisor of the number of processes 1"):
         RowBlocks(g.n, Comm(0, 1), 2)
+    for bounds in ([0, g.n, g.n], [0, g.n - 1], [1, g.n], [0, g.n + 1]):      # failed later inside torch, or never
+        with pytest.raises(SpgnnError, match=f"^row bounds .* must be P/c \\+ 1 = 2 non-decreasing offsets from 0 to "
+                                             f"n = {g.n}"):
+            RowBlocks(g.n, Comm(0, 1), 1, bounds)
     assert check_options(cfg, "sage:3", None, 1, g)[2] == min(1024, train)     # the default clips to |train|
     for options, flags in (({"algo": "2d"}, "--algo applies"), ({"algo": "auto", "partition": "random"},
                            "--algo and --partition apply"), ({"node_order": "natural"}, "--node-order applies"),

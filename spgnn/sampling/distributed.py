@@ -52,6 +52,10 @@ class RowBlocks:
         self.grid = ProcessGrid(comm, (P // c, c), ("block", "replica"))
         self.column = self.grid.group("block")                  # my replica column, member i owns block i
         self.bounds = block_bounds(n, P // c) if bounds is None else np.asarray(bounds, np.int64)
+        b = self.bounds
+        if b.shape != (P // c + 1,) or b[0] != 0 or b[-1] != n or np.any(np.diff(b) < 0):
+            raise SpgnnError(f"row bounds {b.tolist()} must be P/c + 1 = {P // c + 1} non-decreasing offsets from 0 to "
+                             f"n = {n}, one block of rows for each of the {P // c} replica groups")
         self.block = self.grid.coord[0]
         self.lo, self.hi = int(self.bounds[self.block]), int(self.bounds[self.block + 1])
 

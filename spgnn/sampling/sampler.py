@@ -159,6 +159,14 @@ class Sampler:
         """Minibatches for seed arrays `seeds[b]` (global ids, distinct) drawn with integer keys `keys[b]`."""
         if len(seeds) != len(keys):
             raise SpgnnError(f"sample: {len(seeds)} seed sets but {len(keys)} keys")
+        for b, s in enumerate(seeds):
+            ids = np.asarray(s)
+            if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= self.n):
+                raise SpgnnError(f"sample: seed set {b} holds {ids.dtype} ids outside [0, {self.n}): pass the global "
+                                 "ids of the graph's nodes, as integers")
+            if ids.size != np.unique(ids).size:
+                raise SpgnnError(f"sample: seed set {b} names a node more than once: each minibatch's seeds are "
+                                 "distinct (np.unique them)")
         ptr = np.concatenate([[0], np.cumsum([len(s) for s in seeds], dtype=np.int64)])
         front = np.concatenate([np.asarray(s, dtype=np.int64) for s in seeds]) if seeds else np.zeros(0, np.int64)
         nodes, ptrs, blocks = [front], [ptr], []
