@@ -116,16 +116,17 @@ def main(argv=None) -> int:
             parse_sampler(spec)
         except SpgnnError as e:
             p.error(str(e))
+    graphs = {name: load_dataset(name, args.data_dir, seed=args.seed) for name in args.datasets}
+    for name, g in graphs.items():                      # before any graph is measured, not after the first ones
+        if args.batch_size > g.n:
+            p.error(f"--batch-size {args.batch_size} exceeds the {g.n} nodes of {name}")
     bulks = args.bulks
     missing = neighbor_loader_missing()
     if missing:
         print(f"PyG NeighborLoader baseline skipped: {missing}", flush=True)
     rows = []
-    for name in args.datasets:
-        g = load_dataset(name, args.data_dir, seed=args.seed)
+    for name, g in graphs.items():
         norm = mean_norm(g.adj)
-        if args.batch_size > g.n:
-            raise SystemExit(f"--batch-size {args.batch_size} exceeds the {g.n} nodes of {name}")
         seeds = seed_sets(g.n, args.batch_size, max(bulks) + args.minibatches, args.seed)
         for spec in args.samplers:
             sampler = make_sampler(spec, norm)

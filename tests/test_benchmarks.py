@@ -199,6 +199,8 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
     ("bench_bound", ["--dataset", "cora", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
     ("bench_sampling", ["--datasets", "cora", "--minibatches", "0"], "argument --minibatches: must be >= 1, got 0"),
     ("bench_sampling", ["--datasets", "cora", "--budget-s", "0"], "argument --budget-s: must be > 0.0, got 0"),
+    ("bench_sampling", ["--datasets", "cora,rmat:6", "--batch-size", "100"], "--batch-size 100 exceeds the 64 nodes "
+     "of rmat:6"),
     ("bench_init", ["--dataset", "cora", "--models", "gcn", "--targets", "sage:0.7"], "no target for gcn (give "
      "MODEL:ACCURACY for each model run)"),
     ("bench_init", ["--dataset", "cora", "--models", "gcn,nope"], "'nope' is not a model: choose from gcn, sage, gat"),
