@@ -341,7 +341,7 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
       "features.npy, labels.npy): read it in chunks and write the partitioned folder --output without holding "
       "the graph (methods block, random, ldg, fennel)")
     a("--chunk", type=int, default=1 << 22, help="--out-of-core: edges (and feature rows) read at a time")
-    _node_order_option(p, TrainConfig.node_order)
+    _node_order_option(p, None)
     a("--json", default=None, help="write the metrics here as JSON")
     a("--quiet", action="store_true", help="no stage lines or progress bars")
     a("--plot", default=None, help="draw the metrics as bar charts to this image file (.png; needs matplotlib)")
@@ -349,10 +349,14 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
-def _node_order_option(p, default: str) -> None:
-    p.add_argument("--node-order", default=default, choices=ORDERS, help="the order of the nodes inside each part: "
-                   "rcm (reverse Cuthill-McKee of the part's diagonal block: neighbours near in memory, faster "
-                   "SpMMs) or natural (ascending ids); results and bytes sent are the same (--out-of-core: natural)")
+def _node_order_option(p, default: str | None) -> None:
+    """--node-order; without a `default` it is absent from the arguments when not given (`partition` resolves it:
+    rcm, --out-of-core natural)."""
+    p.add_argument("--node-order", default=default or argparse.SUPPRESS, choices=ORDERS,
+                   help="the order of the nodes inside each part: rcm (reverse Cuthill-McKee of the part's diagonal "
+                   "block: neighbours near in memory, faster SpMMs) or natural (ascending ids); results and bytes sent "
+                   "are the same" + ("" if default else f" (default: {TrainConfig.node_order}; --out-of-core: natural "
+                                     "only)"))
 
 
 def _param(text: str) -> tuple[str, object]:
@@ -371,9 +375,14 @@ def partition(args, argv) -> int:
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
     folder = args.output and not args.output.endswith(".npz")
-    if args.output and not folder and args.node_order != TrainConfig.node_order:
+    args.node_order = getattr(args, "node_order", None)      # None: not given
+    if args.output and not folder and args.node_order:
         raise SpgnnError("--node-order orders the nodes of a partitioned folder; an .npz keeps the part vector only "
                          "(give --node-order to spgnn train --partition FILE instead)")
+    if args.out_of_core and args.node_order == "rcm":
+        raise SpgnnError("--node-order rcm orders each part by its diagonal block, which --out-of-core never holds: "
+                         "its parts keep the natural order (drop --node-order, or partition in memory)")
+    args.node_order = args.node_order or TrainConfig.node_order
     if args.out_of_core:
         from .partition.ooc import partition_edge_folder
 

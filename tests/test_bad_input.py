@@ -301,6 +301,10 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
         "out-of-core tables": (["partition", "--dataset", good, "--out-of-core", "--nparts", "2", "--method",
                                 "block", "--output", str(tmp_path / "o"), "--json", str(tmp_path / "m.json")],
                                "--json: --out-of-core writes the partitioned folder without holding the graph"),
+        "an order out-of-core does not make": (["partition", "--dataset", good, "--out-of-core", "--nparts", "2",
+                                                "--method", "block", "--node-order", "rcm", "--output", str(tmp_path / "o")],
+                                               "--node-order rcm orders each part by its diagonal block, which "
+                                               "--out-of-core never holds"),
         "an order an .npz does not keep": (["partition", "--dataset", good, "--nparts", "2", "--method", "block",
                                             "--node-order", "natural", "--output", str(tmp_path / "q.npz")],
                                            "--node-order orders the nodes of a partitioned folder"),
