@@ -165,12 +165,14 @@ def validate(self):
             raise SpgnnError(f"{option.flag} applies to --task {' and '.join(tasks.declaring(option.name))}, not "
                              f"{self.task}")
         option.check(value)
-    shaped = [o.flag for o in spmm.options().values() if o.shapes and o.is_set(getattr(self, o.name))]
+    shaped = [o.flag for o in spmm.options().values() if o.is_set(getattr(self, o.name))       # what auto picks,
+              and (o.shapes or set(spmm.declaring(o.name)) != set(spmm.ALGORITHMS))]         # or not all take
     if self.algo == "auto" and shaped:
         raise SpgnnError(f"{' and '.join(shaped)} with --algo auto: auto chooses the algorithm and its grid; name an "
                          f"--algo to fix {'them' if len(shaped) > 1 else 'it'}, or drop {' and '.join(shaped)}")
     if self.algo != "auto":
         cls = spmm.get(self.algo)
+        cls.check_values({o.name: getattr(self, o.name) for o in cls.options})
         needs = sorted(model.needs) + (["whole_rows"] if self.batch_norm else [])
         for need in needs:
             cls.require(need, "--batch-norm" if need == "whole_rows" and self.batch_norm and

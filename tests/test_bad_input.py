@@ -284,6 +284,12 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
                                            "--bulk and --split-graph go with --sampler (minibatch training)"),
         "auto picks the grid": (["train", "--dataset", good, "--algo", "auto", "--grid", "2x2"],
                                 "--grid with --algo auto: auto chooses the algorithm and its grid"),
+        # refused after auto's pick and the partitioning, and --prefetch without overlap was ignored
+        "auto with one algorithm's option": (["train", "--dataset", good, "--algo", "auto", "--prefetch", "2"],
+                                             "--prefetch with --algo auto: auto chooses the algorithm"),
+        "rounds in flight without overlap": (["train", "--dataset", good, "--algo", "sar", "--prefetch", "2",
+                                              "--overlap", "off"], "--prefetch 2 keeps ring rounds in flight while "
+                                             "one is computed, which --overlap off never does"),
         "another order than the folder's": (["train", "--dataset", str(tmp_path / "rcm"), "--node-order", "natural"],
                                             "is partitioned already (in rcm node order): --node-order natural does "
                                             "not apply to it"),
@@ -302,9 +308,9 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
                                 "block", "--output", str(tmp_path / "o"), "--json", str(tmp_path / "m.json")],
                                "--json: --out-of-core writes the partitioned folder without holding the graph"),
         "an order out-of-core does not make": (["partition", "--dataset", good, "--out-of-core", "--nparts", "2",
-                                                "--method", "block", "--node-order", "rcm", "--output", str(tmp_path / "o")],
-                                               "--node-order rcm orders each part by its diagonal block, which "
-                                               "--out-of-core never holds"),
+                                                "--method", "block", "--node-order", "rcm", "--output",
+                                                str(tmp_path / "o")], "--node-order rcm orders each part by its "
+                                               "diagonal block, which --out-of-core never holds"),
         "an order an .npz does not keep": (["partition", "--dataset", good, "--nparts", "2", "--method", "block",
                                             "--node-order", "natural", "--output", str(tmp_path / "q.npz")],
                                            "--node-order orders the nodes of a partitioned folder"),

@@ -134,9 +134,16 @@ class DistSpMM(RowLayout):
         return (P,)
 
     @classmethod
+    def check_values(cls, values: dict) -> None:
+        """SpgnnError for values of its options (by name; absent ones at their defaults) that no run can honour
+        together, e.g. one that only acts with another switched off; each is valid alone (`Option.valid`)."""
+
+    @classmethod
     def grid_for(cls, P: int, **values) -> tuple:
         """`grid_shape` for P processes from option values of any algorithm (a config's): another algorithm's
-        option set to a value other than its default or an inert one is an error that names who takes it."""
+        option set to a value other than its default or an inert one is an error that names who takes it, and so
+        are values of its own that `check_values` refuses."""
+        cls.check_values(values)
         mine = {o.name for o in cls.options}
         for o in registry.options().values():
             v = values.get(o.name, o.default)

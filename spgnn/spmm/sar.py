@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from ..comm.comm import prefetched
+from ..errors import SpgnnError
 from ..sparse import attention, kernels
 from ..sparse.csr import row_ids
 from .halo import OneDHalo
@@ -58,6 +59,13 @@ class SAR(OneDHalo):
         self.recv_rows, self.send_rows = self.halo.recv_rows, self.halo.send_rows
         self._coo = {}
         self.send_offsets = np.concatenate([[0], np.cumsum(self.send_rows)])
+
+    @classmethod
+    def check_values(cls, values: dict) -> None:
+        """Rounds in flight (--prefetch above 1) need --overlap on, without which none is."""
+        if values.get("overlap", "on") == "off" and values.get("prefetch", 1) > 1:
+            raise SpgnnError(f"--prefetch {values['prefetch']} keeps ring rounds in flight while one is computed, "
+                             "which --overlap off never does: drop --prefetch, or keep --overlap on")
 
     @property
     def me(self) -> int:
