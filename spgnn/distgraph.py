@@ -39,6 +39,7 @@ from .errors import SpgnnError
 from .graph.adjacency import ADJACENCIES, Adjacency, get_adjacency
 from .graph.graph import row_normalize
 from .graph.pyg import as_graph
+from .layers.registry import options as layer_options
 from .plan import open_parts
 from .tasks import resolve as resolve_task
 from .tasks.node import target_counts
@@ -56,6 +57,11 @@ def _registered(adjacency) -> str:
     return name
 
 
+# TrainConfig fields of the model, its training and the launch, which DistGraph never reads
+TRAINING = frozenset({"layers", "hidden", "dropout", "lr", "weight_decay", "epochs", "batch_norm", "init",
+                      "eval_every", "output", "checkpoint", "checkpoint_every", "resume", "timeout", "transport"})
+
+
 class DistGraph:
     """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
 
@@ -69,6 +75,9 @@ class DistGraph:
 
     def __init__(self, comm: Comm | None = None, cfg: TrainConfig | None = None, *, graph=None, parts=None,
                  adjacency=None, model=None, **options):
+        if unread := sorted(set(options) & (TRAINING | set(layer_options()))):
+            raise SpgnnError(f"DistGraph does not read {', '.join(unread)}: options of the model, its training or the "
+                             "launch; give them to TrainConfig and spgnn.Trainer, or to your own model and loop")
         self.comm = comm = comm if comm is not None else Comm(0, 1)
         cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
         self._model, self._costs = model, None

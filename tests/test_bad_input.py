@@ -358,6 +358,8 @@ def test_what_the_model_and_layout_api_would_drop_is_refused():
     sum_of = type(ADJACENCIES["sum"])
     with pytest.raises(SpgnnError, match="^the adjacency 'sum' given is not the one registered under that name"):
         DistGraph(dataset="cora", adjacency=sum_of())           # laid out as the registered "sum"
+    with pytest.raises(SpgnnError, match="^DistGraph does not read epochs, heads: options of the model, its "):
+        DistGraph(dataset="cora", epochs=100, heads=2)          # set up as if they had been read
     g = DistGraph(dataset="cora")
     with pytest.raises(SpgnnError, match="^dataset 'cora' has 7 classes, not binary targets"):
         g.binary_cross_entropy(torch.zeros(g.n, 1))             # class ids 0..6 taken as targets
