@@ -187,17 +187,28 @@ def save_partition(path, parts, method: str, params: dict, seed: int, graph) -> 
     return path
 
 
+def _form(path: Path) -> str:
+    """A partition file's form, told apart by its first bytes: "npz" (`save_partition`'s zip), "npy" or "text"."""
+    with path.open("rb") as f:
+        magic = f.read(6)
+    return "npz" if magic.startswith(b"PK") else "npy" if magic == b"\x93NUMPY" else "text"
+
+
+def _saved(path: Path, parts: bool = True) -> tuple[np.ndarray | None, dict]:
+    """(parts, or None when not `parts`, and meta) of a `save_partition` file."""
+    with np.load(path, allow_pickle=False) as z:
+        return z["parts"] if parts else None, json.loads(str(z["meta"]))
+
+
 def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
     """(parts, meta) from a file `save_partition` wrote (checked against graph `adj` and `P` when given), a
     .npy array, or a text file with one part id a line (meta empty for the last two); told apart by content."""
     path = Path(path)
     try:
-        with path.open("rb") as f:
-            magic = f.read(6)
-        if magic.startswith(b"PK"):                    # a zip archive: .npz
-            with np.load(path, allow_pickle=False) as z:
-                parts, meta = z["parts"], json.loads(str(z["meta"]))
-        elif magic == b"\x93NUMPY":
+        form = _form(path)
+        if form == "npz":
+            parts, meta = _saved(path)
+        elif form == "npy":
             parts, meta = np.load(path, allow_pickle=False), {}
         else:
             parts, meta = np.loadtxt(path, dtype=np.int64, ndmin=1), {}
@@ -219,12 +230,8 @@ def saved_method(path) -> str:
     path = Path(path)
     if not path.is_file():
         raise SpgnnError(f"no such partition file: {path}")
-    with path.open("rb") as f:
-        if not f.read(2).startswith(b"PK"):
-            return "array"
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return str(json.loads(str(z["meta"])).get("method", "array"))
+        return str(_saved(path, parts=False)[1].get("method", "array")) if _form(path) == "npz" else "array"
     except (OSError, ValueError, KeyError) as e:
         raise SpgnnError(f"cannot read partition file {path}: {e}") from None
 
