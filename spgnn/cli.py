@@ -375,6 +375,8 @@ def partition(args, argv) -> int:
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
     folder = args.output and not args.output.endswith(".npz")
+    if folder:
+        partitioned.check_output(args.output, args.dataset)      # before any work: what it would replace
     args.node_order = getattr(args, "node_order", None)      # None: not given
     if args.output and not folder and args.node_order:
         raise SpgnnError("--node-order orders the nodes of a partitioned folder; an .npz keeps the part vector only "

@@ -367,3 +367,24 @@ def test_what_the_model_and_layout_api_would_drop_is_refused():
         with pytest.raises(SpgnnError, match=r"^logits of shape \(2708, 10\): this rank holds columns 0:7 of the 7"):
             loss(torch.zeros(g.n, 10))                          # a value that depended on the layout
     assert g.cross_entropy(torch.zeros(g.n, 7)).item() == pytest.approx(math.log(7))
+
+
+def test_a_partitioned_folder_replaces_only_what_it_wrote(tmp_path, capsys, monkeypatch):
+    """--output DIR deleted whatever was there: a user's folder, the edge-list folder it was made from, the current
+    folder. Now only nothing, an empty folder or a partitioned folder is replaced, and the rest is refused before
+    any work."""
+    src = edge_folder(tmp_path / "src", RING)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    monkeypatch.chdir(tmp_path)
+    argv = ["partition", "--dataset", src, "--nparts", "2", "--method", "block", "--output"]
+    for out, ooc, needle in ((str(mine), [], "exists and is not a partitioned dataset folder"),
+                             (src, ["--out-of-core"], "is the dataset it is made from"),
+                             (".", [], "holds the current folder"), ("..", [], "holds the current folder")):
+        code, line = error_line(capsys, argv + [out] + ooc)
+        assert code == 2 and needle in line, line
+    assert (mine / "notes.txt").read_text() == "precious" and (tmp_path / "src" / "edges.npy").is_file()
+    (tmp_path / "empty").mkdir()
+    for out in ("empty", "new", "new"):                         # empty, absent, and a partitioned folder again
+        assert cli.main(argv + [out]) == 0 and (tmp_path / out / "meta.json").is_file()

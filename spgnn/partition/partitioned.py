@@ -228,13 +228,29 @@ def is_partitioned(path) -> bool:
         return False
 
 
+def check_output(path, source=None) -> Path:
+    """`path` resolved, or SpgnnError unless a partitioned folder may be written there, replacing what is there:
+    nothing, an empty folder, or a partitioned folder, but never the current folder or one above it, nor the
+    dataset `source` it is made from (their files would be deleted)."""
+    path = Path(path).resolve()
+    here = Path.cwd().resolve()
+    if path == here or path in here.parents:
+        raise SpgnnError(f"--output {path} holds the current folder: name a new folder for the partitioned dataset")
+    if source is not None and Path(source).exists() and path == Path(source).resolve():
+        raise SpgnnError(f"--output {path} is the dataset it is made from: name a new folder")
+    if path.exists() and not is_partitioned(path) and (not path.is_dir() or any(path.iterdir())):
+        raise SpgnnError(f"--output {path} exists and is not a partitioned dataset folder, which is all a partitioned "
+                         "dataset replaces: name a new or empty folder")
+    return path
+
+
 def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True) -> Path:
     """Write a partitioned dataset: `shares` yields the B shares in part order (each may be dropped once
     written), `partition` {method, params, seed}. The block statistics, nnz and the partition metrics are
     summed from the shares. Written into a temporary folder and renamed, so a folder at `path` is complete.
-    A folder already at `path` is replaced (`overwrite`), or else kept, ours dropped: so runs filling the same
-    cache folder at once each end with the one complete folder."""
-    path = Path(path)
+    A folder already at `path` (`check_output`) is replaced (`overwrite`), or else kept, ours dropped: so runs
+    filling the same cache folder at once each end with the one complete folder."""
+    path = check_output(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
