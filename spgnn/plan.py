@@ -5,7 +5,7 @@ partitioned dataset folder, or written once to the cache); and the cost model's 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import cost, spmm
@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import get_partitioner, make_partition, saved_method
+from .partition.partition import get_partitioner, make_partition, saved_meta
 from .progress import stage
 
 
@@ -203,28 +203,34 @@ def parts_stats(parts):
 def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
     """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
     compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
-    compared, K = None, parts.nparts
-    method = parts.partition_info.get("method")
-    named = get_partitioner(cfg.partition) is not None        # else a file, checked where the folder was given
-    if cfg.partition not in (TrainConfig.partition, method) and (named or partitioned.is_partitioned(cfg.dataset)
-                                                                 and saved_method(cfg.partition) != method):
-        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (by {method}): --partition "
-                         f"{cfg.partition} does not apply to it; drop --partition or partition anew with spgnn "
-                         "partition --output")
-    order = parts.partition_info.get("node_order")
+    compared, K, where = None, parts.nparts, getattr(parts, "path", "the dataset")
+    made = parts.partition_info
+    method, order = made.get("method"), made.get("node_order")
+    if cfg.partition not in (TrainConfig.partition, method) and get_partitioner(cfg.partition) is not None:
+        raise SpgnnError(f"{where} is partitioned already (by {method}): --partition {cfg.partition} does not apply "
+                         "to it; drop --partition or partition anew with spgnn partition --output")
+    folder = partitioned.is_partitioned(cfg.dataset)        # given partitioned (else the cache made it from cfg)
+    if get_partitioner(cfg.partition) is None and folder:       # a file: is it the folder's partition?
+        meta = saved_meta(cfg.partition)
+        if not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] != \
+                [method, made.get("params", {}), made.get("seed", 0), K, parts.info.graph_hash]:
+            raise SpgnnError(f"{where} is partitioned already (by {method}, seed {made.get('seed', 0)}, {K} parts): "
+                             f"--partition {cfg.partition} is not that partition of this graph and does not apply "
+                             "to it; drop --partition or partition anew with spgnn partition --output")
     if cfg.node_order not in (TrainConfig.node_order, order):
-        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} is partitioned already (in {order} node order): "
-                         f"--node-order {cfg.node_order} does not apply to it; drop --node-order or partition anew "
-                         "with spgnn partition --output")
+        raise SpgnnError(f"{where} is partitioned already (in {order} node order): --node-order {cfg.node_order} "
+                         "does not apply to it; drop --node-order or partition anew with spgnn partition --output")
+    if folder:      # the run's config says what the folder holds (a default kept, e.g. --partition block, did not run)
+        cfg = replace(cfg, node_order=order, **({"partition": method} if get_partitioner(method) is not None else {}))
     if cfg.algo == "auto":
         model = model_cost(cfg, parts.info, costs_of)
         cfg, compared = cost.choose(cfg, P, parts_stats(parts), model, _calibration(cfg),
-                                    f": {getattr(parts, 'path', 'the dataset')} holds {K} parts, so name an --algo or "
+                                    f": {where} holds {K} parts, so name an --algo or "
                                     f"run on {K} processes")
     cls = spmm.get(cfg.algo)
     shape = _shape(cls, P, cfg, parts.info.n)
     if cls.num_parts(shape) != K:
-        raise SpgnnError(f"{getattr(parts, 'path', 'the dataset')} holds {K} parts but --algo {cfg.algo} on grid "
+        raise SpgnnError(f"{where} holds {K} parts but --algo {cfg.algo} on grid "
                          f"{format_grid(shape)} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
                          f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
                          f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "

@@ -294,7 +294,7 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
                                             "is partitioned already (in rcm node order): --node-order natural does "
                                             "not apply to it"),
         "a partition file for a partitioned folder": (["train", "--dataset", str(tmp_path / "rcm"), "--partition",
-                                                      str(saved)], "is partitioned already (by block): --partition"),
+                                                      str(saved)], "is partitioned already (by block, seed 0, 1 parts): --partition"),
         "statistics with a dataset": (["cost", "--dataset", good, "--nodes", "100", "--features", "8"],
                                       "--nodes and --features describe a graph by statistics, --dataset by its own"),
         "a dataset's flags with statistics": (["cost", "--nodes", "100", "--nnz", "400", "--data-dir", "x"],
@@ -320,6 +320,16 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
         assert code == 2 and needle in line, f"{case}: {line}"
     assert not (tmp_path / "o").exists() and not (tmp_path / "q.npz").exists()
     assert cli.main(["train", "--dataset", str(tmp_path / "natural"), "--node-order", "natural", *QUICK]) == 0
+    # the folder's own partition file applies; the report says what ran, not the defaults it kept (block, rcm)
+    assert cli.main(["partition", "--dataset", good, "--nparts", "1", "--method", "random", "--output",
+                     str(tmp_path / "r1.npz")]) == 0
+    assert cli.main(["partition", "--dataset", good, "--nparts", "1", "--method", "random", "--node-order",
+                     "natural", "--output", str(tmp_path / "random")]) == 0
+    report = tmp_path / "report.json"
+    assert cli.main(["train", "--dataset", str(tmp_path / "random"), "--partition", str(tmp_path / "r1.npz"),
+                     "--output", str(report), *QUICK]) == 0
+    ran = json.loads(report.read_text())["config"]
+    assert (ran["partition"], ran["node_order"]) == ("random", "natural")
     with pytest.raises(SystemExit):             # calibrate reads no calibration
         cli.build_parser().parse_args(["calibrate", "--calibration", "f.json"])
     capsys.readouterr()

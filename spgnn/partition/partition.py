@@ -224,14 +224,14 @@ def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
     return parts, meta
 
 
-def saved_method(path) -> str:
-    """The method a partition file was made by: a `save_partition` file's (its meta only is read), "array" for a
-    bare part vector (.npy or text); SpgnnError when there is no such file."""
+def saved_meta(path) -> dict:
+    """What a `save_partition` file records of its partition (its meta only is read: method, params, seed, nparts,
+    graph_hash, ...); {} for a bare part vector (.npy or text). SpgnnError when there is no such file."""
     path = Path(path)
     if not path.is_file():
         raise SpgnnError(f"no such partition file: {path}")
     try:
-        return str(_saved(path, parts=False)[1].get("method", "array")) if _form(path) == "npz" else "array"
+        return _saved(path, parts=False)[1] if _form(path) == "npz" else {}
     except (OSError, ValueError, KeyError) as e:
         raise SpgnnError(f"cannot read partition file {path}: {e}") from None
 
