@@ -22,6 +22,7 @@ from spgnn.partition.partition import (
     get_partitioner,
     make_partition,
     make_parts,
+    partitioner_params,
     save_partition,
     undirected,
 )
@@ -389,3 +390,37 @@ def test_cli_node_order_reaches_the_folder_and_the_report(tmp_path):
     assert json.loads(out.read_text())["partition"]["info"]["node_order"] == "natural"
     with pytest.raises(SystemExit):
         cli.main(["train", "--node-order", "metis"])
+
+
+def test_partitioner_parameters_take_their_defaults_types():
+    """--param values reached the partitioner as parsed: balance_edges=False as the string 'False' (true), gamma=abc
+    as a TypeError, ufactor=-5 as METIS's opaque status; a plug-in's parameter without `*` was unknown."""
+    metis, fennel = (get_partitioner(m) for m in ("metis", "fennel"))
+    assert partitioner_params(metis, balance_edges="False", ufactor=40.0) == {"balance_edges": False, "ufactor": 40}
+    assert partitioner_params(fennel, gamma=2) == {"gamma": 2.0, "nu": 1.1}
+    for fn, given, needle in ((metis, {"balance_edges": "maybe"}, "balance_edges takes true or false"),
+                              (metis, {"ufactor": 2.5}, "ufactor takes a whole number"),
+                              (fennel, {"gamma": "abc"}, "gamma takes a number"),
+                              (fennel, {"gamma": None}, "gamma takes a number")):
+        with pytest.raises(SpgnnError, match=f"^partitioner parameter {needle} \\(default "):
+            partitioner_params(fn, **given)
+    adj = GRAPHS["sym"].adj
+    for method, params, needle in (("fennel", {"gamma": 1}, "fennel's gamma must be a number above 1"),
+                                   ("metis", {"ufactor": -5}, "metis's ufactor must be at least 1"),
+                                   ("kahip", {"imbalance": -1}, "kahip's imbalance must be a non-negative"),
+                                   ("kaminpar", {"imbalance": float("nan")}, "kaminpar's imbalance must be")):
+        if method in NEEDS and importlib.util.find_spec(NEEDS[method]) is None:
+            continue
+        with pytest.raises(SpgnnError, match=f"^{needle}"):
+            make_parts(method, adj, 2, **params)
+
+    def flipped(adj, P, seed=0, flip=False):              # positional-or-keyword, as the docs' signature reads
+        parts = np.arange(adj.shape[0]) * P // adj.shape[0]
+        return P - 1 - parts if flip else parts
+
+    assert partitioner_params(flipped, flip="true") == {"flip": True}
+    PARTITIONERS["flipped"] = flipped
+    try:
+        assert make_parts("flipped", adj, 2, flip="true")[0] == 1
+    finally:
+        PARTITIONERS.pop("flipped")

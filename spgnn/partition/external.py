@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import math
 import os
 import tempfile
 
@@ -32,6 +33,9 @@ def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: in
     (``balance_edges``) its block row's nnz, counting the self-loop GCN adds, staying within
     1 + ufactor/1000 of the mean: vertex weights (1, nnz(A[v, :]) + 1), a two-constraint partition."""
     _require("pymetis", "metis")
+    if ufactor < 1:
+        raise SpgnnError(f"metis's ufactor must be at least 1 (parts within 1 + ufactor/1000 of the mean), got "
+                         f"{ufactor}")
     s = undirected(adj)
     n = s.shape[0]
     if P == 1:
@@ -76,10 +80,17 @@ def _metis_kway(s, w, P: int, options: dict) -> np.ndarray:
 _KAHIP_MODES = ("fast", "eco", "strong", "fastsocial", "ecosocial", "strongsocial")
 
 
+def _check_imbalance(name: str, imbalance: float) -> None:
+    if not 0 <= imbalance < math.inf:
+        raise SpgnnError(f"{name}'s imbalance must be a non-negative number (parts within (1 + imbalance)·⌈n/P⌉), "
+                         f"got {imbalance}")
+
+
 @register("kahip")
 def kahip(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, mode: str = "fast") -> np.ndarray:
     """KaHIP's kaffpa: minimum edge cut with part sizes within (1 + imbalance)·⌈n/P⌉."""
     kahip_ = _require("kahip", "kahip")
+    _check_imbalance("kahip", imbalance)
     if mode not in _KAHIP_MODES:
         raise SpgnnError(f"kahip mode must be one of {', '.join(_KAHIP_MODES)}, got {mode!r}")
     s = undirected(adj)
@@ -96,6 +107,7 @@ def kaminpar(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, preset: str
     (1 + imbalance)·⌈n/P⌉. Its Python binding reads graphs from files only, so the graph goes through
     a temporary binary ParHIP file."""
     km = _require("kaminpar", "kaminpar")
+    _check_imbalance("kaminpar", imbalance)
     if preset not in km.context_names():
         raise SpgnnError(f"kaminpar preset must be one of {', '.join(km.context_names())}, got {preset!r}")
     s = undirected(adj)

@@ -70,14 +70,43 @@ def available() -> list[str]:
 
 
 def partitioner_params(fn, **overrides) -> dict:
-    """The keyword parameters of partitioner `fn` (its defaults updated by `overrides`), as saved."""
-    defaults = {k: p.default for k, p in inspect.signature(fn).parameters.items()
-                if p.kind is p.KEYWORD_ONLY and p.default is not p.empty}
+    """The parameters of partitioner `fn` (adj, P, seed, then parameters with defaults, keyword-only or not), its
+    defaults updated by `overrides` (as saved), each override converted to its default's type (`_as_type`; a
+    ``**kwargs`` partitioner takes any others as given)."""
+    params = list(inspect.signature(fn).parameters.values())
+    defaults = {p.name: p.default for p in params[3:] if p.default is not p.empty
+                and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     unknown = set(overrides) - set(defaults)
-    if unknown:
+    if unknown and not any(p.kind is p.VAR_KEYWORD for p in params):
         raise SpgnnError(f"unknown partitioner parameter(s) {', '.join(sorted(unknown))}: this partitioner "
                          f"takes {', '.join(defaults) or 'none'}")
-    return defaults | overrides
+    return defaults | {k: _as_type(k, v, defaults[k]) if k in defaults else v for k, v in overrides.items()}
+
+
+_TRUTH = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _as_type(name: str, value, default):
+    """`value` as the type of `default` (bool, int, float or str; another default's type takes it as given):
+    "false" is False, 2.0 is 2, "abc" for a number is an SpgnnError naming parameter `name`."""
+    kind = type(default)
+    try:
+        if kind is bool:
+            return value if isinstance(value, bool) else _TRUTH[str(value).strip().lower()]
+        if kind is int and not isinstance(value, bool):
+            number = float(value)
+            if number == int(number):
+                return int(number)
+        elif kind is float and not isinstance(value, bool):
+            return float(value)
+        elif kind is str:
+            return str(value)
+        elif kind not in (int, float):
+            return value
+    except (KeyError, TypeError, ValueError, OverflowError):
+        pass
+    what = {bool: "true or false", int: "a whole number", float: "a number"}[kind]
+    raise SpgnnError(f"partitioner parameter {name} takes {what} (default {default!r}), got {value!r}")
 
 
 # ----------------------------------------------------------------------------------------------------------

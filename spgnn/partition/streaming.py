@@ -44,6 +44,9 @@ def settings(method: str, n: int, P: int, undirected_nnz: int, gamma: float = 1.
     nonzeros (both directions counted)."""
     if method == "ldg":
         return _LDG, math.ceil(n / P), 0.0, 0.0
+    if not 1 < gamma < math.inf:
+        raise SpgnnError(f"fennel's gamma must be a number above 1 (the balance term α·γ·|S_i|^(γ−1) grows with a "
+                         f"part's size only then), got {gamma}")
     if not nu >= 1:
         raise SpgnnError(f"fennel's nu must be at least 1 (a part's capacity ⌈ν·n/P⌉ must hold n/P nodes), got {nu}")
     alpha = (undirected_nnz / 2) * P ** (gamma - 1) / n ** gamma
