@@ -424,3 +424,30 @@ def test_partitioner_parameters_take_their_defaults_types():
         assert make_parts("flipped", adj, 2, flip="true")[0] == 1
     finally:
         PARTITIONERS.pop("flipped")
+
+
+def test_the_cache_knows_a_partitioner_by_its_code(tmp_path):
+    """The partition cache was keyed by a partitioner's name: after a user changed their registered function (or
+    upgraded a plug-in or a library), the old function's partition was trained on."""
+    from spgnn.partition.partitioned import _source_entry, cache_folder
+
+    g = GRAPHS["sym"]
+
+    def halves(adj, P, seed=0):
+        return np.arange(adj.shape[0]) * P // adj.shape[0]
+
+    def scattered(adj, P, seed=0):
+        return np.random.default_rng(seed).permutation(np.arange(adj.shape[0]) % P)
+
+    source = tmp_path / "graph.npz"
+    source.write_bytes(b"a dataset file")
+    folders = []
+    try:
+        for fn in (halves, scattered, halves):
+            PARTITIONERS["mine"] = fn
+            folders.append((cache_folder(tmp_path, g, "mine", {}, 0, 2),
+                            _source_entry(source, {"partition": "mine", "seed": 0}, tmp_path)))
+    finally:
+        PARTITIONERS.pop("mine")
+    (folder, entry), (other_folder, other_entry), again = folders
+    assert folder != other_folder and entry != other_entry and (folder, entry) == again

@@ -64,6 +64,17 @@ def get_partitioner(name: str):
     return PARTITIONERS.get(name)
 
 
+def fingerprint(fn) -> str:
+    """A digest of partitioner `fn`'s module, name and source (its bytecode where there is no source), and of the
+    versions (`versions`) it may run on: what a cached partition by `fn` was made with."""
+    try:
+        code = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = repr(getattr(fn, "__code__", None) and (fn.__code__.co_code, fn.__code__.co_consts))
+    key = json.dumps([getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)), code, versions()])
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
 def available() -> list[str]:
     """Names of the registered partitioners and of those other packages publish (not loaded)."""
     return list(PARTITIONERS) + sorted(set(_entry_points()) - set(PARTITIONERS))

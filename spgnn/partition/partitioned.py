@@ -304,16 +304,18 @@ def cache_root(cache_dir=None) -> Path:
 
 
 def cache_folder(root, graph, method, params: dict, seed: int, nparts: int) -> Path:
-    """The cache folder of `graph` partitioned by `method` (a name, a file or an array) into `nparts` parts."""
-    from .partition import graph_hash
+    """The cache folder of `graph` partitioned by `method` (a name, a file or an array) into `nparts` parts; a named
+    partitioner's folder is another once its code or the versions it runs on change (`fingerprint`)."""
+    from .partition import fingerprint, get_partitioner, graph_hash
 
+    made_by = fingerprint(fn) if isinstance(method, str) and (fn := get_partitioner(method)) is not None else None
     if isinstance(method, (str, Path)) and Path(method).is_file():
         method = "file:" + hashlib.sha256(Path(method).read_bytes()).hexdigest()
     elif not isinstance(method, str):
         method = "array:" + hashlib.sha256(np.ascontiguousarray(method, np.int64).tobytes()).hexdigest()
     key = json.dumps([FORMAT, graph_hash(graph.adj), hashlib.sha256(graph.x.tobytes()).hexdigest(),
                       hashlib.sha256(graph.y.tobytes() + np.stack([getattr(graph, f"{s}_mask") for s in SPLITS])
-                                     .tobytes()).hexdigest(), method, params, seed, nparts], default=str)
+                                     .tobytes()).hexdigest(), method, made_by, params, seed, nparts], default=str)
     name = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{graph.name}-{method[:20]}-{nparts}")
     return Path(root) / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
@@ -330,12 +332,17 @@ def _file_stat(path) -> list | None:
 
 def _source_entry(dataset, options: dict, cache_dir=None) -> Path | None:
     """The index file of the cache that maps a dataset file as it lies on disk (path, size, modification time) and
-    the `options` that choose its partition (method, its file's, seed, B, ...) to its cache folder; None where the
-    dataset is not one regular file (a named, generated or folder dataset is read to find its folder)."""
+    the `options` that choose its partition (method, its file's or its code's `fingerprint`, seed, B, ...) to its
+    cache folder; None where the dataset is not one regular file (a named, generated or folder dataset is read to
+    find its folder)."""
+    from .partition import fingerprint, get_partitioner
+
     source = _file_stat(dataset)
     if source is None:
         return None
-    method = _file_stat(options.get("partition"))
+    name = options.get("partition")
+    fn = get_partitioner(name) if isinstance(name, str) else None
+    method = _file_stat(name) if fn is None else fingerprint(fn)       # its file's, or its code's and versions'
     key = json.dumps([FORMAT, source, options, method], sort_keys=True, default=str)
     return cache_root(cache_dir) / "sources" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
