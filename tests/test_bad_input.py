@@ -294,7 +294,8 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
                                             "is partitioned already (in rcm node order): --node-order natural does "
                                             "not apply to it"),
         "a partition file for a partitioned folder": (["train", "--dataset", str(tmp_path / "rcm"), "--partition",
-                                                      str(saved)], "is partitioned already (by block, seed 0, 1 parts): --partition"),
+                                                      str(saved)],
+                                                     "is partitioned already (by block, seed 0, 1 parts): --partition"),
         "statistics with a dataset": (["cost", "--dataset", good, "--nodes", "100", "--features", "8"],
                                       "--nodes and --features describe a graph by statistics, --dataset by its own"),
         "a dataset's flags with statistics": (["cost", "--nodes", "100", "--nnz", "400", "--data-dir", "x"],
