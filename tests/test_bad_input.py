@@ -43,6 +43,14 @@ def edge_folder(folder, edges=RING, x=None, y=None, masks=None, name="edges.npy"
     return str(folder)
 
 
+def text_edges(folder, text: str) -> str:
+    """`edge_folder` with its edges as the text `text` (edges.txt)."""
+    edge_folder(folder)
+    (folder / "edges.npy").unlink()
+    (folder / "edges.txt").write_text(text)
+    return str(folder)
+
+
 def meta_folder(folder, meta: str) -> str:
     """`edge_folder` with a meta.json of the text `meta`."""
     edge_folder(folder)
@@ -126,10 +134,26 @@ def test_out_of_core_partitioner_checks_alike(tmp_path, capsys):
                         (edge_folder(tmp_path / "square", [[0, 1], [1, 2]]), "reads both as"),
                         (edge_folder(tmp_path / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
                         (edge_folder(tmp_path / "ovl", masks={"test": np.ones(N, bool)}), "both the train and"),
-                        (meta_folder(tmp_path / "meta", '{"directed": "false"}'), 'optional keys "directed"')):
+                        (meta_folder(tmp_path / "meta", '{"directed": "false"}'), 'optional keys "directed"'),
+                        # tracebacks, or a folder written with what training then refused
+                        (edge_folder(tmp_path / "long", masks={"val": np.zeros(N + 3, bool)}),
+                         f"the val mask has {N + 3} entries but the train mask {N}"),
+                        (edge_folder(tmp_path / "longer", masks={k: np.arange(N + 3) % 3 == i for i, k in
+                                                                  enumerate(("train", "val", "test"))}),
+                         f"the train mask has shape ({N + 3},), expected ({N},)"),
+                        (edge_folder(tmp_path / "nan", x=np.full((N, F), np.nan, np.float32)), "NaN or infinite"),
+                        (text_edges(tmp_path / "head", "src dst\n0 1\n"), "head/edges.txt: ValueError")):
         code, line = error_line(capsys, ["partition", "--dataset", src, "--out-of-core", "--nparts", "2",
                                          "--method", "block", "--output", str(tmp_path / "out")])
         assert code == 2 and needle in line, line
+        assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.tmp-*"))
+    hashes = set()                                  # the graph's hash: the edges in order, whatever the chunk
+    for chunk in (3, 7, 1000):
+        out = tmp_path / f"chunk{chunk}"
+        assert cli.main(["partition", "--dataset", str(tmp_path / "rows"), "--out-of-core", "--nparts", "2",
+                         "--method", "block", "--chunk", str(chunk), "--output", str(out), "--quiet"]) == 0
+        hashes.add(PartitionedDataset(out).info.graph_hash)
+    assert len(hashes) == 1
 
 
 def test_allow_overlap_trains_what_is_refused_otherwise(tmp_path, capsys):

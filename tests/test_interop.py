@@ -21,6 +21,8 @@ from spgnn.graph.datasets import DATA_DIR_ENV, load_dataset, read_edge_list
 from spgnn.graph.ogb import read_ogb, to_edge_folder
 from spgnn.graph.pyg import from_pyg, to_pyg
 from spgnn.graph.validate import allow_overlap
+from spgnn.partition.partitioned import PartitionedDataset
+from spgnn.partition.share import SPLITS
 from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
 from tests.reference_model import assert_close
@@ -269,3 +271,20 @@ def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
     assert_close(ours, theirs.numpy(), "logits", rtol=1e-5)
     if model == "gcn":
         assert np.allclose(run_local(_losses, 2, model, data)[0], losses, rtol=1e-5, atol=0)
+
+
+def test_ogb_folder_out_of_core_takes_a_split_and_refuses_bad_rows(tmp_path, capsys):
+    """FOLDER:TYPE picks one of several split types out of core as in memory (it was 'no edges.npy ... in this
+    folder'); an edge file of three columns is one line (it was a numpy broadcast traceback)."""
+    folder = write_ogb(tmp_path / "ogbn_two", "csv", splits=("a", "b"))
+    out = tmp_path / "parts"
+    assert main(["partition", "--out-of-core", "--dataset", f"{folder}:b", "--nparts", "2", "--method", "block",
+                 "--output", str(out), "--quiet"]) == 0
+    held = read_ogb(folder, split="b")
+    assert PartitionedDataset(out).info.counts == {k: int(getattr(held, f"{k}_mask").sum()) for k in SPLITS}
+    edges = np.loadtxt(folder / "raw" / "edge.csv.gz", delimiter=",", dtype=np.int64)
+    np.savetxt(folder / "raw" / "edge.csv.gz", np.c_[edges, edges[:, :1]], fmt="%d", delimiter=",")
+    capsys.readouterr()
+    assert main(["partition", "--out-of-core", "--dataset", f"{folder}:a", "--nparts", "2", "--method", "block",
+                 "--output", str(tmp_path / "bad")]) == 2
+    assert "raw/edge.csv.gz: rows of 3 columns, expected 2" in capsys.readouterr().err

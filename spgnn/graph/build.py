@@ -186,8 +186,9 @@ def split_masks(found: dict, n_splits_where: str, split: int | None):
             raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
         out[key] = m.astype(bool)
     train = out["train"]
+    for key, m in out.items():
+        if m.shape != train.shape:
+            raise SpgnnError(f"{n_splits_where}: the {key} mask has {m.size} entries but the train mask {train.size}; "
+                             "every mask has one entry per node")
     val = out.get("val", np.zeros_like(train))
-    if "test" not in out and val.shape != train.shape:
-        raise SpgnnError(f"{n_splits_where}: train and validation masks differ in length ({train.size} vs "
-                         f"{val.size})")
     return train, val, out.get("test", ~(train | val))

@@ -230,7 +230,11 @@ def _npy_blocks(npz: Path, name: str, items: int, rows: bool):
 
 
 def _fill(target: np.ndarray, at: int, block: np.ndarray, where: Path) -> int:
-    """target[at:at + len(block)] = block; the next row. SpgnnError if the file holds more rows than announced."""
+    """target[at:at + len(block)] = block; the next row. SpgnnError if the file holds more rows than announced, or
+    rows of another width than the first's (or than an edge's two ids)."""
+    if block.ndim != 2 or block.shape[1] != target.shape[1]:
+        raise SpgnnError(f"{where}: rows of {block.shape[1] if block.ndim == 2 else 1} columns, expected "
+                         f"{target.shape[1]}")
     if at + len(block) > len(target):
         raise SpgnnError(f"{where}: more than the {len(target)} rows num-node-list / num-edge-list announce")
     target[at:at + len(block)] = block

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import class_labels, per_class_split, random_split, split_masks
+from ..graph.build import class_labels, per_class_split, random_split, reading, split_masks
 from ..graph.datasets import edge_delimiter, edge_list_meta
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
@@ -82,6 +82,10 @@ class EdgeFolder:
         masks = dict(zip(SPLITS, split_masks(found, str(self.folder), None) or
                          (random_split(self.n, seed) if self.targets else
                           per_class_split(self.y, self.num_classes, seed))))
+        for key, m in masks.items():
+            if np.shape(m) != (self.n,):
+                raise SpgnnError(f"{self.folder}: the {key} mask has shape {np.shape(m)}, expected ({self.n},): one "
+                                 "entry per node")
         validate.check_masks(masks, str(self.folder))
         return masks
 
@@ -93,7 +97,9 @@ class EdgeFolder:
         bounds = np.searchsorted(ids, np.arange(0, self.n + stretch, stretch))
         for a, b in zip(bounds[:-1], bounds[1:]):
             if b > a:
-                out[a:b] = self.x[ids[a:b]]
+                stretch = np.asarray(self.x[ids[a:b]])
+                validate.check_features(stretch, str(self.folder / "features.npy"), ids[a:b])
+                out[a:b] = stretch
                 release(self.x)
         return out
 
@@ -121,7 +127,8 @@ class EdgeFolder:
         with self.edge_file.open() as f, warnings.catch_warnings():
             warnings.simplefilter("ignore")          # "input contained no data" at the end
             while True:
-                c = np.loadtxt(f, np.int64, comments="#", delimiter=delimiter, max_rows=self.chunk, ndmin=2)
+                with reading(self.edge_file):
+                    c = np.loadtxt(f, np.int64, comments="#", delimiter=delimiter, max_rows=self.chunk, ndmin=2)
                 if c.size == 0:
                     return
                 if c.shape[1] != 2:
@@ -133,10 +140,13 @@ class EdgeFolder:
         return -(-len(self._npy(self.edge_file.name, mmap=True)) // self.chunk) if self.edge_file.suffix == ".npy" \
             else None
 
-    def entries(self, why: str):
+    def entries(self, why: str, digest=None):
         """Yield (rows, cols) chunks of A's nonzeros A[dst, src] (and A[src, dst] unless directed), self-loops
-        dropped; duplicates are merged later. A stage "reading edges" (`why`: what the pass is for)."""
+        dropped; duplicates are merged later. A stage "reading edges" (`why`: what the pass is for). `digest` (a
+        hashlib object) is fed the (src, dst) pairs in the file's order: the same whatever the chunk."""
         for c in each(self.edges(), "reading edges", f"{self.edge_file.name} ({why})", self.chunks()):
+            if digest is not None:
+                digest.update(np.ascontiguousarray(c, np.int64).tobytes())
             src, dst = c[:, 0], c[:, 1]
             keep = src != dst
             src, dst = src[keep], dst[keep]
@@ -235,10 +245,12 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
     if method not in METHODS:
         raise SpgnnError(f"--out-of-core partitions with {', '.join(METHODS)}, not {method!r}")
     params = partitioner_params(get_partitioner(method), **params)     # the in-memory partitioner's, checked alike
-    if is_ogb(folder):          # streamed to an edge-list folder beside the output first
+    base, sep, split = str(folder).rpartition(":")
+    ogb, split = (base, split) if sep and split and not Path(folder).exists() and is_ogb(base) else (folder, None)
+    if is_ogb(ogb):             # FOLDER or FOLDER:TYPE, streamed to an edge-list folder beside the output first
         Path(output).resolve().parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="spgnn-ogb-", dir=Path(output).resolve().parent) as tmp:
-            return partition_edge_folder(to_edge_folder(folder, tmp, chunk=chunk), output, P, method, seed, chunk,
+            return partition_edge_folder(to_edge_folder(ogb, tmp, split, chunk), output, P, method, seed, chunk,
                                          **params)
     src = EdgeFolder(folder, chunk)
     if src.n >= 2**31:
@@ -253,10 +265,9 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
         inv = np.empty(src.n, np.int64)
         inv[perm] = np.arange(src.n)
         buckets, digest = Buckets(P, Path(tmp), src.n), hashlib.sha256(str(src.n).encode())
-        for rows, cols in src.entries("bucketing by part"):
+        for rows, cols in src.entries("bucketing by part", digest):
             r = inv[rows]
             buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
-            digest.update(np.stack([rows, cols]).tobytes())
             trim()
         masks = src.masks(seed)
         info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,

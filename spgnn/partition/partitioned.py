@@ -287,6 +287,9 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise SpgnnError(f"cannot write the partitioned dataset {path}: {e}; choose a writable folder") from None
+    except BaseException:               # a share that failed its checks, an interrupt: no half-written folder left
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return path
 
 
