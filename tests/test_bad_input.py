@@ -267,6 +267,19 @@ def test_cost_arguments(args, needle, capsys):
     assert code == 2 and needle in line
 
 
+@pytest.mark.parametrize("args, needle", [              # tracebacks, or a failure blamed on the network or the lr
+    (["--seed", "-1", "--partition", "random"], "--seed must lie in [0, 2^63), got -1"),
+    (["--seed", str(2**64)], "--seed must lie in [0, 2^63)"),
+    (["--lr", "inf"], "--lr must be a positive number, got inf"),
+    (["--weight-decay", "nan"], "--weight-decay must be a non-negative number, got nan"),
+    (["--timeout", "inf"], "--timeout must be a number of seconds of at least 1"),
+    (["--timeout", "0.001"], "--timeout must be a number of seconds of at least 1"),
+])
+def test_numbers_no_run_can_use_are_one_line(args, needle, capsys):
+    code, line = error_line(capsys, ["train", *QUICK, *args])
+    assert code == 2 and needle in line, line
+
+
 def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys):
     """--lr 1e30, or finite features of 3e38: the run stops at the first non-finite loss with one line naming
     the epoch and the checkpoint still good (exit 1), and the report so far holds no NaN token."""
