@@ -135,7 +135,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "aggregate the features first, and no step multiplies or exchanges them again; one block of features more a "
       "rank); off: every step makes them")
     a("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs (0: only at the end)")
-    a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling.py; data-parallel, "
+    a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling/; data-parallel, "
       "graph replicated on every rank unless --split-graph): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 "
       "first) or ladies:SIZES layer-wise (e.g. ladies:512,512); one layer per size (overrides --layers)")
     a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch (default 1024, or the "
@@ -231,7 +231,7 @@ def train(args, argv) -> int:
     known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
-    if not args.sampler and (given := [flag for flag, value in (("--batch-size", args.batch_size is not None),
+    if args.sampler is None and (given := [flag for flag, value in (("--batch-size", args.batch_size is not None),
                                                                 ("--bulk", args.bulk != 1),
                                                                 ("--split-graph", args.split_graph),
                                                                 ("--replicate-graph", args.replicate_graph)) if value]):
@@ -239,7 +239,7 @@ def train(args, argv) -> int:
                          "training): add --sampler, or drop them to train full-batch")
     if launch.detect().rank == 0:       # the files rank 0 writes or reads, before any work, said once
         _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
-    sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler else None
+    sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler is not None else None
     if sampled:
         from .train.minibatch import MinibatchTrainer
     check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \

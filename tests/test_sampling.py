@@ -325,8 +325,10 @@ def test_distributed_sampling_matches_single_process():
 
 def test_bad_input():
     g = GRAPHS["sym"]
-    for spec, what in [("sage:0,3", "positive"), ("ladies:-1", "positive"), ("gat:3", "must be one of"),
-                       ("sage", "integers"), ("sage:a", "integers")]:
+    for spec, what in [("sage:0,3", r"fanout must lie in \[1,"), ("ladies:-1", r"size must lie in \[1,"),
+                       ("gat:3", "must be one of"), ("sage", "integers"), ("sage:a", "integers"),
+                       ("", "must be one of"),
+                       (f"sage:{2**70},5", r"lie in \[1, 2\^31\)"), (f"ladies:5,{2**31}", r"lie in \[1, 2\^31\)")]:
         with pytest.raises(SpgnnError, match=what):
             parse_sampler(spec)
     with pytest.raises(SpgnnError, match="positive"):

@@ -285,8 +285,9 @@ def parse_sampler(spec: str) -> tuple[str, list[int]]:
         values = [int(s) for s in sizes.split(",")]
     except ValueError:
         raise SpgnnError(f"--sampler {spec!r}: sizes must be comma-separated integers, e.g. {kind}:15,10") from None
-    if min(values) <= 0:
-        raise SpgnnError(f"--sampler {spec!r}: every {'fanout' if kind == 'sage' else 'size'} must be positive")
+    if min(values) <= 0 or max(values) >= 2**31:
+        raise SpgnnError(f"--sampler {spec!r}: every {'fanout' if kind == 'sage' else 'size'} must lie in [1, 2^31) "
+                         "(one above a node's degree, or the nodes, takes them all)")
     return kind, values
 
 
