@@ -16,6 +16,7 @@ class GATConv(Layer):
     (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives."""
 
     name, summary, adjacency = "gat", "graph attention (Veličković et al.)", "self-loops"
+    shift = "bias"
     needs, default_init, keyed = frozenset({"attention"}), "dgl", True
     activation = staticmethod(F.elu)
     options = (Option("heads", int, 8, "gat: attention heads of each hidden layer (concatenated)",

@@ -12,6 +12,7 @@ class GCNConv(Layer):
     """H' = Â·H·W + b. W is f_in×f_out (PyG's ``lin.weight`` transposed); `init` as `Layer.initialise`."""
 
     name, summary, adjacency, sampled = "gcn", "graph convolution (Kipf & Welling)", "gcn", True
+    shift = "bias"
     fresh_output = True
     draw = staticmethod(lambda scheme, f_in, f_out: inits.gcn(f_in, f_out, scheme))
 

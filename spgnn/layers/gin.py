@@ -16,6 +16,7 @@ class GINConv(Layer):
     same in both schemes: DGL's GINConv takes the user's MLP as it is)."""
 
     name, summary, adjacency = "gin", "graph isomorphism network, sum aggregation and an MLP (Xu et al.)", "sum"
+    shift = "bias2"
 
     def __init__(self, f_in: int, f_out: int, init: str = "auto"):
         super().__init__(f_in, f_out)

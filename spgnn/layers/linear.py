@@ -30,6 +30,8 @@ class Linear(Layer):
     """H' = H·W + b, W f_in×f_out (torch's ``nn.Linear.weight`` transposed), drawn as torch's Linear (both
     schemes): U(±1/√f_in)."""
 
+    shift = "bias"
+
     def __init__(self, f_in: int, f_out: int, bias: bool = True, init: str = "auto", activation=torch.relu):
         super().__init__(f_in, f_out)
         self.initialise(init, f_in, f_out, bias)

@@ -100,6 +100,8 @@ class Layer(nn.Module):
     dropout_before = True                   # a stack's dropout applies to this layer's input
     keyed = False                           # forward takes key= (a hash key for its own random draws)
     initial = False                         # forward takes h0= (the stack's first layer's output)
+    shift: str | None = None                # the parameter forward adds to every output row last (a bias), which
+                                            # a batch norm after the layer cancels (`spgnn.layers.stack.GNN`)
 
     def __init__(self, f_in: int, f_out: int):
         super().__init__()

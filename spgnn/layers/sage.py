@@ -26,6 +26,7 @@ class SAGEConv(Layer):
     """H' = mean_{j→i} H_j·W_n + b + H_i·W_s; W_n, W_s f_in×f_out."""
 
     name, summary, adjacency, sampled = "sage", "GraphSAGE, mean over in-neighbours plus a root weight", "mean", True
+    shift = "bias"
     fresh_output = True
     default_init = "dgl"
     draw = staticmethod(lambda scheme, f_in, f_out: inits.sage(f_in, f_out, scheme))

@@ -35,12 +35,21 @@ class GNN(nn.Module):
     """Layers `layers` (`spgnn.layers.Layer`s) in order: dropout (probability `dropout`) before each that takes it
     (`Layer.dropout_before`), the layer's `activation` after each but the last, global batch norm after each
     hidden layer when `batch_norm`. Layer i runs in ledger layer i; a layer with `initial` gets the first layer's
-    output as h0, one that is `keyed` a hash key for its own random draws."""
+    output as h0, one that is `keyed` a hash key for its own random draws.
+
+    A batch norm subtracts the column means, so the bias a layer before it adds last (`Layer.shift`) changes no
+    output: its gradient is 0, and is taken as exactly 0. (Computed, it is rounding noise of about 1e-7 that
+    depends on P, which Adam scales up to full steps: the running means, and so the evaluation, then differed
+    with P.)"""
 
     def __init__(self, layers: list, dropout: float = 0.5, seed: int = 0, batch_norm: bool = False, name: str = ""):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.norms = nn.ModuleList(BatchNorm(layer.f_out) for layer in layers[:-1]) if batch_norm else None
+        for layer in layers[:-1] if batch_norm else ():
+            bias = getattr(layer, layer.shift, None) if getattr(layer, "shift", None) else None
+            if bias is not None and bias.requires_grad:
+                bias.register_hook(torch.zeros_like)
         self.dropout, self.seed, self.name = dropout, seed, name
         self.forwards = 0           # training forwards made without an epoch: the key of the next one's masks
 
