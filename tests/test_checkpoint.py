@@ -246,3 +246,15 @@ def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
     assert tmp.stat().st_size < 1 << 29                                  # killed mid-write
     state = torch.load(tmp_path / checkpoint.FILE, weights_only=True)
     assert state["epoch"] == 0 and torch.equal(state["model"]["w"], torch.ones(3))
+
+
+def test_a_resumed_run_keeps_only_the_evaluations_of_its_schedule(tmp_path):
+    """A checkpoint's last epoch is evaluated as the end of its run; resumed to more epochs, that evaluation stayed
+    in the records and could be the best, though the uninterrupted run never made it."""
+    cfg = BASE | {"eval_every": 4, "lr": 0.5}
+    whole = Trainer(TrainConfig(**cfg), Comm(0, 1)).run(log=None)
+    Trainer(TrainConfig(**cfg | {"epochs": 3, "checkpoint": str(tmp_path)}), Comm(0, 1)).run(log=None)
+    resumed = Trainer(TrainConfig(**cfg | {"resume": str(tmp_path)}), Comm(0, 1)).run(log=None)
+    assert [sorted(e) for e in resumed["epochs"]] == [sorted(e) for e in whole["epochs"]]
+    assert [e.get("val_acc") for e in resumed["epochs"]] == [e.get("val_acc") for e in whole["epochs"]]
+    assert resumed["best"] == whole["best"]

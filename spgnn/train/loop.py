@@ -58,7 +58,8 @@ class Run:
             self.opt.load_state_dict(state["optimizer"])
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
             self.restore(state["progress"]["counters"])
-            start, records, best = state["epoch"] + 1, state["progress"]["epochs"], state["progress"]["best"]
+            start = state["epoch"] + 1
+            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, self.metric)
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
@@ -143,6 +144,23 @@ class Run:
             "memory": {"per_rank": [r["memory"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
         } | self.run_report(everyone, ran)
+
+
+RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an evaluation adds its figures
+
+
+def on_schedule(records: list[dict], eval_every: int, metric: str = "acc") -> tuple[list[dict], dict]:
+    """A resumed run's records carried over, as the uninterrupted run would have them: evaluated only every
+    `eval_every` epochs (a checkpoint's last epoch was evaluated as the end of its own, shorter run), and the best
+    of those by ``val_<metric>`` (`epoch_loop`'s rule)."""
+    val, test = f"val_{metric}", f"test_{metric}"
+    kept, best = [], {}
+    for r in records:
+        r = r if eval_every and r["epoch"] % eval_every == 0 else {k: r[k] for k in RECORDED if k in r}
+        if val in r and (val not in best or r[val] > best[val]):
+            best = {"epoch": r["epoch"], val: r[val], test: r[test]}
+        kept.append(r)
+    return kept, best
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
