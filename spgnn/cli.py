@@ -16,7 +16,7 @@ import numpy as np
 from . import dense, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
-from .comm.agree import agree
+from .comm.agree import agree, on_rank0
 from .config import TrainConfig, plugin_options
 from .errors import SpgnnError
 from .graph import validate
@@ -237,8 +237,11 @@ def train(args, argv) -> int:
                                                                 ("--replicate-graph", args.replicate_graph)) if value]):
         raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
                          "training): add --sampler, or drop them to train full-batch")
-    if launch.detect().rank == 0:       # the files rank 0 writes or reads, before any work, said once
+    def files():
         _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
+
+    if launch.detect().kind == "single":     # the files rank 0 writes or reads, before any work, said once
+        files()
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler is not None else None
     if sampled:
         from .train.minibatch import MinibatchTrainer
@@ -247,6 +250,8 @@ def train(args, argv) -> int:
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
+    if launch.detect().kind != "single":     # launched: rank 0 checks them once every rank has joined, so that no
+        on_rank0(comm, files)                 # rank waits out --timeout for a rank 0 that stopped at a bad path
     if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
         agree(comm, lambda: checkpoint.readable(cfg.resume))
     with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):

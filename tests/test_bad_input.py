@@ -5,6 +5,7 @@ on one rank stops both with one line."""
 
 import json
 import math
+import os
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -436,3 +437,23 @@ def test_a_partitioned_folder_replaces_only_what_it_wrote(tmp_path, capsys, monk
     (tmp_path / "empty").mkdir()
     for out in ("empty", "new", "new"):                         # empty, absent, and a partitioned folder again
         assert cli.main(argv + [out]) == 0 and (tmp_path / out / "meta.json").is_file()
+
+
+def test_a_launched_job_stops_every_rank_at_a_bad_path(tmp_path):
+    """Under torchrun, srun or mpirun, rank 0 alone checked the files and stopped before joining: the others waited
+    out --timeout and then blamed the network. Now rank 0 checks them once all have joined, and all stop."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    (tmp_path / "file").write_text("")
+    argv = [sys.executable, "-m", "spgnn", "train", *QUICK, "--timeout", "120", "--output",
+            str(tmp_path / "file" / "r.json")]
+    procs = [subprocess.Popen(argv, env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
+                                             LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                                             TORCHELASTIC_RUN_ID="bad-path"),
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]      # a hang fails here; --timeout would end it at 120 s
+    assert [p.returncode for p in procs] == [2, 2], errs
+    assert errs[0].strip().endswith("give --output a writable file path") and not errs[1].strip(), errs
