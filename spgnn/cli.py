@@ -308,6 +308,9 @@ def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, 
 
 def calibrate(args, argv) -> int:
     sizes, ops = calibration.parse_sizes(args.sizes), calibration.parse_ops(args.ops)
+    if len(set(sizes)) < 2:
+        raise SpgnnError(f"--sizes {args.sizes}: give at least two distinct message sizes, to fit both α and β "
+                         "(one size fits α = 0 and any β)")
     if args.repeats < 1:
         raise SpgnnError(f"--repeats must be at least 1, got {args.repeats}")
     _check_files(args.output)

@@ -336,6 +336,10 @@ def load_calibration(path) -> dict:
     `DEFAULT_ALPHA_BETA` figures. Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured
     in a group of g, that is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
     data = json.loads(open(path).read())
+    for op, v in data["collectives"].items():
+        if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
+            raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate again "
+                             "with at least two --sizes")
     g = max(int(data.get("world_size", 2)), 2)
     old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
     return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),

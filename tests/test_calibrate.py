@@ -34,3 +34,19 @@ def test_a_process_alone_that_overruns_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(calibrate, "ALONE_TIMEOUT_S", 0.01)
     with pytest.raises(SpgnnError, match="took over 0.01 s"):
         calibrate.alone_rates(1, scale=8, degree=2, f=8)
+
+
+def test_one_message_size_fits_no_latency(tmp_path, capsys):
+    """--sizes 64K fitted α = 0 with 'rms error 0.00', and the file was taken as a calibration."""
+    import json
+
+    from spgnn.cli import main
+    from spgnn.cost import load_calibration
+
+    assert main(["calibrate", "--nprocs", "2", "--sizes", "64K,64K", "--output", str(tmp_path / "c.json")]) == 2
+    assert "give at least two distinct message sizes" in capsys.readouterr().err
+    one = {"world_size": 2, "collectives": {"broadcast": {"alpha_s": 0.0, "beta_s_per_byte": 1e-9, "messages": 1,
+                                                          "points": [{"bytes": 65536, "seconds": 7e-5}]}}}
+    (tmp_path / "one.json").write_text(json.dumps(one))
+    with pytest.raises(SpgnnError, match="broadcast was timed at one message size"):
+        load_calibration(tmp_path / "one.json")
