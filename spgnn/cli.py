@@ -231,6 +231,9 @@ def train(args, argv) -> int:
     known = {*TrainConfig.__dataclass_fields__, *plugin_options()} - {"options"}
     cfg = TrainConfig(**{k: v for k, v in vars(args).items() if k in known})
     cfg.validate()
+    if args.checkpoint_every != TrainConfig.checkpoint_every and not args.checkpoint:
+        raise SpgnnError("--checkpoint-every goes with --checkpoint DIR (where checkpoints are written): add it, or "
+                         "drop --checkpoint-every")
     if args.sampler is None and (given := [flag for flag, value in (("--batch-size", args.batch_size is not None),
                                                                 ("--bulk", args.bulk != 1),
                                                                 ("--split-graph", args.split_graph),
@@ -278,8 +281,9 @@ def train(args, argv) -> int:
     if comm.rank == 0:
         f, m = report["final"], report["task"]["metric"]
         figures = "".join(f"  {s} {f[k]:.4f}" for s in ("train", "val", "test") if (k := f"{s}_{m}") in f)
-        print(f"final {report['task']['label']}{figures}  median epoch {report['median_epoch_s'] or 0:.4f} s",
-              flush=True)
+        median = report["median_epoch_s"]
+        print(f"final {report['task']['label']}{figures}  median epoch "
+              f"{'n/a (no epochs ran)' if median is None else f'{median:.4f} s'}", flush=True)
         if cfg.output:
             _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it

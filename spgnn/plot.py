@@ -129,7 +129,8 @@ def report_figure(reports: list[dict]):
            "graph bytes held": [m.get("graph_bytes", np.nan) / MiB for _, m in mem]}, "memory per rank", "MiB")
     epoch_ms = [1e3 * (r.get("median_epoch_s") or np.nan) for r in reports]
     pairs(axes[1, 2], [n.split(":")[0] for n in names], {"median epoch": epoch_ms}, "time per run", "ms")
-    axes[1, 2].set_yscale("log")
+    if any(ms > 0 for ms in epoch_ms):         # NaN for a run of no epochs: a log axis of nothing fails
+        axes[1, 2].set_yscale("log")
     fig.tight_layout()
     return fig
 

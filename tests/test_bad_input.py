@@ -247,6 +247,8 @@ def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
         "output is a folder": (["--output", str(tmp_path)], "cannot write the report"),
         "unwritable checkpoint": (["--checkpoint", str(tmp_path / "file" / "ck")], "cannot write checkpoints"),
         "resume without checkpoint": (["--resume", str(tmp_path)], "holds no checkpoint"),
+        "checkpoints every k epochs to nowhere": (["--checkpoint-every", "5"], "--checkpoint-every goes with "
+                                                  "--checkpoint DIR"),          # ran, and wrote nothing
     }
     for case, (args, needle) in cases.items():
         code, line = error_line(capsys, ["train", "--dataset", good, *QUICK, *args])

@@ -109,3 +109,13 @@ def test_missing_matplotlib_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(SpgnnError, match=r"plots need matplotlib.*pip install 'spgnn\[plot\]'"):
         plot.pyplot()
+
+
+def test_a_run_of_no_epochs_is_drawn_and_said(tmp_path, capsys):
+    """spgnn train --epochs 0 printed 'median epoch 0.0000 s' and its report made spgnn plot fail in matplotlib
+    (a log axis of no positive value)."""
+    report = tmp_path / "e0.json"
+    assert main(["train", "--epochs", "0", "--hidden", "4", "--quiet", "--output", str(report)]) == 0
+    assert capsys.readouterr().out.strip().endswith("median epoch n/a (no epochs ran)")
+    assert main(["plot", str(report), "--output", str(tmp_path / "e0.png")]) == 0
+    assert (tmp_path / "e0.png").read_bytes().startswith(PNG)
