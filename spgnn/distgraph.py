@@ -88,7 +88,11 @@ class DistGraph:
                 raise SpgnnError(f"{what} by the model's declared costs: pass DistGraph(..., model=your model, or a "
                                  "function (features, outputs) → model)")
         self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
-        self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, as_graph(graph), parts,
+        graph = as_graph(graph)
+        if graph is not None and cfg.dataset not in (TrainConfig.dataset, graph.name):
+            raise SpgnnError(f"the graph in memory ({graph.name}) and dataset={cfg.dataset!r} both name the graph "
+                             "to train on: give one of them")
+        self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, graph, parts,
                                                                 self.model_cost if model is not None else None)
         cfg, self.info = self.cfg, self.parts.info
         self.task = resolve_task(cfg.task, self.info)

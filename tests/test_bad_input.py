@@ -388,6 +388,21 @@ def test_parameters_the_graph_and_partition_api_would_drop_are_refused():
         Share.of(g, two, -1)                                    # an empty share
     with pytest.raises(SpgnnError, match="^partitioner parameter.s. gamma go with a partitioner, not with a part"):
         make_partition(np.arange(g.n) % 2, g.adj, 2, gamma=2.0)
+    # a Partition made before: taken whole (it was 'partition vector has length 2'), or refused for another P
+    again = make_partition(make_partition("random", g.adj, 2, seed=3), g.adj, 2)
+    assert np.array_equal(again.parts, make_partition("random", g.adj, 2, seed=3).parts)
+    assert again.info["method"] == "random" and again.info["seed"] == 3
+    with pytest.raises(SpgnnError, match="^a Partition into 2 parts, but 1 parts"):
+        DistGraph(graph=g, parts=two)
+    with pytest.raises(SpgnnError, match=r"^the graph in memory \(cora\) and dataset='citeseer' both name"):
+        DistGraph(graph=g, dataset="citeseer")                  # trained on cora, reported as citeseer
+    weighted = Graph(g.adj.copy(), g.x, g.y, g.train_mask, g.val_mask, g.test_mask, name=g.name)
+    weighted.adj.data[:2] = [np.nan, -1.0]
+    with pytest.raises(SpgnnError, match="^dataset 'cora': 2 edge values of the adjacency are NaN, infinite or "):
+        weighted.validate()                                     # written to a folder that training then refused
+    pyg = SimpleNamespace(edge_index=np.array([[0, 1, 2], [1, 2, 0]]), x=np.ones((3, 2), np.float32),
+                          y=np.array([[0, 1], [1, 0], [1, 1]], np.float32))
+    assert from_pyg(pyg).targets == 2                          # n×t targets were flattened: '6 labels for 3 nodes'
     with pytest.raises(SpgnnError, match="^fennel's nu must be at least 1 .* got 0.5$"):
         make_partition("fennel", g.adj, 4, nu=0.5)              # raised to 1, reported as 0.5
     y = np.zeros((N, 3), np.float32)

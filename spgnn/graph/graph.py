@@ -87,6 +87,11 @@ class Graph:
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
                 raise SpgnnError(f"{where}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
+        values = np.asarray(self.adj.data)
+        if values.size and not (np.isfinite(values).all() and values.min() >= 0):
+            bad = int((~np.isfinite(values) | (values < 0)).sum())
+            raise SpgnnError(f"{where}: {bad} edge values of the adjacency are NaN, infinite or negative; a "
+                             "normalised adjacency needs finite, non-negative edge weights")
         check_features(self.x, where)
         if self.targets:
             check_targets(self.y, where)

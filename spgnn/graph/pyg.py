@@ -29,7 +29,7 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
     edge_index = _numpy(getattr(data, "edge_index", None), "edge_index")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise SpgnnError(f"the PyG Data's edge_index has shape {edge_index.shape}, expected [2, E]")
-    x, y = _numpy(getattr(data, "x", None), "x"), _numpy(getattr(data, "y", None), "y").reshape(-1)
+    x, y = _numpy(getattr(data, "x", None), "x"), _numpy(getattr(data, "y", None), "y")    # [N], [N, 1] or [N, t]
     num_nodes = getattr(data, "num_nodes", None)
     if num_nodes is not None and num_nodes != len(x):
         raise SpgnnError(f"the PyG Data has {num_nodes} nodes but x has {len(x)} rows")

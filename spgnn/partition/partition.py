@@ -306,6 +306,14 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
         raise SpgnnError(f"the number of parts must be at least 1, got {P}")
     if P > n:
         raise SpgnnError(f"{P} processes but the graph has only {n} nodes: use at most {n} processes")
+    if isinstance(method, Partition):           # one made before (make_partition): its parts and provenance
+        if params:
+            raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
+                             "a Partition made already: drop them")
+        if method.P != P:
+            raise SpgnnError(f"a Partition into {method.P} parts, but {P} parts (processes) were asked for")
+        return check_parts(method.parts, n, P), {k: method.info[k] for k in ("method", "params", "seed")
+                                                  if k in method.info}
     fn = get_partitioner(method) if isinstance(method, str) else None
     saved = fn is None and isinstance(method, (str, Path))
     if saved and not Path(method).exists():
