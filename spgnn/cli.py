@@ -412,7 +412,7 @@ def partition(args, argv) -> int:
     g = load_dataset(args.dataset, args.data_dir, seed=args.seed)
     rows = []
     for method in methods:
-        warm_up(method, args.nparts)
+        warm_up(method, args.nparts, args.node_order)
         part = make_partition(method, g.adj, args.nparts, args.seed, args.node_order, **params)
         rows.append(partition_metrics(g.adj, part, g.train_mask) | part.info | {"method": method})
     print(f"spgnn: {g.name} (n={g.n}, nnz={g.nnz}), {args.nparts} parts, seed {args.seed}", flush=True)

@@ -451,3 +451,14 @@ def test_the_cache_knows_a_partitioner_by_its_code(tmp_path):
         PARTITIONERS.pop("mine")
     (folder, entry), (other_folder, other_entry), again = folders
     assert folder != other_folder and entry != other_entry and (folder, entry) == again
+
+
+def test_warm_up_pays_the_node_orders_first_use_too():
+    """spgnn partition --compare charged rcm's import (csgraph, scipy.linalg) to the first method's time and memory."""
+    import subprocess
+
+    code = ("import sys; from spgnn.partition.metrics import warm_up; warm_up('block', 2, {!r}); "
+            "print('scipy.sparse.csgraph' in sys.modules)")
+    seen = [subprocess.run([sys.executable, "-c", code.format(order)], capture_output=True, text=True,
+                           check=True).stdout.strip() for order in ("natural", "rcm")]
+    assert seen == ["False", "True"]
