@@ -35,6 +35,8 @@ from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
 
+CHUNK = 1 << 22             # spgnn partition --out-of-core's --chunk
+
 
 def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
     """A subcommand's parser, defaults shown in its --help."""
@@ -352,7 +354,7 @@ def _partition_parser(sub) -> argparse.ArgumentParser:
     a("--out-of-core", action="store_true", help="--dataset is an edge-list folder (edges.txt or edges.npy, "
       "features.npy, labels.npy): read it in chunks and write the partitioned folder --output without holding "
       "the graph (methods block, random, ldg, fennel)")
-    a("--chunk", type=int, default=1 << 22, help="--out-of-core: edges (and feature rows) read at a time")
+    a("--chunk", type=int, default=CHUNK, help="--out-of-core: edges (and feature rows) read at a time")
     _node_order_option(p, None)
     a("--json", default=None, help="write the metrics here as JSON")
     a("--quiet", action="store_true", help="no stage lines or progress bars")
@@ -386,6 +388,11 @@ def partition(args, argv) -> int:
     params = dict(_param(t) for t in args.param)
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
+    if args.chunk != CHUNK and not args.out_of_core:
+        raise SpgnnError("--chunk sets how much --out-of-core reads at a time: add --out-of-core, or drop --chunk")
+    if args.output and args.output.endswith(".npy"):
+        raise SpgnnError(f"--output {args.output}: a partition is saved as an .npz (the part vector and how it was "
+                         "made) or written as a partitioned folder (a path without a suffix)")
     folder = args.output and not args.output.endswith(".npz")
     if folder:
         partitioned.check_output(args.output, args.dataset)      # before any work: what it would replace

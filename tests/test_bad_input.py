@@ -352,6 +352,10 @@ def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):
                                                 "--method", "block", "--node-order", "rcm", "--output",
                                                 str(tmp_path / "o")], "--node-order rcm orders each part by its "
                                                "diagonal block, which --out-of-core never holds"),
+        "a chunk read in memory": (["partition", "--dataset", good, "--nparts", "2", "--method", "block", "--chunk",
+                                    "64"], "--chunk sets how much --out-of-core reads at a time"),
+        "an .npy output": (["partition", "--dataset", good, "--nparts", "2", "--method", "block", "--output",
+                            str(tmp_path / "p.npy")], "a partition is saved as an .npz"),   # became a folder
         "an order an .npz does not keep": (["partition", "--dataset", good, "--nparts", "2", "--method", "block",
                                             "--node-order", "natural", "--output", str(tmp_path / "q.npz")],
                                            "--node-order orders the nodes of a partitioned folder"),
