@@ -476,3 +476,25 @@ def test_block_product_and_its_gradient():
     dense = torch.as_tensor(b.toarray())
     np.testing.assert_allclose(LocalSpMM(b, Comm(0, 1)).spmm(h).detach(), (dense @ h).detach(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(h.grad, dense.T @ g, rtol=1e-5, atol=1e-6)
+
+
+def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, capsys):
+    """--split-graph --nprocs on a partitioned folder loaded the folder as a dataset ('found neither an edge
+    list ...'), as did a replicated graph; now the split graph trains as from the dataset, and the replicated one
+    says what to do."""
+    from spgnn.cli import main
+
+    folder = tmp_path / "cora2"
+    assert main(["partition", "--dataset", "cora", "--nparts", "2", "--method", "block", "--node-order", "natural",
+                 "--output", str(folder), "--quiet"]) == 0
+    run = ["train", "--sampler", "sage:5,5", "--model", "sage", "--batch-size", "32", "--epochs", "2", "--nprocs",
+           "2", "--quiet"]
+    losses = []
+    for dataset in ("cora", str(folder)):
+        out = tmp_path / f"{len(losses)}.json"
+        assert main([*run, "--dataset", dataset, "--split-graph", "--output", str(out)]) == 0
+        losses.append([e["loss"] for e in json.loads(out.read_text())["epochs"]])
+    assert losses[0] == losses[1]
+    capsys.readouterr()
+    assert main([*run, "--dataset", str(folder)]) == 2
+    assert "is a partitioned folder: a replicated graph (--sampler without --split-graph)" in capsys.readouterr().err

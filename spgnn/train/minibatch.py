@@ -44,6 +44,7 @@ from ..graph.graph import row_normalize
 from ..graph.pyg import as_graph
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
+from ..partition import partitioned
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
 from ..sampling.sampler import Minibatch, make_sampler, parse_sampler
@@ -108,6 +109,12 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
     if cfg.task not in ("auto", "multiclass"):
         raise SpgnnError(f"--sampler trains the multiclass node task only, not --task {cfg.task}: train it full-batch "
                          "(drop --sampler)")
+    if graph is None and partitioned.is_partitioned(cfg.dataset):
+        if not split_graph:
+            raise SpgnnError(f"{cfg.dataset} is a partitioned folder: a replicated graph (--sampler without "
+                             "--split-graph) is read whole from the dataset itself; add --split-graph, or give the "
+                             "dataset")
+        graph = partitioned.PartitionedDataset(cfg.dataset).info        # its parts are read by the ranks alone
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     if getattr(g, "targets", 0):
         raise SpgnnError(f"--sampler trains the multiclass node task only; dataset {g.name!r} has {g.targets} binary "
