@@ -104,6 +104,7 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "node-property folder such as ogbn_arxiv/, PATH:TYPE for another of its splits; Planetoid files; .npz; an "
       "edge list), or a partitioned dataset folder (spgnn partition --output DIR), of which each process reads "
       "its part only")
+    a("--given-dataset", default=None, help=argparse.SUPPRESS)    # the --nprocs parent's --dataset, for the report
     a("--data-dir", default=d.data_dir, help="where named datasets are looked up (else $SPGNN_DATA_DIR, "
       "./datasets, ~/.cache/spgnn/datasets); cora is bundled")
     a("--cache-dir", default=d.cache_dir, help="where a dataset that is not a partitioned folder is partitioned to "
@@ -273,6 +274,8 @@ def train(args, argv) -> int:
             print("spgnn: the cost model's rates are CPU rates: on a GPU the report's predicted seconds and memory, "
                   "and --algo auto's pick, describe a CPU run", flush=True)
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
+    if args.given_dataset:                  # the --nprocs parent handed its processes the partitioned folder
+        report["config"]["dataset"] = args.given_dataset
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:
             if cfg.output:
@@ -298,7 +301,7 @@ def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else str(partition_to_cache(cfg, P))
     fit_parts(cfg, P, partitioned.PartitionedDataset(folder))
     ogb = ["--ogb-split", cfg.dataset] if cfg.task == "link" and not cfg.ogb_split and ogbl_folder(cfg.dataset) else []
-    return argv + ["--dataset", folder] + ogb
+    return argv + ["--dataset", folder, "--given-dataset", cfg.dataset] + ogb
 
 
 def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, argv: list[str]):
@@ -309,7 +312,8 @@ def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, 
     cfg, g, _ = check_options(cfg, *sampled, nprocs=P, split_graph=split_graph)
     if not split_graph or partitioned.is_partitioned(cfg.dataset):
         return None
-    return argv + ["--dataset", str(cached_partition(cfg, g, "block", P // (cfg.replication or 1), "natural"))]
+    folder = cached_partition(cfg, g, "block", P // (cfg.replication or 1), "natural")
+    return argv + ["--dataset", str(folder), "--given-dataset", cfg.dataset]
 
 
 def calibrate(args, argv) -> int:

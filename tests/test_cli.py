@@ -49,6 +49,7 @@ def test_report_fields(tmp_path):
     assert sum(x.startswith("epoch ") for x in res.stdout.splitlines()) == 3   # one line an epoch, rank 0 only
     r = json.loads(out.read_text())
     assert r["config"]["algo"] == "1d" and r["world_size"] == 2
+    assert r["config"]["dataset"] == "cora"         # the user's, not the cache folder the processes were handed
     assert 0 <= r["final"]["test_acc"] <= 1 and {"train_acc", "val_acc"} <= set(r["final"])
     assert len(r["epochs"]) == 3 and all(e["loss"] > 0 and e["time_s"] > 0 for e in r["epochs"])
     for key in ("comm", "memory"):

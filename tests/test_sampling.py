@@ -493,7 +493,9 @@ def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, c
     for dataset in ("cora", str(folder)):
         out = tmp_path / f"{len(losses)}.json"
         assert main([*run, "--dataset", dataset, "--split-graph", "--output", str(out)]) == 0
-        losses.append([e["loss"] for e in json.loads(out.read_text())["epochs"]])
+        report = json.loads(out.read_text())
+        assert report["config"]["dataset"] == dataset             # not the cache folder the processes read
+        losses.append([e["loss"] for e in report["epochs"]])
     assert losses[0] == losses[1]
     capsys.readouterr()
     assert main([*run, "--dataset", str(folder)]) == 2
