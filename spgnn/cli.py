@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import traceback
 from pathlib import Path
-
-import numpy as np
 
 from . import dense, progress, spmm
 from .comm import calibrate as calibration
@@ -23,6 +20,7 @@ from .graph import validate
 from .graph.build import reading
 from .graph.datasets import load_dataset
 from .graph.ogbl import ogbl_folder
+from .jsonfile import write_json
 from .layers.init import SCHEMES
 from .layers.registry import CHOSEN, LAYERS
 from .layers.registry import options as layer_options
@@ -42,27 +40,6 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
     """A subcommand's parser, defaults shown in its --help."""
     return sub.add_parser(name, help=help, description=description,
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-
-
-def json_safe(obj):
-    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None, and numpy's scalars and
-    arrays as Python's numbers and lists (so that a figure computed in numpy never loses a run its report)."""
-    if isinstance(obj, np.generic | np.ndarray):
-        obj = obj.tolist()
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_safe(v) for v in obj]
-    return obj
-
-
-def _write_json(path, obj, default=None) -> None:
-    """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing
-    (`default` as json.dumps takes it)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False))
 
 
 def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None) -> None:
@@ -273,13 +250,10 @@ def train(args, argv) -> int:
         if cfg.device.startswith("cuda"):
             print("spgnn: the cost model's rates are CPU rates: on a GPU the report's predicted seconds and memory, "
                   "and --algo auto's pick, describe a CPU run", flush=True)
-    report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))
-    if args.given_dataset:                  # the --nprocs parent handed its processes the partitioned folder
-        report["config"]["dataset"] = args.given_dataset
+    trainer.given_dataset = args.given_dataset     # the --nprocs parent handed its processes a partitioned folder
+    report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))   # written to --output
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:
-            if cfg.output:
-                _write_json(cfg.output, report)
             _error(report["stopped"])
         launch.shutdown()
         return 1
@@ -289,8 +263,6 @@ def train(args, argv) -> int:
         median = report["median_epoch_s"]
         print(f"final {report['task']['label']}{figures}  median epoch "
               f"{'n/a (no epochs ran)' if median is None else f'{median:.4f} s'}", flush=True)
-        if cfg.output:
-            _write_json(cfg.output, report)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it
     return 0
 
@@ -331,7 +303,7 @@ def calibrate(args, argv) -> int:
     if comm.rank == 0:
         print(calibration.format_table(result), flush=True)
         if args.output:
-            _write_json(args.output, result)
+            write_json(args.output, result)
     launch.shutdown()
     return 0
 
@@ -440,7 +412,7 @@ def partition(args, argv) -> int:
               f"on {args.nparts} processes", flush=True)
     result = {"graph": g.name, "n": g.n, "nnz": g.nnz, "rows": rows}
     if args.json:
-        _write_json(args.json, result, default=str)
+        write_json(args.json, result, default=str)
     if args.plot:
         from . import plot
         print(f"wrote {plot.save(plot.partition_figure(result), args.plot)}", flush=True)
@@ -563,7 +535,7 @@ def cost_command(args, argv) -> int:
         print(f"{args.dataset or 'the graph'} at P = {P}: {r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 1e9:.2f} "
               f"GB per rank ({r['algo']} {r['shape']})")
     if args.output:
-        _write_json(args.output, {"rows": rows, "argv": argv})
+        write_json(args.output, {"rows": rows, "argv": argv})
     return 0
 
 

@@ -21,6 +21,7 @@ from spgnn.graph.adjacency import ADJACENCIES, normalize
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import Graph
 from spgnn.graph.pyg import from_pyg
+from spgnn.jsonfile import json_safe
 from spgnn.partition.partition import make_partition
 from spgnn.partition.partitioned import InMemoryParts, PartitionedDataset, write_parts
 from spgnn.partition.share import Share
@@ -305,7 +306,7 @@ def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys
 
 def test_json_safe_leaves_no_nan():
     obj = {"a": [1.0, float("nan"), {"b": float("inf")}], "c": (float("-inf"), 2)}
-    assert cli.json_safe(obj) == {"a": [1.0, None, {"b": None}], "c": [None, 2]}
+    assert json_safe(obj) == {"a": [1.0, None, {"b": None}], "c": [None, 2]}
 
 
 def test_options_a_mode_never_reads_are_refused(tmp_path, capsys):

@@ -135,3 +135,16 @@ def test_batch_norm_evaluates_alike_at_every_P(model):
     shift = "bias" if model == "gcn" else "bias2"
     assert {f"layers.{i}.{shift}" for i in range(2)}.isdisjoint(moved) and f"layers.2.{shift}" in moved
     assert {f"layers.{i}.weight{'' if model == 'gcn' else '2'}" for i in range(3)} <= moved
+
+
+def test_a_library_run_writes_its_report_to_output(tmp_path):
+    """TrainConfig(output=...) is every flag's field, yet only the command line wrote the report; a diverged run's
+    report is written too."""
+    import json
+
+    for name, changes in (("ok", {}), ("diverged", {"lr": 1e30})):
+        out = tmp_path / name / "r.json"
+        report = Trainer(TrainConfig(epochs=2, hidden=4, eval_every=0, output=str(out), **changes), Comm(0, 1)) \
+            .run(log=None)
+        written = json.loads(out.read_text())
+        assert written["epochs"] == report["epochs"] and ("stopped" in written) == (name == "diverged")

@@ -15,6 +15,7 @@ import torch
 from .. import progress
 from ..comm.agree import agree
 from ..config import TrainConfig
+from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from ..tasks import get_task
@@ -44,10 +45,19 @@ class Run:
         self.model = config_model(cfg, num_features, num_classes).to(cfg.device)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
+    given_dataset: str | None = None   # the dataset as the user named it, where cfg.dataset is a folder handed on
+
     def run(self, log=print) -> dict:
         """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
-        rank's part elsewhere). `log` (rank 0) gets one line an epoch."""
+        rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged.
+        `log` (rank 0) gets one line an epoch."""
+        report = self._train(log)
+        if self.cfg.output and self.comm.rank == 0:
+            write_json(self.cfg.output, report)
+        return report
+
+    def _train(self, log) -> dict:
         cfg, start, records, best = self.cfg, 0, [], None
         mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info) |
                                                       self.training()} \
@@ -122,6 +132,10 @@ class Run:
         the records of the epochs this process ran, those a resumed run carried over left out)."""
         return {}
 
+    def config_report(self) -> dict:
+        """The run's config as its report gives it: cfg's fields, the dataset as the user named it."""
+        return self.cfg.as_dict() | ({"dataset": self.given_dataset} if self.given_dataset else {})
+
     first_epoch = 0                             # the first epoch this process ran (`run`: after a resume, not 0)
 
     def report(self, epochs: list[dict], final: dict | None, best: dict) -> dict:
@@ -131,7 +145,7 @@ class Run:
         ran = [e for e in epochs if e["epoch"] >= self.first_epoch]
         times = [e["time_s"] for e in ran]
         return {
-            "config": self.cfg.as_dict(),
+            "config": self.config_report(),
             "task": {"name": self.task.name, "metric": self.metric, "label": self.task.metric_label},
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,

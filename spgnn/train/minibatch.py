@@ -293,7 +293,7 @@ class MinibatchTrainer(Run):
         split, ranks = self.layout is not None, [r["comm"] for r in everyone]
         sampled = sum(r["minibatches"] for r in ranks)
         return {
-            "config": self.cfg.as_dict() | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
+            "config": self.config_report() | {"sampler": self.spec, "batch_size": self.batch_size, "bulk": self.bulk,
                                           "split_graph": split, "replication": self.layout.c if split else None},
             "grid": {"algo": "minibatch, graph " + ("split 1.5D (P/c row blocks × c replicas)" if split else
                                                     "replicated"),
