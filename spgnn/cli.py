@@ -222,6 +222,8 @@ def train(args, argv) -> int:
                          "training): add --sampler, or drop them to train full-batch")
     def files():
         _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
+        if cfg.resume:                  # its epochs, and a full-batch model's fields (a sampler sets the layers)
+            checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None)
 
     if launch.detect().kind == "single":     # the files rank 0 writes or reads, before any work, said once
         files()

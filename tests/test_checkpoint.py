@@ -258,3 +258,17 @@ def test_a_resumed_run_keeps_only_the_evaluations_of_its_schedule(tmp_path):
     assert [sorted(e) for e in resumed["epochs"]] == [sorted(e) for e in whole["epochs"]]
     assert [e.get("val_acc") for e in resumed["epochs"]] == [e.get("val_acc") for e in whole["epochs"]]
     assert resumed["best"] == whole["best"]
+
+
+def test_a_resume_that_cannot_run_is_refused_before_any_work(written, capsys):
+    """--resume with --epochs the checkpoint has reached, or another --hidden, was found after the processes had
+    started, partitioned and set up."""
+    from spgnn.cli import main
+
+    base = ["train", "--dataset", "cora", "--nprocs", "2", "--resume", str(written)]
+    for extra, needle in ((["--epochs", "2", "--hidden", "8"], "has trained 2 epochs already, --epochs 2"),
+                          (["--epochs", "9", "--hidden", "16"], "is of another model (hidden 8 here 16)")):
+        capsys.readouterr()
+        assert main(base + extra) == 2
+        out, err = capsys.readouterr()
+        assert needle in err and "partitioning" not in out and "setting up" not in out, (out, err)

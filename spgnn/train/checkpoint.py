@@ -45,12 +45,16 @@ def identity(cfg, info) -> dict:
         from ..partition.partition import graph_hash as hash_of
 
         graph_hash = hash_of(info.adj)
+    return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
+            "model": {k: getattr(cfg, k) for k in model_fields(cfg)} | {"features": int(info.num_features),
+                                                             "classes": int(info.num_classes)}}
+
+
+def model_fields(cfg) -> tuple[str, ...]:
+    """The config fields that make the model: `MODEL_FIELDS` and the options its layer declares."""
     from ..layers.registry import get_layer
 
-    fields = MODEL_FIELDS + tuple(o.name for o in get_layer(cfg.model).options)
-    return {"graph": {"name": info.name, "n": int(info.n), "nnz": int(info.nnz), "hash": graph_hash},
-            "model": {k: getattr(cfg, k) for k in fields} | {"features": int(info.num_features),
-                                                             "classes": int(info.num_classes)}}
+    return MODEL_FIELDS + tuple(o.name for o in get_layer(cfg.model).options)
 
 
 def writable(folder, resuming: bool = False) -> Path:
@@ -121,6 +125,39 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
     """The checkpoint in `folder`, checked against this run's `identity` (with its "run": `run_identity`) and
     (when given) its total `epochs`, which must go beyond the checkpoint's; SpgnnError naming the file and what
     differs when it is missing, unreadable, of another graph, model or run, or already as far as `epochs`."""
+    path, state = _read(folder)
+    for what in FIXES:
+        _same(path, what, state["identity"][what], mine[what])
+    theirs = state["identity"].get("run", {})
+    differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.get("run", {}).items()
+                       if (k in theirs or k in ALWAYS) and theirs.get(k) != v)
+    if differ:
+        raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
+                         "--feature-norm, --partition, split and way of training (full-batch, or the same --sampler "
+                         "and --batch-size; a link run's --self-pairs) (a new --lr and more --epochs are allowed)")
+    _beyond(path, state, epochs)
+    return state
+
+
+FIXES = {"graph": "resume on the data it was trained on",
+         "model": "resume with the same --model, --layers, --hidden, --batch-norm and the model's own options (such "
+                  "as --heads)"}
+
+
+def check_early(folder, cfg, model: bool = True) -> None:
+    """What a --resume of `folder` can be checked against before any work is spent: the file reads as a checkpoint,
+    cfg.epochs goes beyond it and (`model`) cfg's model fields are its model's; the graph and the run are checked
+    once they are known (`load`)."""
+    path, state = _read(folder)
+    if model:
+        theirs = state["identity"]["model"]
+        _same(path, "model", {k: theirs.get(k) for k in model_fields(cfg)}, {k: getattr(cfg, k) for k in
+                                                                            model_fields(cfg)})
+    _beyond(path, state, cfg.epochs)
+
+
+def _read(folder) -> tuple[Path, dict]:
+    """(the checkpoint file in `folder`, its state), the format checked."""
     path = readable(folder)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
@@ -129,25 +166,19 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
-    for what, fix in (("graph", "resume on the data it was trained on"),
-                      ("model", "resume with the same --model, --layers, --hidden, --batch-norm and the model's "
-                                "own options (such as --heads)")):
-        theirs = state["identity"][what]
-        if theirs != mine[what]:
-            differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine[what].get(k)!r}" for k in mine[what]
-                               if theirs.get(k) != mine[what].get(k))
-            raise SpgnnError(f"{path} is of another {what} ({differ}): {fix}")
-    theirs = state["identity"].get("run", {})
-    differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.get("run", {}).items()
-                       if (k in theirs or k in ALWAYS) and theirs.get(k) != v)
-    if differ:
-        raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
-                         "--feature-norm, --partition, split and way of training (full-batch, or the same --sampler "
-                         "and --batch-size; a link run's --self-pairs) (a new --lr and more --epochs are allowed)")
+    return path, state
+
+
+def _same(path, what: str, theirs: dict, mine: dict) -> None:
+    if theirs != mine:
+        differ = ", ".join(f"{k} {theirs.get(k)!r} here {mine.get(k)!r}" for k in mine if theirs.get(k) != mine.get(k))
+        raise SpgnnError(f"{path} is of another {what} ({differ}): {FIXES[what]}")
+
+
+def _beyond(path, state: dict, epochs: int | None) -> None:
     if epochs is not None and epochs <= state["epoch"] + 1:
         raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
                          f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")
-    return state
 
 
 def state_of(run, epoch: int, records: list, best: dict, mine: dict) -> dict:
