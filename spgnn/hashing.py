@@ -35,7 +35,7 @@ _U_GOLDEN, _U_MIX1, _U_MIX2 = np.uint64(_GOLDEN), np.uint64(_MIX1), np.uint64(_M
 _U30, _U27, _U31, _U11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 
 
-def _fmix(z):
+def fmix64(z):
     """splitmix64's finaliser on uint64 numpy arrays (wrapping)."""
     z = (z ^ (z >> _U30)) * _U_MIX1
     z = (z ^ (z >> _U27)) * _U_MIX2
@@ -47,8 +47,8 @@ def hash_uniform_array(key: int, rows, cols) -> np.ndarray:
     (float64; the samplers' C kernels compute the same u)."""
     rows, cols = (np.asarray(a, np.int64).astype(np.uint64) for a in (rows, cols))
     with np.errstate(over="ignore"):
-        z = _fmix(np.uint64(int(key) & _MASK64) + rows * _U_GOLDEN)
-        z = _fmix(z + (cols + np.uint64(1)) * _U_GOLDEN)
+        z = fmix64(np.uint64(int(key) & _MASK64) + rows * _U_GOLDEN)
+        z = fmix64(z + (cols + np.uint64(1)) * _U_GOLDEN)
     return ((z >> _U11).astype(np.float64) + 0.5) * 2.0 ** -53
 
 

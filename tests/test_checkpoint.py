@@ -272,3 +272,29 @@ def test_a_resume_that_cannot_run_is_refused_before_any_work(written, capsys):
         assert main(base + extra) == 2
         out, err = capsys.readouterr()
         assert needle in err and "partitioning" not in out and "setting up" not in out, (out, err)
+
+
+def test_a_split_of_the_same_sizes_is_another_run(tmp_path):
+    """The run identity kept the split's sizes only: a checkpoint resumed on a partitioned folder whose split was
+    drawn with another seed (sizes per class alike) trained on, from epoch K, another split."""
+    from dataclasses import replace as replaced
+
+    from spgnn.graph.datasets import load_dataset
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import InMemoryParts, write_parts
+
+    g = load_dataset("cora")
+    swap = np.flatnonzero(g.train_mask)[:3], np.flatnonzero(g.val_mask)[:3]    # same sizes, other nodes
+    train, val = g.train_mask.copy(), g.val_mask.copy()
+    train[swap[0]], val[swap[0]], train[swap[1]], val[swap[1]] = False, True, True, False
+    other = replaced(g, train_mask=train, val_mask=val)
+    for graph, name in ((g, "same"), (other, "other")):
+        write_parts(tmp_path / name, InMemoryParts(graph, make_partition("block", graph.adj, 1)))
+    cfg = dict(hidden=8, epochs=4, eval_every=0)
+    Trainer(TrainConfig(**cfg | {"epochs": 2, "checkpoint": str(tmp_path / "ck")}), Comm(0, 1), graph=g).run(log=None)
+    resumed = Trainer(TrainConfig(**cfg | {"dataset": str(tmp_path / "same"), "resume": str(tmp_path / "ck")}),
+                      Comm(0, 1)).run(log=None)
+    assert len(resumed["epochs"]) == 4
+    with pytest.raises(SpgnnError, match="is of another run \\(split_hash '[0-9a-f]{16}' here '[0-9a-f]{16}'\\)"):
+        Trainer(TrainConfig(**cfg | {"dataset": str(tmp_path / "other"), "resume": str(tmp_path / "ck")}),
+                Comm(0, 1)).run(log=None)

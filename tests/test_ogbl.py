@@ -184,8 +184,9 @@ def test_a_partitioned_folder_with_its_ogb_split(runs):
     roots, cache, one, _ = runs
     cfg = _cfg(roots["mrr"], cache)
     argv = _partition_once(cfg, 1, ["train"])
-    assert argv[:2] == ["train", "--dataset"] and argv[3:] == ["--ogb-split", str(roots["mrr"])]
-    t = LinkTrainer(_cfg(argv[2], cache, ogb_split=argv[4]), Comm(0, 1))
+    assert argv[:2] == ["train", "--dataset"] and argv[3:] == ["--given-dataset", cfg.dataset, "--ogb-split",
+                                                               str(roots["mrr"])]
+    t = LinkTrainer(_cfg(argv[2], cache, ogb_split=argv[6]), Comm(0, 1))
     assert [t.epoch(e) for e in range(EPOCHS)] == one["mrr", "1d-halo"]["losses"]
     assert t.evaluate() == one["mrr", "1d-halo"]["figures"][-1]
 

@@ -34,7 +34,7 @@ from ..graph.validate import check_features, check_labels, check_masks, check_ta
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
-from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype
+from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype, split_hash, split_sum
 
 FORMAT = "spgnn-partitioned/1"
 CACHE_ENV = "SPGNN_CACHE_DIR"
@@ -44,11 +44,12 @@ ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float3
 
 class Tally:
     """Block statistics summed from shares one at a time: `halo` and `block_nnz` (B×B), the self-loops
-    (`diagonal`) and training nodes (`train`) of each part."""
+    (`diagonal`) and training nodes (`train`) of each part, and the graph's `split_sum`."""
 
     def __init__(self, B: int):
         self.halo, self.block_nnz = np.zeros((B, B), np.int64), np.zeros((B, B), np.int64)
         self.diagonal, self.train = np.zeros(B, np.int64), np.zeros(B, np.int64)
+        self.split = 0
 
     def add(self, share: Share) -> None:
         """Row p of the statistics from part p's raw block row."""
@@ -58,6 +59,7 @@ class Tally:
         self.block_nnz[p] = np.bincount(owner(share.indices, off), minlength=B)
         rows = row_ids(share.indptr) + off[p]
         self.diagonal[p], self.train[p] = np.count_nonzero(share.indices == rows), share.masks["train"].sum()
+        self.split += split_sum(share.node_ids, share.masks)
 
     def stats(self, sizes, symmetric: bool, norm: str, ordered: bool = False) -> BlockStats:
         return BlockStats.of_raw(sizes, self.halo, self.block_nnz, self.diagonal, symmetric, norm, ordered)
@@ -119,7 +121,7 @@ class PartitionedDataset:
             self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]),
                                   int(g["num_classes"]), bool(g["symmetric"]), dict(g["counts"]),
                                   np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
-                                  dict(g.get("label_counts", {})))
+                                  dict(g.get("label_counts", {})), g.get("split_hash", ""))
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
                 "node_order": p.get("node_order", "natural"), "folder": str(self.path)}
         except KeyError as e:
@@ -266,10 +268,10 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
             (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
             tally.add(share)
         np.savez(tmp / "block_stats.npz", halo=tally.halo, block_nnz=tally.block_nnz, diagonal=tally.diagonal)
-        g = info.as_dict() | {"nnz": int(tally.block_nnz.sum())}
+        g = info.as_dict() | {"nnz": int(tally.block_nnz.sum()), "split_hash": split_hash(tally.split)}
         meta = {"format": FORMAT,
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
-                                            "counts", "graph_hash", "targets", "label_counts")},
+                                            "counts", "graph_hash", "targets", "label_counts", "split_hash")},
                 "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "node_order": partition.get("node_order", "natural"),

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from ..errors import SpgnnError
 from ..graph import graph as graphs
 from ..graph.validate import label_counts
+from ..hashing import fmix64
 from ..sparse.csr import with_unit_diagonal
 
 SPLITS = ("train", "val", "test")
@@ -45,6 +46,7 @@ class GraphInfo:
     graph_hash: str = ""
     targets: int = 0             # binary targets per node (labels n×t), 0 for class ids
     label_counts: dict = field(default_factory=dict, compare=False)   # `spgnn.graph.validate.label_counts`
+    split_hash: str = ""         # `split_hash` of the whole graph ("" where unknown: a folder written before it)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -110,6 +112,19 @@ class Share:
         return adjacency.block_row(self, halo)
 
 
+def split_sum(node_ids, masks: dict) -> int:
+    """Σ over the nodes of splitmix64(8·id + the node's splits as bits), mod 2⁶⁴: summed over disjoint sets of nodes
+    (parts, shares) it is the whole graph's, whatever the partition and order."""
+    bits = sum(np.asarray(masks[s], np.uint64) << np.uint64(i) for i, s in enumerate(SPLITS))
+    with np.errstate(over="ignore"):
+        return int(fmix64(np.asarray(node_ids, np.int64).astype(np.uint64) * np.uint64(8) + bits).sum(dtype=np.uint64))
+
+
+def split_hash(total: int) -> str:
+    """The text of a graph's `split_sum`, as GraphInfo and a checkpoint's identity keep it."""
+    return f"{total % 2**64:016x}"
+
+
 def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
     """The `GraphInfo` of an in-memory graph under `partition`."""
     from .partition import graph_hash
@@ -118,7 +133,7 @@ def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
     return GraphInfo(graph.name, graph.n, graph.nnz, graph.num_features, graph.num_classes,
                      bool(graph.is_symmetric), {s: int(m.sum()) for s, m in masks.items()},
                      np.asarray(partition.offsets, np.int64), graph_hash(graph.adj), graph.targets,
-                     label_counts(graph.y, masks, graph.num_classes))
+                     label_counts(graph.y, masks, graph.num_classes), split_hash(split_sum(np.arange(graph.n), masks)))
 
 
 def index_dtype(n: int):

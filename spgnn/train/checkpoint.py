@@ -29,6 +29,7 @@ import re
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ..errors import SpgnnError
@@ -105,10 +106,15 @@ ALWAYS = RUN_FIELDS + ("split",)    # in every checkpoint's "run"; what a run ad
 
 def run_identity(cfg, info) -> dict:
     """What else a checkpoint must agree with to resume, as it fixes the run: the seed (split, weights' draws,
-    dropout masks), dropout, feature normalisation, partition, and the split's sizes."""
-    counts = getattr(info, "counts", None) or {s: int(getattr(info, f"{s}_mask").sum()) for s in ("train", "val",
-                                                                                                   "test")}
-    return {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}}
+    dropout masks), dropout, feature normalisation, partition, the split's sizes and, where known, the split itself
+    (`spgnn.partition.share.split_hash`: a partitioned folder made with another seed has the same sizes)."""
+    from ..partition.share import SPLITS, split_hash, split_sum
+
+    masks = {s: getattr(info, f"{s}_mask") for s in SPLITS} if hasattr(info, "train_mask") else None
+    counts = getattr(info, "counts", None) or {s: int(m.sum()) for s, m in masks.items()}
+    split = getattr(info, "split_hash", "") or (masks and split_hash(split_sum(np.arange(info.n), masks)))
+    return {k: getattr(cfg, k) for k in RUN_FIELDS} | {"split": {k: int(v) for k, v in counts.items()}} | \
+        ({"split_hash": split} if split else {})
 
 
 def readable(folder) -> Path:
