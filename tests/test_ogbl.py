@@ -241,7 +241,8 @@ class _Boom:
     ("hits", {"valid": {"head": np.zeros(2), "relation": np.zeros(2), "tail": np.zeros(2)}},
      "valid.pt is a knowledge-graph split"),
     ("mrr", {"valid": _Boom()}, r"cannot read .*valid\.pt: UnpicklingError: refusing to unpickle .*exec: "),
-    ("mrr", {"dataset": "cora"}, r"--ogb-split .*ogbl_citation2: its graph has 120 nodes, --dataset cora's 2708"),
+    ("mrr", {"dataset": "cora"},
+     r"--ogb-split .*ogbl_citation2: its graph is not --dataset cora's \(120 against 2708 nodes\)"),
     ("mrr", {"dataset": "cora", "ogb_split": "elsewhere"}, r"--ogb-split must be an OGB link folder .*'elsewhere'"),
 ])
 def test_bad_input_is_one_line(tmp_path, kind, change, message):
@@ -287,3 +288,17 @@ def test_missing_and_corrupt_files_are_one_line(tmp_path):
     (folder / "split" / "other" / "train.pt").write_bytes(b"")
     with pytest.raises(SpgnnError, match=r"holds 2 split types \(other, time\): pick one with .*:TYPE"):
         load_dataset(str(folder))
+
+
+def test_the_split_of_another_graph_of_as_many_nodes_is_refused(tmp_path):
+    """--ogb-split was checked against --dataset by its node count only: another OGB folder's split (its held-out
+    positives possibly message-passing edges here) trained and reported Hits@K."""
+    from spgnn.cli import main
+
+    ours, theirs = (write_folder(tmp_path / name, "hits", seed=seed) for name, seed in (("ours", 0), ("theirs", 1)))
+    assert main(["partition", "--dataset", str(ours), "--nparts", "1", "--method", "block", "--output",
+                 str(tmp_path / "parts"), "--quiet"]) == 0
+    assert PartitionedDataset(tmp_path / "parts").info.source.startswith("ogbl:")
+    LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(ours)), Comm(0, 1))          # its own: trains
+    with pytest.raises(SpgnnError, match=r"its graph is not --dataset .*parts's \(120 against 120 nodes, other "):
+        LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(theirs)), Comm(0, 1))

@@ -28,6 +28,7 @@ class Graph:
     test_mask: np.ndarray
     name: str = "graph"
     num_classes: int = field(default=0)
+    source: str = ""            # a digest of the files it was read from, where a later reader must match them
 
     def __post_init__(self):
         self.adj = sp.csr_matrix(self.adj)

@@ -22,6 +22,7 @@ Hits@K for the first kind (K = 100 for ogbl-ppa, 20 for ogbl-ddi, else 50, ogbl-
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import zipfile
@@ -213,6 +214,16 @@ def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut
     return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs, files)
 
 
+def fingerprint(folder: str | os.PathLike) -> str:
+    """A digest of OGB link folder `folder`'s graph: its raw edge and node-count files, read a block at a time."""
+    raw, digest = Path(folder) / "raw", hashlib.sha256()
+    for path in (_file(raw, "num-node-list"), _file(raw, "edge")):
+        with reading(path), open(path, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return "ogbl:" + digest.hexdigest()
+
+
 def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:
     """The graph of OGB link folder `folder`: its training edges, symmetrised, with the node features; each edge of
     the split's train.pt checked to be one of them. Labels are 0 (a link folder has none)."""
@@ -243,4 +254,5 @@ def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:
         raise SpgnnError(f"{train}: {missing.size} of its {src.size} training edges are not edges of the graph in "
                          f"raw/ (the first: {src[i]} -> {dst[i]}): OGB's graph holds every training edge; use the "
                          f"split published with this graph")
+    g.source = fingerprint(folder)
     return g

@@ -121,7 +121,7 @@ class PartitionedDataset:
             self.info = GraphInfo(g["name"], int(g["n"]), int(g["nnz"]), int(g["num_features"]),
                                   int(g["num_classes"]), bool(g["symmetric"]), dict(g["counts"]),
                                   np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
-                                  dict(g.get("label_counts", {})), g.get("split_hash", ""))
+                                  dict(g.get("label_counts", {})), g.get("split_hash", ""), g.get("source", ""))
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
                 "node_order": p.get("node_order", "natural"), "folder": str(self.path)}
         except KeyError as e:
@@ -271,7 +271,8 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
         g = info.as_dict() | {"nnz": int(tally.block_nnz.sum()), "split_hash": split_hash(tally.split)}
         meta = {"format": FORMAT,
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
-                                            "counts", "graph_hash", "targets", "label_counts", "split_hash")},
+                                            "counts", "graph_hash", "targets", "label_counts", "split_hash",
+                                            "source")},
                 "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "node_order": partition.get("node_order", "natural"),

@@ -46,7 +46,8 @@ class GraphInfo:
     graph_hash: str = ""
     targets: int = 0             # binary targets per node (labels n×t), 0 for class ids
     label_counts: dict = field(default_factory=dict, compare=False)   # `spgnn.graph.validate.label_counts`
-    split_hash: str = ""         # `split_hash` of the whole graph ("" where unknown: a folder written before it)
+    split_hash: str = field(default="", compare=False)   # `split_hash` of the graph ("" where a folder lacks it)
+    source: str = field(default="", compare=False)       # `spgnn.graph.Graph.source` of the graph it was made from
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -133,7 +134,8 @@ def graph_info(graph: graphs.Graph, partition) -> GraphInfo:
     return GraphInfo(graph.name, graph.n, graph.nnz, graph.num_features, graph.num_classes,
                      bool(graph.is_symmetric), {s: int(m.sum()) for s, m in masks.items()},
                      np.asarray(partition.offsets, np.int64), graph_hash(graph.adj), graph.targets,
-                     label_counts(graph.y, masks, graph.num_classes), split_hash(split_sum(np.arange(graph.n), masks)))
+                     label_counts(graph.y, masks, graph.num_classes),
+                     split_hash(split_sum(np.arange(graph.n), masks)), graph.source)
 
 
 def index_dtype(n: int):

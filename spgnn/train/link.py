@@ -19,12 +19,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..comm import autograd as autograd_comm
-from ..comm.agree import agree
+from ..comm.agree import agree, on_rank0
 from ..comm.halo import Halo
 from ..cost import ModelCost
 from ..distgraph import DistGraph
 from ..errors import SpgnnError
-from ..graph.ogbl import ogbl_folder, read_held_out
+from ..graph.ogbl import fingerprint, ogbl_folder, read_held_out
 from ..graph.pyg import as_graph
 from ..layers.registry import Layer
 from ..layers.stack import config_model
@@ -89,9 +89,12 @@ class LinkTrainer(Run):
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts,        # --algo auto weighs the encoder
                                        lambda info: ModelCost.of_config(cfg, info.num_features, width))
         perm = node_order(opened)
-        if given and given.n != opened.info.n:
-            raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph has {given.n} nodes, --dataset {cfg.dataset}'s "
-                             f"{opened.info.n}: give the partitioned folder of that OGB folder's graph")
+        made_from = getattr(opened.info, "source", "")      # "" for a folder that does not say (written before)
+        if given and (given.n != opened.info.n or made_from and made_from != on_rank0(comm, lambda: fingerprint(
+                folder[0]))):
+            raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph is not --dataset {cfg.dataset}'s ({given.n} "
+                             f"against {opened.info.n} nodes{'' if given.n != opened.info.n else ', other edges'}): "
+                             "give the partitioned folder of that OGB folder's graph")
         torch.manual_seed(cfg.seed)
         encoder = config_model(cfg, opened.info.num_features, width)
         for layer in encoder.modules():         # an OGB folder's graph is its training edges: nothing to hold out
