@@ -1,7 +1,7 @@
-"""What the registries of plug-ins (algorithms, layers) share: `Option`, a setting a plug-in brings to
-`TrainConfig` and the command line; admitting a class to a registry (`admit`); the options of a registry (`merged`,
-`declaring`); and loading the plug-ins
-other packages publish under an entry-point group (`load_entry_points`)."""
+"""What the registries of plug-ins (algorithms, layers, tasks) share: `Option`, a setting a plug-in brings to
+`TrainConfig` and the command line; admitting a class to a registry (`admit`); the options of a registry
+(`merged`, `declaring`); and loading the plug-ins other packages publish under an entry-point group
+(`load_entry_points`)."""
 
 from __future__ import annotations
 
