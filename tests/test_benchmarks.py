@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spgnn import cost
+from spgnn import cost, progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,8 +211,10 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
 
 
 def _refusal(script, argv, monkeypatch, capsys):
-    """(exit code, stdout, stderr) of benchmarks/`script`'s main(`argv`), which must exit."""
+    """(exit code, stdout, stderr) of benchmarks/`script`'s main(`argv`), which must exit; stage lines off, as in a
+    fresh process (an earlier test's spgnn.cli.main may have left them on)."""
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(progress, "_shown", False)
     with pytest.raises(SystemExit) as exit_:
         importlib.import_module(script).main(argv)
     err = capsys.readouterr()
