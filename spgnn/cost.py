@@ -313,12 +313,14 @@ def wait_steps(op: str, calls: int, messages: int) -> float:
 def seconds(ledger: Ledger, alpha_beta=None, phase: str | None = None, wait_s: float = 0.0,
             sync_s: float = 0.0) -> float:
     """Predicted seconds of a ledger's collectives (of one `phase`, if given): Σ α_op·latency_steps +
-    β_op·charged_bytes + wait_s·wait_steps + sync_s·calls."""
+    β_op·charged_bytes + wait_s·wait_steps + sync_s·calls, over the groups of more than one rank (a group of one
+    calls no transport: `Comm` answers it in place)."""
     ab = alpha_beta or DEFAULT_ALPHA_BETA
     return sum(ab[op][0] * latency_steps(op, row[0], row[3])
                + ab[op][1] * charged_bytes(op, row[1], row[2], ledger.sizes.get(group))
                + wait_s * wait_steps(op, row[0], row[3]) + sync_s * row[0]
-               for (ph, _, op, group), row in ledger.rows.items() if phase in (None, ph))
+               for (ph, _, op, group), row in ledger.rows.items()
+               if phase in (None, ph) and ledger.sizes.get(group) != 1)
 
 
 def comm_seconds(ledger: Ledger, shape, alpha_beta=None, rates: Rates = None, ranks_per_node: int | None = None,
