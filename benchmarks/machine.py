@@ -107,6 +107,9 @@ def output(path: str) -> str:
     """An argparse type for --out: `path`, once its folder is made and a file can be written there and at the PNG
     beside it (a run must not lose what it measured to an unwritable path at the end)."""
     p = Path(path)
+    if p.suffix.lower() == ".png":
+        raise argparse.ArgumentTypeError(f"{path} names the plot written beside the JSON report (--out REPORT.json "
+                                         "writes REPORT.png too): give the report's path")
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -197,6 +197,7 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
     ("bench_model", ["--datasets", "cora", "--procs", "1", "--algos", "1d-halo,sr"], "'sr' is not an algorithm"),
     ("bench_model", ["--datasets", "cora", "--procs", "1,x"], "argument --procs: 'x' is not an integer"),
     ("bench_bound", ["--dataset", "cora", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
+    ("bench_ring", ["--procs", "2", "--out", "ring.png"], "names the plot written beside the JSON report"),
     ("bench_sampling", ["--datasets", "cora", "--minibatches", "0"], "argument --minibatches: must be >= 1, got 0"),
     ("bench_sampling", ["--datasets", "cora", "--budget-s", "0"], "argument --budget-s: must be > 0.0, got 0"),
     ("bench_sampling", ["--datasets", "cora,rmat:6", "--batch-size", "100"], "--batch-size 100 exceeds the 64 nodes "
