@@ -291,12 +291,26 @@ class DistGraph:
                              f"got {mask.dtype} {tuple(mask.shape)}")
         return mask
 
+    def _splits(self, masks) -> tuple:
+        """Split names (one, or several) as the split-keyed figures take them: their keys are "<split>_<figure>"."""
+        masks = (masks,) if isinstance(masks, str) else tuple(masks)
+        if not all(isinstance(k, str) for k in masks):
+            raise SpgnnError(f"the figures of a split take split names ({', '.join(self.masks)}), not masks; for a "
+                             "boolean mask of your own, compute the figure from predictions() and all_sum()")
+        return masks
+
+    def _classes(self, what: str) -> None:
+        if self.info.targets:
+            raise SpgnnError(f"{what} is of class labels; dataset {self.info.name!r} has {self.info.targets} binary "
+                             "targets per node: use binary_cross_entropy and roc_auc (the binary/multilabel task)")
+
     def _count(self, mask, m) -> int:
         return self.counts[mask] if isinstance(mask, str) else int(self.all_sum([float(m.sum())])[0])
 
     def cross_entropy(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """(1/|M|) Σ_{v∈M} −log softmax(logits_v)[y_v] over the global rows of `mask` (a split name or a boolean
         tensor over this rank's rows): its value the global loss on every rank, its gradient this rank's share."""
+        self._classes("cross_entropy")
         logits = self._logits(logits, self.num_classes)
         mine = self._mask(mask) & self.algo.label_rows(self.y, self.num_classes)
         first = self.columns(self.num_classes).start
@@ -338,7 +352,7 @@ class DistGraph:
         from .metrics import roc_auc
 
         y, cols, t = self.targets(), self.columns(self.info.targets or 1), self.info.targets or 1
-        logits = self._logits(logits, t)
+        logits, masks = self._logits(logits, t), self._splits(masks)
         scores, labels, which = [], [], []
         for i, k in enumerate(masks):
             m = self._mask(k)
@@ -357,7 +371,7 @@ class DistGraph:
 
     def evaluate(self, logits: torch.Tensor, masks=SPLITS) -> dict:
         """The task's figure on each split in `masks` (accuracy, or ROC-AUC), as `task.evaluate` gives it."""
-        return self.task.evaluate(self, logits, masks)
+        return self.task.evaluate(self, logits, self._splits(masks))
 
     def loss(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """The task's global mean loss over `mask` (cross-entropy, or BCE over the known targets)."""
@@ -368,11 +382,14 @@ class DistGraph:
         return self.algo.argmax(self._logits(logits, self.num_classes), self.num_classes)
 
     def accuracy(self, logits: torch.Tensor, masks=SPLITS) -> dict:
-        """{"<mask>_acc": global share of correct predictions} for each split name in `masks`, in one sum."""
-        pred, mine = self.predictions(logits), self.algo.label_rows(self.y, self.num_classes)
+        """{"<mask>_acc": global share of correct predictions} for each split name in `masks`, in one sum; NaN for
+        a split of no nodes (a graph without validation nodes), which has no share."""
+        self._classes("accuracy")
+        masks, pred = self._splits(masks), self.predictions(logits)
+        mine = self.algo.label_rows(self.y, self.num_classes)
         correct = [float((pred[self._mask(k) & mine] == self.y[self._mask(k) & mine]).sum()) for k in masks]
         totals = self.all_sum(correct)
-        return {f"{k}_acc": c / max(self.counts[k], 1) for k, c in zip(masks, totals)}
+        return {f"{k}_acc": c / self.counts[k] if self.counts[k] else float("nan") for k, c in zip(masks, totals)}
 
     def all_sum(self, values) -> list[float]:
         """Σ over the ranks of `rows_group` of each value (float64)."""

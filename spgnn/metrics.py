@@ -46,6 +46,10 @@ def average_precision(scores, labels, comm=None, group=None, targets=None, num_t
 
 def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> dict:
     """{"rocauc": [per target], "ap": [per target]} from one sort of the union of the ranks' scores."""
+    if any(np.ndim(_numpy(a)) > 1 for a in (scores, labels, targets) if a is not None):
+        raise ValueError("scores, labels and targets are 1-D, an entry a scored pair: for n×t scores of t targets "
+                         "pass scores.ravel(), labels.ravel() and targets = the column of each (np.tile(np.arange(t), "
+                         "n)), with num_targets = t")
     s = _numpy(scores).astype(np.float32, copy=False).ravel()
     lab, t = _numpy(labels).ravel(), np.zeros(len(s), np.int64) if targets is None else _numpy(targets).ravel()
     if not (len(s) == len(lab) == len(t)):

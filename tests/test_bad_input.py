@@ -479,3 +479,25 @@ def test_a_launched_job_stops_every_rank_at_a_bad_path(tmp_path):
     errs = [p.communicate(timeout=300)[1] for p in procs]      # a hang fails here; --timeout would end it at 120 s
     assert [p.returncode for p in procs] == [2, 2], errs
     assert errs[0].strip().endswith("give --output a writable file path") and not errs[1].strip(), errs
+
+
+def test_figures_of_no_nodes_and_of_the_wrong_kind_are_said(tmp_path, capsys):
+    """A graph without validation nodes reported val_acc 0.0 and made epoch 0 the best for good; a split name given
+    as a string was taken letter by letter; class figures of a graph with binary targets failed inside torch; a
+    task whose evaluate named its figures otherwise than its metric ended in a KeyError after training."""
+    report = tmp_path / "r.json"
+    path = edge_folder(tmp_path / "noval", masks={"val": np.zeros(N, bool)})
+    assert cli.main(["train", "--dataset", path, "--epochs", "3", "--hidden", "4", "--quiet", "--output",
+                     str(report)]) == 0
+    r = json.loads(report.read_text())
+    assert all(e["val_acc"] is None for e in r["epochs"]) and r["best"]["epoch"] == 2 and r["best"]["val_acc"] is None
+    g = DistGraph(dataset="cora")
+    logits = torch.zeros(g.n, 7)
+    assert set(g.accuracy(logits, "val")) == {"val_acc"}
+    with pytest.raises(SpgnnError, match="^the figures of a split take split names"):
+        g.accuracy(logits, [g.masks["val"]])
+    targets = edge_folder(tmp_path / "targets", y=(np.arange(N)[:, None] % np.array([2, 3]) == 0).astype(float))
+    t = DistGraph(dataset=targets)
+    for fn in (t.accuracy, t.cross_entropy):
+        with pytest.raises(SpgnnError, match="is of class labels; dataset .* has 2 binary targets per node"):
+            fn(torch.zeros(N, 2))

@@ -279,6 +279,8 @@ def test_metrics_refuse_what_they_would_rank_wrong():
             ranking(s, labels)
     with pytest.raises(ValueError, match=r"^targets must be whole numbers in \[0, 1\)"):
         ranking(s, [0, 0, 1, 1], targets=[0, 0, 1, 1])
+    with pytest.raises(ValueError, match="^scores, labels and targets are 1-D"):      # pooled into one ranking
+        ranking([[0.1, 0.9], [0.2, 0.8]], [[0, 1], [1, 0]])
     with pytest.raises(ValueError, match="^scores must be finite"):
         mrr([float("nan")], [[0.5, 0.9]])
     with pytest.raises(ValueError, match="^scores must be finite"):
@@ -296,3 +298,16 @@ def test_a_task_that_is_no_node_task_names_its_run():
     with pytest.raises(SpgnnError, match="^task 'pairs-of-mine' is not a node task"):
         Pairs().trainer()
     assert Task().trainer().__name__ == "Trainer"
+
+
+def test_a_task_whose_figures_are_not_named_by_its_metric_is_one_line():
+    """Its evaluate's keys were looked up after training: a bare KeyError."""
+    misnamed = type("Misnamed", (LogProb,), {"name": "misnamed", "evaluate": lambda self, g, out, splits=(
+        "train", "val", "test"): {f"{s}_acc": 0.5 for s in splits}})
+    register_task(misnamed)
+    try:
+        with pytest.raises(SpgnnError, match=r"^the task's evaluate gave test_acc, train_acc, val_acc, not "
+                                             r"val_logprob and test_logprob: a task names its figures"):
+            Trainer(TrainConfig(task="misnamed", epochs=1, hidden=4), _comm()).run(log=None)
+    finally:
+        TASKS.pop("misnamed", None)

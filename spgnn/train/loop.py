@@ -15,6 +15,7 @@ import torch
 from .. import progress
 from ..comm.agree import agree
 from ..config import TrainConfig
+from ..errors import SpgnnError
 from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
@@ -93,7 +94,7 @@ class Run:
             return report | {"stopped": f"{d}{kept}"} | ({"predicted": None} if "predicted" in report else {})
         with progress.stage("evaluating", "(final)"):
             final = self.evaluate()
-        if not best and records:                # --eval-every 0: the final evaluation is the only one, so the best
+        if not best and records:     # --eval-every 0, or no validation figure: the final evaluation is the best
             val, test = f"val_{self.metric}", f"test_{self.metric}"
             best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
         return self.report(records, final, best)
@@ -166,15 +167,22 @@ RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an
 def on_schedule(records: list[dict], eval_every: int, metric: str = "acc") -> tuple[list[dict], dict]:
     """A resumed run's records carried over, as the uninterrupted run would have them: evaluated only every
     `eval_every` epochs (a checkpoint's last epoch was evaluated as the end of its own, shorter run), and the best
-    of those by ``val_<metric>`` (`epoch_loop`'s rule)."""
-    val, test = f"val_{metric}", f"test_{metric}"
+    of those by ``val_<metric>`` (`better`)."""
     kept, best = [], {}
     for r in records:
         r = r if eval_every and r["epoch"] % eval_every == 0 else {k: r[k] for k in RECORDED if k in r}
-        if val in r and (val not in best or r[val] > best[val]):
-            best = {"epoch": r["epoch"], val: r[val], test: r[test]}
+        best = better(r, best, metric)
         kept.append(r)
     return kept, best
+
+
+def better(record: dict, best: dict, metric: str) -> dict:
+    """The best-validation record of `best` and `record` (its epoch and figures): `record` where its ``val_<metric>``
+    is a number above the best's (the first of equals); a split with no figure (NaN: no validation nodes) never."""
+    val, test = f"val_{metric}", f"test_{metric}"
+    if val in record and math.isfinite(record[val]) and (val not in best or record[val] > best[val]):
+        return {"epoch": record["epoch"], val: record[val], test: record[test]}
+    return best
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
@@ -193,9 +201,12 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
             raise Diverged(epoch, loss, epochs, best)
         record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
-            record |= evaluate()
-            if val not in best or record[val] > best[val]:
-                best = {"epoch": epoch, val: record[val], test: record[test]}
+            figures = evaluate()
+            if not {val, test} <= figures.keys():
+                raise SpgnnError(f"the task's evaluate gave {', '.join(sorted(figures))}, not {val} and {test}: a "
+                                 f"task names its figures <split>_<metric> (its metric: {metric!r})")
+            record |= figures
+            best = better(record, best, metric)
         epochs.append(record)
         if log:
             log(format_epoch(record, metric))
