@@ -526,16 +526,16 @@ def cost_command(args, argv) -> int:
     best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r),
                    key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"])) for P in Ps}   # auto's pick
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
-          f"{'GB/rank':>8}")
+          f"{'GiB/rank':>8}")
     for r in rows:
         mark = "  <- best" if best[r["P"]] is r else "  (does not fit --memory-per-rank)" if "dropped" in r else ""
         shape = " ".join(str(r[o.name]) for o in spmm.options().values() if o.shapes and r[o.name] != o.default)
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
-              f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 1e9:>8.2f}{mark}")
+              f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 2**30:>8.2f}{mark}")
     for P in Ps:
         r = best[P]
-        print(f"{args.dataset or 'the graph'} at P = {P}: {r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 1e9:.2f} "
-              f"GB per rank ({r['algo']} {r['shape']})")
+        print(f"{args.dataset or 'the graph'} at P = {P}: {r['epoch_s']:.4f} s an epoch, "
+              f"{r['memory_bytes'] / 2**30:.2f} GiB per rank ({r['algo']} {r['shape']})")
     if args.output:
         write_json(args.output, {"rows": rows, "argv": argv})
     return 0

@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import re
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -384,14 +385,15 @@ def candidates(P: int) -> list[dict]:
 
 
 def memory_limit(text) -> int | None:
-    """Bytes of a ``--memory-per-rank`` value ("4GB", "512M"; K, M, G powers of 2¹⁰), None for none."""
+    """Bytes of a ``--memory-per-rank`` value ("4G", "4GiB", "512M", "1000B"; K, M, G powers of 2¹⁰, as `spgnn cost`
+    prints GiB), None for none; a number without its unit ("4": bytes, surely not meant) is refused."""
     from .comm.calibrate import parse_sizes
 
-    if text is None or text == "":
+    if text is None:
         return None
     sizes = parse_sizes(str(text), "--memory-per-rank")
-    if len(sizes) != 1:
-        raise SpgnnError(f"--memory-per-rank takes one size like 4GB or 512M, got {text!r}")
+    if len(sizes) != 1 or not re.search(r"[KMGB]\s*$", str(text).upper()):
+        raise SpgnnError(f"--memory-per-rank takes one size with its unit, like 4G, 4GiB, 512M or 1000B, got {text!r}")
     return sizes[0]
 
 

@@ -145,7 +145,7 @@ def test_attention_is_planned_only_where_a_layout_states_its_cost(capsys):
                          "--heads", heads]) == 0
         rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.strip().startswith("4 ")]
         assert sorted(r[1] for r in rows) == ["1d-halo", "sar"]
-        table[heads] = {r[1]: (float(r[4]), float(r[5])) for r in rows}     # s/epoch, GB/rank
+        table[heads] = {r[1]: (float(r[4]), float(r[5])) for r in rows}     # s/epoch, GiB/rank
     for algo in ("1d-halo", "sar"):
         assert all(a > b > 0 for a, b in zip(table["8"][algo], table["2"][algo])), table
 
@@ -408,8 +408,8 @@ def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, caps
     need = sorted({r["memory_bytes"] for r in table})
     assert len(need) > 1
     limit = (need[0] + need[1]) // 2
-    cfg, table = plan.choose(TrainConfig(algo="auto", hidden=64, partition="random", memory_per_rank=str(limit)), g,
-                             4)
+    cfg, table = plan.choose(TrainConfig(algo="auto", hidden=64, partition="random", memory_per_rank=f"{limit}B"),
+                             g, 4)
     kept = [r for r in table if "dropped" not in r]
     assert kept and all(r["memory_bytes"] <= limit for r in kept)
     assert all(r["memory_bytes"] > limit for r in table if "dropped" in r) and len(kept) < len(table)
@@ -422,6 +422,11 @@ def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, caps
     assert err[-1].startswith("spgnn: error: --memory-per-rank") and "no layout fits" in err[-1]
     assert cli.main(argv + ["--memory-per-rank", "lots"]) == 2
     assert "bad --memory-per-rank" in capsys.readouterr().err
+    assert cli.main(argv + ["--memory-per-rank", "1GiB"]) == 0      # GiB, as spgnn cost prints memory
+    capsys.readouterr()
+    for bare in ("4", ""):                              # bytes, surely not meant; nothing: both were taken
+        assert cli.main(argv + ["--memory-per-rank", bare]) == 2
+        assert "--memory-per-rank" in capsys.readouterr().err
 
 
 def test_memory_per_rank_refuses_a_named_algo_that_does_not_fit(capsys):
@@ -431,9 +436,9 @@ def test_memory_per_rank_refuses_a_named_algo_that_does_not_fit(capsys):
     cfg = TrainConfig(algo="2d", grid="2x2", hidden=16, partition="random")
     need = max(cost.memory_bytes(cost.spmm.get("2d"), {"gcn": plan.block_stats(g, p.partition, "gcn")}, p.shape, r,
                                  plan.model_cost(p.cfg, g))["total"] for p in [plan.plan(cfg, 4, g)] for r in range(4))
-    assert plan.plan(cost.replace(cfg, memory_per_rank=str(need)), 4, g).cfg.algo == "2d"
+    assert plan.plan(cost.replace(cfg, memory_per_rank=f"{need}B"), 4, g).cfg.algo == "2d"
     with pytest.raises(cost.SpgnnError, match=r"--memory-per-rank .*--algo 2d on grid 2x2x1 needs"):
-        plan.plan(cost.replace(cfg, memory_per_rank=str(need - 1)), 4, g)
+        plan.plan(cost.replace(cfg, memory_per_rank=f"{need - 1}B"), 4, g)
     for algo, says in (("1d-halo", "--algo 1d-halo on grid 1 needs"), ("auto", "no layout fits")):
         argv = ["train", "--dataset", "cora", "--algo", algo, "--epochs", "1", "--memory-per-rank", "1K"]
         assert cli.main(argv) == 2
@@ -448,8 +453,8 @@ def test_cost_prints_seconds_and_memory(tmp_path, capsys):
     assert cli.main(["cost", "--dataset", "cora", "--nprocs", "2", "--output", str(out)]) == 0
     assert cli.main(["cost", "--nodes", "111059956", "--nnz", "3231371744", "--nprocs", "64"]) == 0
     text = capsys.readouterr().out
-    assert "s/epoch" in text and "GB/rank" in text
-    assert "cora at P = 2:" in text and "the graph at P = 64:" in text and "GB per rank" in text
+    assert "s/epoch" in text and "GiB/rank" in text
+    assert "cora at P = 2:" in text and "the graph at P = 64:" in text and "GiB per rank" in text
     rows = json.loads(out.read_text())["rows"]
     assert all(r["epoch_s"] > r["comm_seconds"] == r["seconds"] and r["memory_bytes"] > cost.DEFAULT_RATES.runtime_bytes
                for r in rows)

@@ -97,7 +97,7 @@ def parse_sizes(text: str, what: str = "message size") -> list[int]:
     """'4K,1M,64M' → byte counts (K, M, G are powers of 2¹⁰); `what` names them in the error."""
     sizes = []
     for item in text.split(","):
-        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)B?\s*", item.upper())
+        m = re.fullmatch(r"\s*(\d+)\s*([KMG]?)I?B?\s*", item.upper())
         if not m or int(m[1]) == 0:
             raise SpgnnError(f"bad {what} {item!r} in {text!r}: give positive sizes like 4K,1M,64M")
         sizes.append(int(m[1]) * _UNITS[m[2]])
