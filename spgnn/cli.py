@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import traceback
@@ -472,14 +473,20 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     return p
 
 
+COST_MAX_P = 8192           # spgnn cost's model keeps P×P statistics of the blocks: 0.5 GiB each at this P
+
+
 def _process_counts(text: str) -> list[int]:
-    """--nprocs of spgnn cost: comma-separated positive integers."""
+    """--nprocs of spgnn cost: comma-separated positive integers, each once, at most `COST_MAX_P`."""
     try:
-        Ps = [int(x) for x in text.split(",")]
+        Ps = list(dict.fromkeys(int(x) for x in text.split(",")))
     except ValueError:
         Ps = []
     if not Ps or min(Ps) < 1:
         raise SpgnnError(f"--nprocs takes comma-separated process counts >= 1, e.g. 4,16,64; got {text!r}")
+    if max(Ps) > COST_MAX_P:
+        raise SpgnnError(f"--nprocs {max(Ps)}: spgnn cost models up to {COST_MAX_P} processes (it keeps P×P block "
+                         "statistics)")
     return Ps
 
 
@@ -513,18 +520,24 @@ def cost_command(args, argv) -> int:
                           node_order=args.node_order, **model_options)
         graph = plan(cfg, 1).graph
         model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
-        rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit)
+        rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit,
+                            strict=False)
     elif args.nodes is not None and args.nnz is not None:
-        if not (args.nodes >= 1 and args.nodes == int(args.nodes) and 0 <= args.nnz <= args.nodes ** 2):
+        if not (1 <= args.nodes < math.inf and args.nodes == int(args.nodes) and 0 <= args.nnz <= args.nodes ** 2):
             raise SpgnnError(f"--nodes {args.nodes:g} --nnz {args.nnz:g}: n must be a whole number of at least 1 "
                              "and nnz between 0 and n²")
         model = cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes)
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
-                               ordered=args.node_order == "rcm")
+                               ordered=args.node_order == "rcm", strict=False)
     else:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
-    best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r),
-                   key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"])) for P in Ps}   # auto's pick
+    best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r), default=None,      # auto's pick
+                   key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"])) for P in Ps}
+    if not any(best.values()):                  # nothing fits anywhere: one line, as --algo auto says it
+        least = min(rows, key=lambda r: r["memory_bytes"])
+        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits on {args.nprocs} processes; the "
+                         f"least needs {least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']} at P = "
+                         f"{least['P']}): use more processes or allow more memory")
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
           f"{'GiB/rank':>8}")
     for r in rows:
@@ -533,9 +546,10 @@ def cost_command(args, argv) -> int:
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 2**30:>8.2f}{mark}")
     for P in Ps:
-        r = best[P]
-        print(f"{args.dataset or 'the graph'} at P = {P}: {r['epoch_s']:.4f} s an epoch, "
-              f"{r['memory_bytes'] / 2**30:.2f} GiB per rank ({r['algo']} {r['shape']})")
+        r, least = best[P], min((r["memory_bytes"] for r in rows if r["P"] == P), default=0)
+        print(f"{args.dataset or 'the graph'} at P = {P}: " + (
+            f"{r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 2**30:.2f} GiB per rank ({r['algo']} {r['shape']})"
+            if r else f"no layout fits --memory-per-rank (the least needs {least / 2**30:.2f} GiB a rank)"))
     if args.output:
         write_json(args.output, {"rows": rows, "argv": argv})
     return 0

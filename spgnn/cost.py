@@ -397,16 +397,16 @@ def memory_limit(text) -> int | None:
     return sizes[0]
 
 
-def _fits(table: list, limit: int | None, what: str) -> list:
+def _fits(table: list, limit: int | None, what: str, strict: bool = True) -> list:
     """The rows of `table` under the memory limit, those over it marked {"dropped": "memory"} (SpgnnError naming
-    the least need when none is under)."""
+    the least need when none is under, if `strict`)."""
     if limit is None:
         return table
     for r in table:
         if r["memory_bytes"] > limit:
             r["dropped"] = "memory"
     fits = [r for r in table if "dropped" not in r]
-    if table and not fits:
+    if table and not fits and strict:
         least = min(table, key=lambda r: r["memory_bytes"])
         raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits {what}; the least needs "
                          f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}): use more processes or "
@@ -476,12 +476,14 @@ def _overlaps(cls) -> bool:
 
 
 def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None, memory_per_rank: int | None = None,
-            ranks: int | None = None, ranks_per_node: int | None = None) -> list[dict]:
+            ranks: int | None = None, ranks_per_node: int | None = None, strict: bool = True) -> list[dict]:
     """`predict_layout` of every modelled algorithm and grid at each P in `Ps` (`stats_of(cls, shape)`: {adjacency:
     BlockStats}), over the first `ranks` ranks (default all), with `ranks_per_node` processes sharing each machine
     like the calibrated one (default all P); "seconds" is the communication's (CAGNET's comparison), "epoch_s" the
     whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"} (SpgnnError when none fits at
-    some P). Layouts that do not offer what the model needs or state its costs are not compared."""
+    some P, if `strict`; else all that P's rows are marked). Layouts that do not offer what the model needs or state
+    its costs are not compared, nor those `stats_of` gives None (more row blocks than the graph has nodes); a P at
+    which no layout is left is an SpgnnError."""
     rows = []
     for P in Ps:
         table = []
@@ -490,16 +492,21 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
             if not model.modelled_on(cls):
                 continue
             shape = cls.grid_for(P, **option)
-            row = predict_layout(cls, stats_of(cls, shape), shape, model, alpha_beta, rates, _overlaps(cls),
+            if (stats := stats_of(cls, shape)) is None:
+                continue
+            row = predict_layout(cls, stats, shape, model, alpha_beta, rates, _overlaps(cls),
                                  range(min(P, ranks or P)), min(P, ranks_per_node or P))
             table.append({"P": P, **option, "shape": format_grid(shape), "seconds": row["comm_seconds"]} | row)
-        _fits(table, memory_per_rank, f"on {P} processes")
+        if not table:
+            raise SpgnnError(f"no layout splits the graph into row blocks for {P} processes: it has fewer nodes than "
+                             "any layout's row blocks; use fewer processes")
+        _fits(table, memory_per_rank, f"on {P} processes", strict)
         rows += table
     return rows
 
 
 def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,
-               memory_per_rank: int | None = None, ordered: bool = False) -> list[dict]:
+               memory_per_rank: int | None = None, ordered: bool = False, strict: bool = True) -> list[dict]:
     """`compare` for a graph known by n and nnz (`BlockStats.expected`, each part's nodes in a locality order if
     `ordered`), on machines like the calibrated one, a rank a core: the largest over the first `ranks` ranks.
     Parts are equal, so those ranks stand for all (in 2D/3D up to the one column more that the first f mod C
@@ -508,7 +515,7 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 
     def stats_of(cls, shape):
         return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape), ordered))
-    return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores)
+    return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores, strict)
 
 
 # -- compute seconds and memory ---------------------------------------------------------------------------------

@@ -67,11 +67,13 @@ def model_cost(cfg: TrainConfig, info, costs_of=None) -> cost.ModelCost:
 def graph_stats(cfg: TrainConfig, g: Graph):
     """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks, in cfg's
     node order (each count of blocks partitioned and each normalisation measured once, however many layouts share
-    it)."""
+    it); None for a layout of more row blocks than nodes (not compared)."""
     stats, partitions = {}, {}
 
     def stats_of(cls, shape, adjacencies):
-        B = cls.num_parts(_fits(cls, shape, g.n))
+        B = cls.num_parts(shape)
+        if B > g.n:
+            return None
         if B not in partitions:
             partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed, cfg.node_order)
         for a in adjacencies:

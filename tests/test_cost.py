@@ -138,3 +138,15 @@ def test_a_group_of_one_costs_no_time():
     rows = cost.plan_table(2708, 10556, [1, 2], model)
     assert {r["comm_seconds"] for r in rows if r["P"] == 1} == {0.0}
     assert all(r["comm_seconds"] > 0 for r in rows if r["P"] == 2)
+
+
+def test_layouts_that_cannot_be_are_left_out_not_fatal(capsys):
+    """A layout of more row blocks than nodes aborted --algo auto and spgnn cost (naming an algorithm nobody asked
+    for); a P at which nothing fits --memory-per-rank discarded spgnn cost's whole table."""
+    picked = plan.plan(TrainConfig(dataset="rmat:3", algo="auto"), 16)
+    assert picked.cfg.algo != "1d" and picked.cfg.algo in {"1.5d", "2d", "3d"}
+    assert cli.main(["cost", "--nodes", "1000000", "--nnz", "20000000", "--nprocs", "4,16", "--memory-per-rank",
+                     "1G"]) == 0
+    out = capsys.readouterr().out
+    assert "the graph at P = 4: no layout fits --memory-per-rank (the least needs" in out
+    assert "the graph at P = 16: " in out and "<- best" in out
