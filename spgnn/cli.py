@@ -298,6 +298,9 @@ def calibrate(args, argv) -> int:
                          "(one size fits α = 0 and any β)")
     if args.repeats < 1:
         raise SpgnnError(f"--repeats must be at least 1, got {args.repeats}")
+    if not (1 <= args.timeout < math.inf and 0 < args.budget < math.inf):
+        raise SpgnnError(f"--timeout must be at least 1 second and --budget a positive number of seconds, got "
+                         f"{args.timeout} and {args.budget}")
     _check_files(args.output)
     comm = _join(args, argv, args.device, args.timeout, args.transport)
     if isinstance(comm, int):
@@ -314,7 +317,7 @@ def calibrate(args, argv) -> int:
 def _partition_parser(sub) -> argparse.ArgumentParser:
     p = _subparser(sub, "partition", "partition a graph, print the partition's quality, save it",
                    "Compute a P-way vertex partition and print its edge cut, 1d-halo communication volume, "
-                   "replication factor, imbalances, time and memory (see spgnn/partition_metrics.py); "
+                   "replication factor, imbalances, time and memory (see spgnn/partition/metrics.py); "
                    "--compare does so for several methods.")
     a = p.add_argument
     a("--dataset", default=TrainConfig.dataset, help="as for spgnn train")

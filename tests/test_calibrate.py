@@ -50,3 +50,16 @@ def test_one_message_size_fits_no_latency(tmp_path, capsys):
     (tmp_path / "one.json").write_text(json.dumps(one))
     with pytest.raises(SpgnnError, match="broadcast was timed at one message size"):
         load_calibration(tmp_path / "one.json")
+
+
+def test_calibrate_refuses_what_train_refuses(capfd):
+    """--device bogus started both ranks and failed in their collectives; --timeout 0 was blamed on the network;
+    --sizes 1,2 are one message size once rounded to words, which fitted α = 0 and 1/β = 0 GB/s."""
+    from spgnn.cli import main
+
+    for args, needle in ((["--device", "bogus"], "--device must be cpu or cuda[:N], got 'bogus'"),
+                         (["--timeout", "0"], "--timeout must be at least 1 second"),
+                         (["--budget", "nan"], "--budget a positive number of seconds"),
+                         (["--sizes", "1,2"], "--sizes 1, 2 bytes are one message size on 2 processes")):
+        assert main(["calibrate", "--nprocs", "2", "--sizes", "4K,64K", *args]) == 2
+        assert needle in capfd.readouterr().err                     # the processes' own stderr too

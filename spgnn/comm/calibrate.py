@@ -181,6 +181,10 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
     the schema of the result is the module docstring's."""
     if comm.world_size < 2:
         raise SpgnnError("calibrate needs at least 2 processes (mpirun -np N, torchrun or --nprocs N)")
+    if len({max(1, s // (4 * comm.world_size)) for s in sizes}) < 2:     # as `collective` rounds them
+        raise SpgnnError(f"--sizes {', '.join(map(str, sizes))} bytes are one message size on {comm.world_size} "
+                         f"processes (rounded down to multiples of 4·P = {4 * comm.world_size} bytes): give sizes "
+                         "further apart, e.g. 4K,1M")
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
               "cores": os.cpu_count() or 1, "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),

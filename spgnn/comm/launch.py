@@ -164,8 +164,10 @@ def share_cores(local_world_size: int) -> int:
 
 def check_device(device: str) -> None:
     """SpgnnError unless `device` (cpu, cuda or cuda:N) exists in this process."""
-    if not device.startswith("cuda"):
+    if device == "cpu":
         return
+    if not device.startswith("cuda"):
+        raise SpgnnError(f"--device must be cpu or cuda[:N], got {device!r}")
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     index = device.partition(":")[2]
     if not count:
