@@ -29,7 +29,7 @@ from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.order import ORDERS
 from .partition.partition import available, make_partition, save_partition
-from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, plan
+from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, parts_stats, plan
 from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
@@ -521,8 +521,12 @@ def cost_command(args, argv) -> int:
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, partition=args.partition,
                           node_order=args.node_order, **model_options)
-        graph = plan(cfg, 1).graph
-        model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
+        if partitioned.is_partitioned(args.dataset):       # its own parts: the layouts of as many row blocks
+            parts = partitioned.PartitionedDataset(args.dataset)
+            model, stats_of = model_cost(cfg, parts.info), parts_stats(parts)
+        else:
+            graph = plan(cfg, 1).graph
+            model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit,
                             strict=False)
     elif args.nodes is not None and args.nnz is not None:

@@ -498,8 +498,8 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
                                  range(min(P, ranks or P)), min(P, ranks_per_node or P))
             table.append({"P": P, **option, "shape": format_grid(shape), "seconds": row["comm_seconds"]} | row)
         if not table:
-            raise SpgnnError(f"no layout splits the graph into row blocks for {P} processes: it has fewer nodes than "
-                             "any layout's row blocks; use fewer processes")
+            raise SpgnnError(f"no layout runs on {P} processes with these data: each needs more row blocks than the "
+                             "graph has nodes, or, for a partitioned folder, other row blocks than its parts")
         _fits(table, memory_per_rank, f"on {P} processes", strict)
         rows += table
     return rows

@@ -150,3 +150,17 @@ def test_layouts_that_cannot_be_are_left_out_not_fatal(capsys):
     out = capsys.readouterr().out
     assert "the graph at P = 4: no layout fits --memory-per-rank (the least needs" in out
     assert "the graph at P = 16: " in out and "<- best" in out
+
+
+def test_cost_of_a_partitioned_folder_is_of_its_parts(tmp_path, capsys):
+    """spgnn cost --dataset DIR (a dataset spgnn train accepts) loaded the folder as a dataset: 'found neither an
+    edge list ...'. Its layouts are those of as many row blocks as it has parts."""
+    folder = tmp_path / "cora2"
+    assert cli.main(["partition", "--dataset", "cora", "--nparts", "2", "--method", "block", "--output", str(folder),
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["cost", "--dataset", str(folder), "--nprocs", "2,4"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
+    assert {r[1] for r in rows if r[0] == "2"} <= {"1d", "1d-halo", "sar"}         # 2 row blocks: its 2 parts
+    assert {r[1] for r in rows if r[0] == "4"} <= {"1.5d", "2d", "3d"} and f"{folder} at P = 4: " in out
