@@ -513,8 +513,9 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
     column blocks hold)."""
     rates = rates or DEFAULT_RATES
 
-    def stats_of(cls, shape):
-        return dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, cls.num_parts(shape), ordered))
+    def stats_of(cls, shape):                   # None: more row blocks than nodes (not compared)
+        B = cls.num_parts(shape)
+        return None if B > n else dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, B, ordered))
     return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores, strict)
 
 

@@ -266,6 +266,7 @@ def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
     (["--nodes", "0.5"], "n must be a whole number of at least 1"),                                  # a traceback
     (["--nodes", "inf"], "n must be a whole number of at least 1"),                                  # a traceback
     (["--nprocs", "100000000"], "spgnn cost models up to 8192 processes"),          # 71 PiB asked of numpy
+    (["--nodes", "100", "--nnz", "10", "--nprocs", "16,20000"], "spgnn cost models up to"),
     (["--nnz", "1e9"], "--nodes 1000 --nnz 1e+09: n must be a whole number of at least 1 and nnz between 0 and n²"),
 ])
 def test_cost_arguments(args, needle, capsys):
