@@ -289,3 +289,19 @@ def test_bad_overlap_is_one_clear_line(capsys):
     assert cli.main(["train", "--overlap", "yes", "--epochs", "1"]) != 0
     lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert lines == ["spgnn: error: --overlap must be on or off, got 'yes'"], lines
+
+
+def _predicted_hidden(comm, prefetch):
+    from spgnn.config import TrainConfig
+    from spgnn.train.fullbatch import Trainer
+
+    t = Trainer(TrainConfig(algo="sar", epochs=1, hidden=8, prefetch=prefetch, eval_every=0), comm)
+    predicted = t.run(log=None)["predicted"]                   # rank 0's report holds it
+    return predicted and predicted["phases"]["forward"]["hidden_s"]
+
+
+def test_sar_without_rounds_in_flight_is_predicted_without_overlap():
+    """--prefetch 0 starts each ring round as it is consumed, so nothing is in flight behind a product: the report
+    predicted hidden seconds as for --prefetch 1."""
+    assert run_local(_predicted_hidden, 2, 1)[0] > 0
+    assert run_local(_predicted_hidden, 2, 0)[0] == 0

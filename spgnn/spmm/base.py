@@ -212,6 +212,11 @@ class DistSpMM(RowLayout):
         ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
         return cls(Block(a, partition.offsets, part, ids, is_symmetric(adj), halo), comm, grid, device, **options)
 
+    @property
+    def hides_comm(self) -> bool:
+        """Whether its exchanges run behind its products (``--overlap on``): what the time model subtracts."""
+        return getattr(self, "overlap", False)
+
     def graph_bytes(self) -> int:
         """Bytes of the graph this layout keeps (blocks of A, halo plans, wire buffers)."""
         return 0

@@ -68,6 +68,11 @@ class SAR(OneDHalo):
                              "which --overlap off never does: drop --prefetch, or keep --overlap on")
 
     @property
+    def hides_comm(self) -> bool:
+        """--prefetch 0 starts each ring round when it is consumed: nothing is in flight behind a product."""
+        return self.overlap and self.depth > 0
+
+    @property
     def me(self) -> int:
         """This rank's member index in the part group: its own shard's."""
         return self.halo.group.ranks.index(self.comm.rank)

@@ -137,7 +137,7 @@ class Trainer(Run):
         ledgers = [cost.epoch_ledger(type(self.algo), stats, self.grid.shape, r, model, epochs, evals)
                    for r in range(self.comm.world_size)]
         cls, shape, rates = type(self.algo), self.grid.shape, cost.load_rates(self.cfg.calibration)
-        overlap, local = getattr(self.cfg, "overlap", "off") == "on", launch.detect().local_world_size
+        overlap, local = self.algo.hides_comm, launch.detect().local_world_size
         time = cost.epoch_seconds(cls, stats, shape, model, ab, rates, overlap, ranks_per_node=local)
         per = {"eval": max(evals, 1)}                  # rank 0's measured communication a step (an evaluation)
         measured = {ph: self.comm.ledger.total("seconds", phase=ph) / per.get(ph, max(epochs, 1)) for ph in cost.PHASES}
