@@ -7,6 +7,8 @@ compare  every rank runs the same work twice, once on each transport (torch.dist
 die      training on the mpi transport where rank 1 calls os._exit(3) in epoch 3.
 raise    ``spgnn train --transport mpi`` where rank 1 raises ValueError in epoch 3.
 stall    rank 1 never joins a non-blocking broadcast that rank 0 waits on.
+group    as stall, in a group of ranks 0 and 1 used first by that broadcast (3 ranks): its communicator's creation
+         waits for rank 1.
 """
 
 from __future__ import annotations
@@ -120,6 +122,18 @@ def stall(base: Comm) -> None:
     comm.broadcast_async(torch.zeros(4), 1).wait()
 
 
+def stall_in_group(base: Comm) -> None:
+    """As `stall`, in a group {0, 1} whose first use is rank 0's non-blocking broadcast: the creation of its
+    communicator waits for rank 1, and the watchdog must see that wait too."""
+    comm = Comm(base.rank, base.world_size, MPITransport(timeout_s=3.0))
+    pair = comm.group("pair", [0, 1])
+    if comm.rank == 1:
+        time.sleep(12)
+        os._exit(0)
+    if comm.rank == 0:
+        comm.broadcast_async(torch.zeros(4), 1, pair).wait()
+
+
 def raise_in_cli() -> int:
     """``spgnn train`` where rank 1's epoch 3 raises an ordinary exception: cli.main must end the job."""
     from spgnn import cli
@@ -146,6 +160,8 @@ def main(mode: str, out: str) -> None:
         die(base)
     elif mode == "stall":
         stall(base)
+    elif mode == "group":
+        stall_in_group(base)
     launch.shutdown()
 
 

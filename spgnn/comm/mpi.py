@@ -46,12 +46,14 @@ class MPITransport:
 
     @contextmanager
     def _watched(self, what: str):
-        """The block is one MPI call that `_watch` ends the process for if it lasts beyond `timeout_s`."""
-        self._waiting = (time.monotonic(), what)
+        """The block is one MPI call that `_watch` ends the process for if it lasts beyond `timeout_s` (inside
+        another watched block it is part of that call: the outer one's clock runs on, and is watched after it)."""
+        outer = self._waiting
+        self._waiting = outer or (time.monotonic(), what)
         try:
             yield
         finally:
-            self._waiting = None
+            self._waiting = outer
 
     def _watch(self) -> None:
         while True:
@@ -69,12 +71,14 @@ class MPITransport:
         return None
 
     def communicator(self, group):
-        """The MPI communicator whose rank k is ``group.ranks[k]`` (created on first use, then cached)."""
+        """The MPI communicator whose rank k is ``group.ranks[k]`` (created on first use, then cached; the creation
+        waits for every member, so it is watched: a non-blocking call's first use was not)."""
         ranks = tuple(int(r) for r in group.ranks)
         if ranks not in self._comms:
             world = self.MPI.COMM_WORLD
             tag = zlib.crc32(np.asarray(ranks, np.int64).tobytes()) % 32768   # tells concurrent creations apart
-            self._comms[ranks] = world.Create_group(world.Get_group().Incl(list(ranks)), tag)
+            with self._watched(f"making the communicator of ranks {list(ranks)}"):
+                self._comms[ranks] = world.Create_group(world.Get_group().Incl(list(ranks)), tag)
         return self._comms[ranks]
 
     def broadcast(self, t, src, group):
