@@ -222,7 +222,7 @@ def test_saved_partition_records_provenance(tmp_path):
 
 @pytest.mark.parametrize("parts,message", [
     (np.zeros(59, int), "length 59 but the graph has 60"),
-    (np.arange(60) % 4, r"ids 0\.\.3, but P = 3 parts need ids in \[0, 3\)"),
+    (np.arange(60) % 4, r"ids 0\.\.3, but the layout's 3 parts \(its row blocks: .*\) need ids in \[0, 3\)"),
     (np.arange(60) % 3 - 1, r"ids -1\.\.1"),
     (np.arange(60) % 2, "part 2 of 3 is empty"),
     (np.linspace(0, 2, 60), "integer part ids"),

@@ -177,8 +177,8 @@ def check_parts(parts, n: int, P: int) -> np.ndarray:
         raise SpgnnError(f"partition vector must hold integer part ids, got dtype {parts.dtype}")
     parts = parts.astype(np.int64)
     if n and (parts.min() < 0 or parts.max() >= P):
-        raise SpgnnError(f"partition vector holds part ids {parts.min()}..{parts.max()}, "
-                         f"but P = {P} parts need ids in [0, {P})")
+        raise SpgnnError(f"partition vector holds part ids {parts.min()}..{parts.max()}, but the layout's {P} parts "
+                         f"(its row blocks: the processes of a 1D layout, fewer on a grid) need ids in [0, {P})")
     counts = np.bincount(parts, minlength=P)
     if (counts == 0).any():
         raise SpgnnError(f"part {int(np.flatnonzero(counts == 0)[0])} of {P} is empty: every process "
