@@ -29,7 +29,6 @@ Prints a Markdown table, writes every raw number to --out (JSON) and a PNG next 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -47,6 +46,7 @@ from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.sparse import kernels
 from spgnn.train.fullbatch import Trainer
 
@@ -235,11 +235,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     png = out.with_suffix(".png")
     plot(rows, png)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.bench_bound/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "raw": rec,
-        "text": text, "png": str(png)}, indent=1, default=str))
+        "text": text, "png": str(png)}, default=str)
     print(f"wrote {out} and {png}", file=sys.stderr)
     return 0
 

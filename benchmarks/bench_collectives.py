@@ -37,6 +37,7 @@ import numpy as np
 
 from spgnn.comm import calibrate
 from spgnn.errors import SpgnnError
+from spgnn.jsonfile import write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSPORTS = ("torch", "mpi")
@@ -207,6 +208,7 @@ def parse_args(argv=None):
                    help="JSON path; the PNG goes next to it")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    machine.check_config(p, hidden=args.hidden, timeout=args.timeout)
     if args.epoch_rounds and not args.worker:
         machine.check_datasets(p, [args.epoch_dataset])
     try:                                                     # fail before starting anything
@@ -235,9 +237,9 @@ def main(argv=None) -> int:
     print(f"All points:\n\n{bandwidth_table(points)}\n")
     print("Targets:\n" + "\n".join(targets))
     out = Path(args.out)
-    out.write_text(json.dumps({"command": shlex.join([sys.executable, *sys.argv]), "started_utc": started,
+    write_json(out, {"command": shlex.join([sys.executable, *sys.argv]), "started_utc": started,
                                "wall_s": time.perf_counter() - t0, "options": vars(args), "cpu_busy_before": busy,
-                               "targets": targets, "bandwidth": points, "epoch": epoch}, indent=1))
+                               "targets": targets, "bandwidth": points, "epoch": epoch})
     print(f"\nJSON written to {out}\n{plot(points, out.with_suffix('.png'))}")
     return 0
 

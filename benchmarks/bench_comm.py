@@ -22,7 +22,6 @@ and a PNG next to it. Exits 1 (after writing) if any measured ledger differs fro
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import sys
@@ -40,6 +39,7 @@ from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.layers.registry import Dense, Spmm
 from spgnn.train.fullbatch import Trainer
 
@@ -615,7 +615,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     png = out.with_suffix(".png")
     plot(records, graphs, ex, png)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.bench_comm/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": facts,
         "load_average_end": os.getloadavg(), "wall_s": total, "run_local_wall_s": wall,
@@ -625,7 +625,7 @@ def main(argv=None) -> int:
                        "classes": g.num_classes} for k, g in graphs.items()},
         "all_exact": all(r["exact"] for r in records), "all_steady": all(r["steady"] for r in records),
         "measured": records, "extrapolation": ex, "text": "\n".join(text), "png": str(png),
-    }, indent=1, default=str))
+    }, default=str)
     print(f"\nwrote {out} and {png}", file=sys.stderr)
     if bad:
         print(f"!!! {len(bad)} runs: measured != predicted or unsteady (see the MISMATCH table and {out})",

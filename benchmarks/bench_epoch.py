@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
 import shlex
 import sys
@@ -46,6 +45,7 @@ from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import Graph, gcn_norm, row_normalize
+from spgnn.jsonfile import write_json
 from spgnn.partition.order import part_order
 from spgnn.partition.partition import Partition
 from spgnn.sparse import kernels
@@ -382,7 +382,7 @@ def main(argv=None) -> int:
     report = {"command": shlex.join([sys.executable, *sys.argv]), "argv": sys.argv, "started_utc": started,
               "wall_s": time.perf_counter() - t_start, "options": vars(args), "machine": host,
               "targets": targets, "datasets": results}
-    out.write_text(json.dumps(report, indent=1))
+    write_json(out, report)
     print(f"\nJSON written to {out}")
     print(bar_chart(results, out.with_suffix(".png")))
     return 0

@@ -38,6 +38,7 @@ from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
 from spgnn.graph.pyg import to_pyg
+from spgnn.jsonfile import write_json
 from spgnn.layers import CHOSEN
 from spgnn.train.fullbatch import Trainer
 
@@ -203,9 +204,9 @@ def main(argv=None) -> int:
             print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
     tables(runs, models, targets, args)
     out = Path(args.out)
-    out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "window": args.window, "shapes": SHAPES,
+    write_json(out, {"argv": sys.argv, "dataset": args.dataset, "window": args.window, "shapes": SHAPES,
                                "targets": targets, "chosen": dict(CHOSEN), "runs": runs,
-                               "machine": machine.facts()}, indent=1))
+                               "machine": machine.facts()})
     plot(runs, models, out.with_suffix(".png"))
     print(f"\nwrote {out} and {out.with_suffix('.png')}")
     return 0

@@ -30,7 +30,6 @@ machine to --output (JSON), bars of s/epoch and test accuracy to --plot (PNG).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
@@ -52,6 +51,7 @@ from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import row_normalize
 from spgnn.graph.pyg import to_pyg
+from spgnn.jsonfile import write_json
 from spgnn.layers import APPNP, GATConv, GCN2Conv, GCNConv, GINConv, Linear, SAGEConv
 from spgnn.train.fullbatch import Trainer
 
@@ -242,7 +242,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="smoke run: cora, 5 epochs (unless --dataset, --epochs say "
                    "otherwise)")
     p.add_argument("--output", default="results/bench_layers.json", type=machine.output, help="JSON path")
-    p.add_argument("--plot", default="results/bench_layers.png", type=machine.output, help="PNG path")
+    p.add_argument("--plot", default="results/bench_layers.png", type=machine.writable, help="PNG path")
     args = p.parse_args(argv)
     if args.dataset is None:                            # --quick fills in what was not given
         args.dataset = "cora" if args.quick else "amazon-computers"
@@ -253,6 +253,7 @@ def parse_args(argv=None):
     unknown = [m for m in args.models if m not in SHAPES]
     if unknown:
         p.error(f"--models: unknown {', '.join(unknown)}; choose from {', '.join(MODELS)}")
+    machine.check_config(p, dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay)
     return args
 
 
@@ -289,7 +290,7 @@ def main(argv=None) -> int:
               "graph": {"name": g.name, "n": g.n, "nnz_A": g.nnz, "features": g.num_features,
                         "classes": g.num_classes, "train_nodes": int(g.train_mask.sum())},
               "targets": target_lines(rows), "layers": rows}
-    out.write_text(json.dumps(report, indent=1))
+    write_json(out, report)
     print(f"\nJSON written to {out}")
     print(plot(rows, title, Path(args.plot)))
     return 0

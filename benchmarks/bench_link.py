@@ -12,7 +12,6 @@ a plot of the validation and test ROC-AUC per epoch, each seed a line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
+from spgnn.jsonfile import write_json
 from spgnn.train.link import LinkTrainer
 
 GAE = {"test_rocauc": 0.910, "test_ap": 0.920}
@@ -50,6 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--out", default="results/bench_link.json", type=machine.output)
     args = p.parse_args(argv)
+    machine.check_config(p, task="link", model="gcn", hidden=args.hidden, embedding=args.embedding, lr=args.lr,
+                         init=args.init, decoder=args.decoder, self_pairs=args.self_pairs,
+                         feature_norm=args.feature_norm)
     runs = {seed: run(seed, args) for seed in args.seeds}
     final = {seed: r[-1] for seed, r in runs.items()}
     print(f"{'seed':>6} {'val ROC-AUC':>12} {'test ROC-AUC':>13} {'test AP':>8}")
@@ -61,8 +64,8 @@ def main(argv=None) -> int:
           f"{100 * mean['test_ap']:8.2f}   (GAE: test ROC-AUC {100 * GAE['test_rocauc']:.1f}, "
           f"AP {100 * GAE['test_ap']:.1f}; {100 * (mean['test_rocauc'] - GAE['test_rocauc']):+.2f} points)")
     out = Path(args.out)
-    out.write_text(json.dumps({"machine": machine.facts(), "argv": sys.argv[1:], "args": vars(args), "gae": GAE,
-                               "mean": mean, "std": std, "final": final, "runs": runs}, indent=1))
+    write_json(out, {"machine": machine.facts(), "argv": sys.argv[1:], "args": vars(args), "gae": GAE,
+                               "mean": mean, "std": std, "final": final, "runs": runs})
     try:
         import matplotlib
 

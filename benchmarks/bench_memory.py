@@ -14,7 +14,6 @@ writes everything to --out (JSON) and a plot next to it (PNG). Default runtime o
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import numpy as np
 
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
+from spgnn.jsonfile import write_json
 from spgnn.train.fullbatch import Trainer
 
 MODELS = {"gcn": {"hidden": 64}, "sage": {"hidden": 64}, "gat": {"hidden": 8, "heads": 8}}
@@ -117,7 +117,7 @@ def main(argv=None):
     out = Path(args.out)
     result = {"args": vars(args), "rows": rows, "halo_over_sar": ratios(rows),
               "wall_s": time.perf_counter() - t0}
-    out.write_text(json.dumps(result, indent=1))
+    write_json(out, result)
     plot(rows, out.with_suffix(".png"))
     print(table(rows))
     print("\nsaved bytes per rank, 1d-halo / sar:")

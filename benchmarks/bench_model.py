@@ -40,6 +40,7 @@ import numpy as np
 
 from spgnn import cost, spmm
 from spgnn.comm.launch import run_local
+from spgnn.jsonfile import write_json
 from spgnn.layers import LAYERS
 
 TIME_TARGET, AUTO_TARGET, MEMORY_TARGET = 0.25, 0.10, 0.15
@@ -220,6 +221,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.epochs < 1 or args.warmup < 0:
         p.error("--epochs must be >= 1 and --warmup >= 0")
+    machine.check_config(p, hidden=args.hidden, dropout=args.dropout)
     args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir) if not args.memory_only else []
     if args.memory:
         machine.check_datasets(p, args.memory.split(","), args.data_dir)
@@ -266,10 +268,10 @@ def main(argv=None) -> int:
     for k, f in enumerate(names[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
     first = args.files[0]
-    out.write_text(json.dumps({"argv": sys.argv, "warmup": args.warmup, "epochs": args.epochs,
+    write_json(out, {"argv": sys.argv, "warmup": args.warmup, "epochs": args.epochs,
                                "calibration": json.loads(Path(first).read_text()) if first else None,
                                "runs": rows, "memory": mems, "auto": autos,
-                               "scores": {f: score(rows, k) for k, f in enumerate(names) if rows}}, indent=1))
+                               "scores": {f: score(rows, k) for k, f in enumerate(names) if rows}})
     if rows:
         plot(rows, out.with_suffix(".png"))
     print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if rows else ""))

@@ -22,6 +22,7 @@ import machine  # benchmarks/machine.py
 import numpy as np
 import scipy.sparse as sp
 
+from spgnn.jsonfile import write_json
 from spgnn.partition.ooc import METHODS
 
 MEASURE = """
@@ -81,7 +82,7 @@ def main(argv=None):
         lines.append(f"| {r['method']} | {r['graph_bytes'] / 1e6:.0f} | {r['peak_rss_growth_bytes'] / 1e6:.0f} | "
                      f"{r['peak_rss_growth_bytes'] / r['graph_bytes']:.2f} | {r['largest_part_bytes'] / 1e6:.0f} | "
                      f"{r['nnz_imbalance']:.2f} | {r['seconds']:.1f} |")
-    out.write_text(json.dumps({"args": vars(args), "rows": rows, "machine": machine.facts()}, indent=1))
+    write_json(out, {"args": vars(args), "rows": rows, "machine": machine.facts()})
     import matplotlib
 
     matplotlib.use("Agg")

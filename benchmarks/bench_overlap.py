@@ -25,7 +25,6 @@ Prints a Markdown table, writes every raw number to --out (JSON) and a PNG next 
 from __future__ import annotations
 
 import gc
-import json
 import os
 import shlex
 import sys
@@ -39,6 +38,7 @@ import numpy as np
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.layers import LAYERS, get_layer
 from spgnn.memory import _status_bytes
 from spgnn.spmm import ALGORITHMS
@@ -188,11 +188,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     png = out.with_suffix(".png")
     plot(rows, png)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.bench_overlap/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "text": text,
-        "png": str(png)}, indent=1, default=str))
+        "png": str(png)}, default=str)
     print(f"wrote {out} and {png}", file=sys.stderr)
     return 0
 

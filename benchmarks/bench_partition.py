@@ -20,7 +20,6 @@ P ≤ --coauthor-max-nparts (default 4). Prints Markdown tables; writes the JSON
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -34,6 +33,7 @@ from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.partition.metrics import COLUMNS, metrics_table, partition_metrics, warm_up
 from spgnn.partition.partition import available, make_partition, versions
 from spgnn.train.fullbatch import Trainer
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     result = {"command": "python " + shlex.join(sys.argv), "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "seconds": time.perf_counter() - t0, "train": TRAIN | {"epochs": args.epochs},
               "machine": machine.facts() | versions(), "rows": rows}
-    out.write_text(json.dumps(result, indent=1, default=str))
+    write_json(out, result, default=str)
     plot(rows, out.with_suffix(".png"))
     print(f"\nwrote {out} and {out.with_suffix('.png')} in {result['seconds']:.0f} s", flush=True)
     return 0

@@ -16,7 +16,6 @@ Markdown table, writes every number to --out (JSON) and a PNG next to it.
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from spgnn.comm.launch import run_local
+from spgnn.jsonfile import write_json
 
 WAYS = ("point_to_point", "all_to_all_single", "spgnn")
 
@@ -94,8 +94,8 @@ def main(argv=None) -> None:
     for r in rows:
         print(f"| {r['P']} | {r['rows']} | {r['point_to_point_ms']:.3f} | {r['all_to_all_single_ms']:.3f} | "
               f"{r['spgnn_ms']:.3f} | {r['ratio']:.2f} |")
-    out.write_text(json.dumps({"schema": "spgnn.bench_ring/1", "created": datetime.now(UTC).isoformat(),
-                               "options": vars(args), "machine": host, "rows": rows}, indent=1))
+    write_json(out, {"schema": "spgnn.bench_ring/1", "created": datetime.now(UTC).isoformat(),
+                               "options": vars(args), "machine": host, "rows": rows})
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
 

@@ -18,7 +18,6 @@ step, no features attached (spgnn's sampler gathers none either).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -30,6 +29,7 @@ import torch
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import mean_norm
+from spgnn.jsonfile import write_json
 from spgnn.sampling.sampler import make_sampler, parse_sampler
 
 
@@ -155,9 +155,9 @@ def main(argv=None) -> int:
         print(f"| {r['graph']} | {r['sampler']} | {r['system']} | {r['bulk']} | {rate_text(r)} | {inputs} | "
               f"{ratio(base)} | {ratio(pyg) if r['system'] == 'spgnn' else ''} |")
     out = Path(args.out)
-    out.write_text(json.dumps({"argv": sys.argv, "rows": rows, "batch_size": args.batch_size,
+    write_json(out, {"argv": sys.argv, "rows": rows, "batch_size": args.batch_size,
                                "neighbor_loader": missing or "ran",
-                               "machine": machine.facts()}, indent=1))
+                               "machine": machine.facts()})
     plot(rows, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0

@@ -16,7 +16,6 @@ writes JSON and a plot next to it.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from spgnn import spmm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.partition.partition import make_partition
 from spgnn.partition.partitioned import InMemoryParts, write_parts
 from spgnn.train.fullbatch import Trainer
@@ -133,8 +133,8 @@ def main(argv=None):
     rows, graph = run(args)
     text, targets = table(rows)
     out = Path(args.out)
-    out.write_text(json.dumps({"args": vars(args), "graph": graph, "model": MODEL, "rows": rows, "targets": targets,
-                               "machine": machine.facts(), "wall_s": time.perf_counter() - t0}, indent=1))
+    write_json(out, {"args": vars(args), "graph": graph, "model": MODEL, "rows": rows, "targets": targets,
+                               "machine": machine.facts(), "wall_s": time.perf_counter() - t0})
     plot(rows, out.with_suffix(".png"))
     print(text)
     print(f"\nwrote {out} and {out.with_suffix('.png')} ({time.perf_counter() - t0:.0f} s)")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import json
 import shlex
 import sys
 import time
@@ -36,6 +35,7 @@ from spgnn import native
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm
+from spgnn.jsonfile import write_json
 from spgnn.sparse import kernels
 from spgnn.sparse.csr import CSR
 
@@ -145,10 +145,10 @@ def main(argv=None) -> int:
     print(text)
     png = out.with_suffix(".png")
     plot(rows, png)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.bench_spmm/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
-        "wall_s": time.perf_counter() - start, "rows": rows, "text": text, "png": str(png)}, indent=1))
+        "wall_s": time.perf_counter() - start, "rows": rows, "text": text, "png": str(png)})
     print(f"wrote {out} and {png}", file=sys.stderr)
     return 0
 

@@ -18,7 +18,7 @@ is its training seconds up to the first epoch whose smoothed accuracy reaches it
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -30,6 +30,7 @@ from spgnn.comm.comm import Comm
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.sampling.sampler import parse_sampler
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
@@ -83,6 +84,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="results/bench_time_to_accuracy.json", type=machine.output)
     args = p.parse_args(argv)
     machine.check_datasets(p, [args.dataset], args.data_dir)
+    machine.check_config(p, hidden=args.hidden, dropout=args.dropout, lr=args.lr)
+    if not math.isfinite(args.margin):
+        p.error(f"--margin must be a number of points, got {args.margin}")
     try:
         layers = len(parse_sampler(args.sampler)[1])
     except SpgnnError as e:
@@ -121,8 +125,8 @@ def main(argv=None) -> int:
               f" | {r['plateau']:.4f} | {r['best']['test_acc']:.4f} | {r['epochs_to_target'] or '–'} | "
               f"{'–' if t is None else f'{t:.2f}'} | {ratio} |")
     out = Path(args.out)
-    out.write_text(json.dumps({"argv": sys.argv, "dataset": args.dataset, "hidden": args.hidden, "layers": layers,
-                               "runs": runs, "machine": machine.facts()}, indent=1))
+    write_json(out, {"argv": sys.argv, "dataset": args.dataset, "hidden": args.hidden, "layers": layers,
+                               "runs": runs, "machine": machine.facts()})
     plot(runs, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0

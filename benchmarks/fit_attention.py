@@ -27,7 +27,6 @@ with ``--rounds 15``.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 import time
@@ -45,6 +44,7 @@ from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.layers import GATConv
 from spgnn.train.fullbatch import Trainer
 
@@ -133,6 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--calibration", default=None, help="a `spgnn calibrate` file (else the built-in rates)")
     args = ap.parse_args(argv)
     machine.check_datasets(ap, [args.dataset], args.data_dir)
+    machine.check_config(ap, dropout=args.dropout)
     try:
         all_rates = cost.load_rates(args.calibration)
     except (SpgnnError, OSError, ValueError, KeyError) as e:
@@ -188,10 +189,10 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text, flush=True)
     out = Path(args.out)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.fit_attention/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
-        "wall_s": time.perf_counter() - start, "layouts": result, "text": text}, indent=1, default=str))
+        "wall_s": time.perf_counter() - start, "layouts": result, "text": text}, default=str)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 

@@ -73,6 +73,19 @@ def data_option(parser: argparse.ArgumentParser) -> None:
 # Bad input is refused in one line ("usage: ... error: ...") by argparse, before anything is measured.
 
 
+def check_config(ap: argparse.ArgumentParser, **fields) -> None:
+    """`ap.error` unless the `TrainConfig` fields a benchmark passes on (--hidden, --dropout, --lr, ...) make a
+    config `spgnn train` would run: its validation's one line, before any work (a bad --hidden failed in the
+    training runs, after the measurements before them)."""
+    from spgnn.config import TrainConfig
+    from spgnn.errors import SpgnnError
+
+    try:
+        TrainConfig(**fields).validate()
+    except (SpgnnError, TypeError, ValueError) as e:
+        ap.error(str(e))
+
+
 def at_least(lo, kind=int, above: bool = False):
     """An argparse type: a `kind` number >= `lo` (> `lo` with `above`)."""
     def parse(text: str):
@@ -105,16 +118,23 @@ def names(choices, what: str):
 
 def output(path: str) -> str:
     """An argparse type for --out: `path`, once its folder is made and a file can be written there and at the PNG
-    beside it (a run must not lose what it measured to an unwritable path at the end)."""
-    p = Path(path)
-    if p.suffix.lower() == ".png":
+    beside it (a run must not lose what it measured to an unwritable path at the end); not a .png itself, which
+    the plot beside it would overwrite."""
+    if Path(path).suffix.lower() == ".png":
         raise argparse.ArgumentTypeError(f"{path} names the plot written beside the JSON report (--out REPORT.json "
                                          "writes REPORT.png too): give the report's path")
+    return writable(path, Path(path).with_suffix(".png"))
+
+
+def writable(path: str, *beside: Path) -> str:
+    """An argparse type for an output file: `path`, once its folder is made and a file can be written there (and at
+    the paths `beside` it)."""
+    p = Path(path)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot make the folder of {path}: {e.strerror}") from None
-    for f in (p, p.with_suffix(".png")) if p.name else (p,):
+    for f in (p, *beside) if p.name else (p,):
         if f.is_dir() or not os.access(f if f.exists() else f.parent, os.W_OK):
             raise argparse.ArgumentTypeError(f"cannot write {f}: {'a folder' if f.is_dir() else 'permission denied'}")
     return path

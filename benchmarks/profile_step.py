@@ -17,7 +17,6 @@ every operator to --out (JSON) and a bar chart of the top ones next to it (PNG).
 
 from __future__ import annotations
 
-import json
 import shlex
 import statistics
 import sys
@@ -33,6 +32,7 @@ from spgnn.comm import launch
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
+from spgnn.jsonfile import write_json
 from spgnn.train.fullbatch import Trainer
 
 
@@ -124,10 +124,10 @@ def main(argv=None) -> int:
         print(table(algo, ops, step_s, args.top, args.device) + "\n", flush=True)
     png = out.with_suffix(".png")
     plot(results, args.top, args.device, png)
-    out.write_text(json.dumps({
+    write_json(out, {
         "schema": "spgnn.profile_step/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": machine.facts(),
-        "results": results, "png": str(png)}, indent=1))
+        "results": results, "png": str(png)})
     print(f"wrote {out} and {png}", file=sys.stderr)
     return 0
 

@@ -198,6 +198,14 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
     ("bench_model", ["--datasets", "cora", "--procs", "1,x"], "argument --procs: 'x' is not an integer"),
     ("bench_bound", ["--dataset", "cora", "--rounds", "0"], "argument --rounds: must be >= 1, got 0"),
     ("bench_ring", ["--procs", "2", "--out", "ring.png"], "names the plot written beside the JSON report"),
+    # TrainConfig's own refusals, before any work (they were tracebacks, some after the measurements)
+    ("bench_collectives", ["--procs", "2", "--hidden", "0"], "--hidden must be at least 1, got 0"),
+    ("bench_model", ["--datasets", "cora", "--procs", "1", "--dropout", "2"], "--dropout must lie in [0, 1), got 2"),
+    ("bench_link", ["--lr", "-1"], "--lr must be a positive number, got -1"),
+    ("bench_link", ["--init", "bogus"], "--init must be auto"),
+    ("bench_layers", ["--quick", "--weight-decay", "-1"], "--weight-decay must be a non-negative number"),
+    ("fit_attention", ["--dataset", "cora", "--dropout", "1.5"], "--dropout must lie in [0, 1), got 1.5"),
+    ("bench_time_to_accuracy", ["--dataset", "cora", "--margin", "nan"], "--margin must be a number of points"),
     ("bench_sampling", ["--datasets", "cora", "--minibatches", "0"], "argument --minibatches: must be >= 1, got 0"),
     ("bench_sampling", ["--datasets", "cora", "--budget-s", "0"], "argument --budget-s: must be > 0.0, got 0"),
     ("bench_sampling", ["--datasets", "cora,rmat:6", "--batch-size", "100"], "--batch-size 100 exceeds the 64 nodes "
