@@ -165,8 +165,10 @@ def validate(self):
     for option in tasks.options().values():
         value = getattr(self, option.name)
         if value != option.default and (task is None or option not in task.options):
-            raise SpgnnError(f"{option.flag} applies to --task {' and '.join(tasks.declaring(option.name))}, not "
-                             f"{self.task}")
+            takes = " and ".join(tasks.declaring(option.name))
+            raise SpgnnError(f"{option.flag} applies to --task {takes}, not {self.task}" + (
+                f" (the task the data describe, not {takes}: give --task {takes}, or drop {option.flag})"
+                if self.task == "auto" else ""))
         option.check(value)
     shaped = [o.flag for o in spmm.options().values() if o.is_set(getattr(self, o.name))       # what auto picks,
               and (o.shapes or set(spmm.declaring(o.name)) != set(spmm.ALGORITHMS))]         # or not all take

@@ -288,3 +288,19 @@ def test_ogb_folder_out_of_core_takes_a_split_and_refuses_bad_rows(tmp_path, cap
     assert main(["partition", "--out-of-core", "--dataset", f"{folder}:a", "--nparts", "2", "--method", "block",
                  "--output", str(tmp_path / "bad")]) == 2
     assert "raw/edge.csv.gz: rows of 3 columns, expected 2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("form", ["csv", "binary"])
+def test_an_ogb_folder_without_node_features_is_refused_out_of_core_at_once(tmp_path, form, capsys):
+    """Out of core, a folder without node-feat (ogbn-proteins) was refused only after every edge had been streamed,
+    as 'the edges or node features are missing or fewer than ... announce'."""
+    folder = write_ogb(tmp_path / "ogbn_nofeat", form)
+    if form == "csv":
+        (folder / "raw" / "node-feat.csv.gz").unlink()
+    else:
+        with np.load(folder / "raw" / "data.npz") as z:
+            kept = {k: z[k] for k in z.files if k != "node_feat"}
+        np.savez_compressed(folder / "raw" / "data.npz", **kept)
+    assert main(["partition", "--out-of-core", "--dataset", str(folder), "--nparts", "2", "--method", "block",
+                 "--output", str(tmp_path / "parts")]) == 2
+    assert "no node features (node-feat); out of core" in capsys.readouterr().err

@@ -251,6 +251,14 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
     if form == "processed":
         raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz), "
                          f"not the ogb package's processed/ cache")
+    if form == "csv":
+        features = _file(raw, "node-feat") is not None
+    else:
+        with reading(raw / "data.npz"), zipfile.ZipFile(raw / "data.npz") as z:
+            features = "node_feat.npy" in z.namelist()
+    if not features:        # before any edge is streamed
+        raise SpgnnError(f"{folder}: no node features (node-feat); out of core, spgnn does not build them from the "
+                         "edge features as it does in memory (ogbn-proteins): partition this folder in memory")
     out.mkdir(parents=True, exist_ok=True)
     if form == "csv":
         n, e = _counts(*(_csv(_file(raw, s), np.int64) for s in ("num-node-list", "num-edge-list")), folder)

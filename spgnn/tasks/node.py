@@ -51,7 +51,7 @@ class Targets(Task):
                 which = f"target 0 has {counts[0][1]} positives and {counts[0][0]} negatives" if len(counts) == 1 \
                     else f"none of its {len(counts)} targets has both positives and negatives"
                 raise SpgnnError(f"dataset {info.name!r}: ROC-AUC is undefined on the {split} split ({which}): choose "
-                                 "another split (--seed for a random one)")
+                                 "another split (its masks, or, where the dataset has none, another --seed)")
 
     def loss(self, g, out, mask="train"):
         return g.binary_cross_entropy(out, mask)
