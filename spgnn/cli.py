@@ -545,6 +545,8 @@ def cost_command(args, argv) -> int:
         raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits on {args.nprocs} processes; the "
                          f"least needs {least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']} at P = "
                          f"{least['P']}): use more processes or allow more memory")
+    print(f"spgnn cost: {'each P on one machine' if args.dataset else f'{rates.cores} ranks a machine, a core each,'} "
+          f"like the calibrated one ({rates.cores} cores; --calibration)", flush=True)
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
           f"{'GiB/rank':>8}")
     for r in rows:

@@ -515,7 +515,10 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 
     def stats_of(cls, shape):                   # None: more row blocks than nodes (not compared)
         B = cls.num_parts(shape)
-        return None if B > n else dict.fromkeys(model.adjacencies, BlockStats.expected(n, nnz, B, ordered))
+        if B > n:
+            return None
+        return {a: BlockStats.expected(n, min(nnz + n * get_adjacency(a).unit_diagonal, n * n), B, ordered)
+                for a in model.adjacencies}              # Â = D^-½(A + I)D^-½ holds A's nonzeros and the n of I
     return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores, strict)
 
 
