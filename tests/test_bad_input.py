@@ -504,3 +504,12 @@ def test_figures_of_no_nodes_and_of_the_wrong_kind_are_said(tmp_path, capsys):
     for fn in (t.accuracy, t.cross_entropy):
         with pytest.raises(SpgnnError, match="is of class labels; dataset .* has 2 binary targets per node"):
             fn(torch.zeros(N, 2))
+
+
+def test_a_split_index_of_an_edge_folder_is_said_to_have_none(tmp_path):
+    """FOLDER:1 of an edge-list folder was 'unknown dataset', though the reader explains that a folder has one
+    fixed split (FOLDER:0 is that split)."""
+    path = edge_folder(tmp_path / "edges")
+    with pytest.raises(SpgnnError, match="has one fixed split .*, so ':1' cannot pick another"):
+        load_dataset(f"{path}:1")
+    assert load_dataset(f"{path}:0").n == N

@@ -110,7 +110,8 @@ def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
     path, base = Path(spec).expanduser(), Path(before).expanduser()
     if path.exists():
         return load_path(path, seed=seed) if read else None
-    if sep and tail.isdigit() and base.is_file():
+    if sep and tail.isdigit() and (base.is_file() or base.is_dir() and not (is_ogb(base) or is_ogbl(base))):
+        # a file's fixed split k; a folder of one split refuses it, saying why
         return load_path(base, seed=seed, split=int(tail)) if read else None
     if sep and tail and is_ogbl(base):
         return read_ogbl(base, split=tail) if read else None
