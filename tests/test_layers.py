@@ -232,3 +232,52 @@ def test_a_stack_applies_relu_in_place_to_a_result_of_its_own(name, monkeypatch)
     assert out[True][2] >= 0 > out[False][2]
     assert torch.equal(out[True][0], out[False][0])
     assert all(torch.equal(a, b) for a, b in zip(out[True][1], out[False][1]))
+
+
+UNDIRECTED = small_graph(n=41, f=7, classes=3, seed=6)
+
+
+class _RowStochastic:
+    """D⁻¹(A + I), not symmetric: a user's adjacency that does not say whether it keeps A symmetric."""
+
+    @staticmethod
+    def make():
+        import scipy.sparse as sp
+
+        from spgnn import Adjacency
+        from spgnn.graph.graph import add_self_loops, mean_dinv
+        from spgnn.sparse.csr import with_unit_diagonal
+
+        def row_normal(a):
+            return sp.csr_matrix(sp.diags(mean_dinv(np.asarray(a.sum(axis=1)).ravel())) @ a, dtype=np.float32)
+
+        return type("RowStochastic", (Adjacency,), {
+            "name": "row-stochastic", "unit_diagonal": True,
+            "of": lambda self, adj: row_normal(add_self_loops(adj)),
+            "block_row": lambda self, share, halo=None: row_normal(with_unit_diagonal(share.adj, share.rows.start))})()
+
+
+def _input_gradient(comm):
+    from spgnn import DistGraph, register_adjacency
+    from spgnn.graph.adjacency import ADJACENCIES
+
+    ADJACENCIES.pop("row-stochastic", None)
+    register_adjacency(_RowStochastic.make())
+    g = DistGraph(comm, graph=UNDIRECTED, algo="1d-halo", adjacency="row-stochastic", feature_norm="none")
+    h = g.x.clone().requires_grad_(True)
+    g.spmm(h, "row-stochastic").sum().backward()
+    return g.node_ids.numpy(), h.grad.numpy()
+
+
+def test_a_users_adjacency_is_not_taken_as_symmetric_unless_it_says_so():
+    """Adjacency.symmetric defaulted to True: a user's D⁻¹(A + I) that left it unset multiplied the backward by Â
+    instead of Âᵀ on every layout (dH off by 4.4)."""
+    from spgnn.graph.adjacency import ADJACENCIES
+
+    try:
+        a = _RowStochastic.make().of(UNDIRECTED.adj)         # A symmetric, Â = D⁻¹(A + I) not
+        want = a.T @ np.ones((UNDIRECTED.n, UNDIRECTED.x.shape[1]), np.float32)        # ∂ΣZ/∂H = Âᵀ·1
+        for ids, grad in run_local(_input_gradient, 2):
+            assert_close(grad, want[ids], "the input gradient of a user's row-stochastic adjacency")
+    finally:
+        ADJACENCIES.pop("row-stochastic", None)

@@ -29,7 +29,8 @@ class Adjacency:
 
     name = ""
     remote_degrees = False      # block_row needs d_j of columns held by other ranks (through the halo)
-    symmetric = True            # a symmetric A stays symmetric (no blocks of Âᵀ to ship)
+    symmetric = False           # True: a symmetric A stays symmetric (no blocks of Âᵀ to ship); claim it only where
+                                # it holds (the default is always right: the backward ships Âᵀ's blocks)
     unit_diagonal = False       # the diagonal becomes one: a block row gains the self-loops it lacks
 
     def of(self, adj: sp.spmatrix) -> sp.csr_matrix:
@@ -81,7 +82,7 @@ def normalize(adj: sp.spmatrix, name) -> sp.csr_matrix:
 
 
 class GCN(Adjacency):
-    name, remote_degrees, unit_diagonal = "gcn", True, True
+    name, remote_degrees, unit_diagonal, symmetric = "gcn", True, True, True
 
     def of(self, adj):
         return graphs.gcn_norm(adj)
@@ -98,7 +99,7 @@ class GCN(Adjacency):
 
 
 class Mean(Adjacency):
-    name, symmetric = "mean", False
+    name = "mean"
 
     def of(self, adj):
         return graphs.mean_norm(adj)
@@ -109,7 +110,7 @@ class Mean(Adjacency):
 
 
 class SelfLoops(Adjacency):
-    name, unit_diagonal = "self-loops", True
+    name, unit_diagonal, symmetric = "self-loops", True, True
 
     def of(self, adj):
         return graphs.add_self_loops(adj)
@@ -119,7 +120,7 @@ class SelfLoops(Adjacency):
 
 
 class Sum(Adjacency):
-    name = "sum"
+    name, symmetric = "sum", True
 
     def of(self, adj):
         a = sp.csr_matrix(adj, dtype=np.float32, copy=True)
