@@ -38,7 +38,7 @@ from .dense import blocked
 from .errors import SpgnnError
 from .graph import graph as graphs
 from .graph.adjacency import get_adjacency
-from .layers.registry import Attend, Dense, Spmm
+from .layers.registry import AllReduce, Attend, Dense, Spmm
 from .memory import LARGE_BYTES
 
 # Seconds per latency step and per byte for torch.distributed/gloo over loopback at P = 2 on the 2-core development
@@ -141,12 +141,21 @@ class ModelCost:
                 raise SpgnnError(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
                                  "declares no cost (Layer.costs), so the cost model cannot predict it: --algo auto and "
                                  "spgnn cost need a model whose layers declare theirs; name an --algo to train it")
+            ops = tuple(ops)
+            what = f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''})"
+            if bad := next((op for op in ops if not isinstance(op, (Spmm, Dense, Attend, AllReduce))), None):
+                raise SpgnnError(f"{what} declares {bad!r} in costs(): each cost is a spgnn.layers Spmm, Dense, "
+                                 "Attend or AllReduce")
             if i == 0 and features:
                 ops = [replace(op, once=True) if isinstance(op, Spmm) and not op.backward else op for op in ops]
             if i < len(norms):
                 ops = list(ops) + norms[i].costs(True)
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
+        if not any(isinstance(op, (Spmm, Attend)) for ops in out for op in ops):
+            raise SpgnnError(f"the layers of {type(model).__name__} declare no sparse product (an Spmm or Attend) in "
+                             "costs(), which is what the cost model predicts a layout by: declare each layer's Spmm "
+                             "over its adjacency")
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
         own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, bool(norms))
                     for i, layer in enumerate(layers))

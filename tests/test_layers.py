@@ -281,3 +281,35 @@ def test_a_users_adjacency_is_not_taken_as_symmetric_unless_it_says_so():
             assert_close(grad, want[ids], "the input gradient of a user's row-stochastic adjacency")
     finally:
         ADJACENCIES.pop("row-stochastic", None)
+
+
+def test_a_layer_whose_costs_hold_no_sparse_product_trains_without_a_prediction():
+    """A layer declaring only Dense costs trained every epoch, then the report's prediction ended the run in a bare
+    StopIteration; costs() of another kind of object gave a traceback as deep."""
+    from spgnn.comm.comm import Comm
+    from spgnn.layers.registry import Dense
+
+    class DenseOnly(Layer):
+        name, summary, adjacency = "dense-only", "a layer whose costs name no sparse product", "gcn"
+
+        def __init__(self, f_in, f_out, init="auto"):
+            super().__init__(f_in, f_out)
+            self.weight = torch.nn.Parameter(torch.full((f_in, f_out), 0.01))
+
+        def forward(self, g, h):
+            return g.linear(g.spmm(h, self.adjacency), self.weight)
+
+        def costs(self, grad_in, features=False):
+            return [Dense(self.f_in, self.f_out)]
+
+    register_layer(DenseOnly)
+    try:
+        report = Trainer(TrainConfig(model="dense-only", epochs=2, hidden=8), Comm(0, 1)).run(log=None)
+        assert len(report["epochs"]) == 2 and report["predicted"] is None
+        with pytest.raises(SpgnnError, match="declare no sparse product .* in costs\\(\\)"):
+            cost.ModelCost.of_config(TrainConfig(model="dense-only"), 5, 3)
+        DenseOnly.costs = lambda self, grad_in, features=False: [("spmm", 8)]
+        with pytest.raises(SpgnnError, match=r"^layer 0 \(DenseOnly, --model dense-only\) declares \('spmm', 8\) in "):
+            cost.ModelCost.of_config(TrainConfig(model="dense-only"), 5, 3)
+    finally:
+        LAYERS.pop("dense-only")
