@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from . import options as plugins
 from . import spmm, tasks
 from .comm.launch import TRANSPORTS, check_device
 from .errors import SpgnnError
@@ -116,6 +117,9 @@ def _rebuild(values: dict) -> TrainConfig:
 
 
 FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
+CLI_ONLY = ("nprocs", "sampler", "batch_size", "bulk", "split_graph", "replicate_graph", "quiet", "allow_overlap",
+            "given_dataset", "help")                    # spgnn train's flags that are no TrainConfig field
+plugins.RESERVED.update(FIELD_NAMES, CLI_ONLY, ("options",))
 TrainConfig = dataclass(init=False, eq=False, repr=False)(type("TrainConfig", (_Config,), {
     "__annotations__": {name: kind for name, kind, _ in FIELDS} | {"options": dict},
     **{name: default for name, _, default in FIELDS}, "options": field(default_factory=dict),

@@ -29,6 +29,14 @@ class Option:
     must: str = ""
     inert: tuple = ()
 
+    def __post_init__(self):
+        if not (isinstance(self.name, str) and self.name.isidentifier()):
+            raise SpgnnError(f"option {self.name!r}: a name is a Python identifier (a TrainConfig field; --my-depth is "
+                             "the flag of my_depth)")
+        if self.type is bool:
+            raise SpgnnError(f"option {self.name!r}: type bool would read --{self.name.replace('_', '-')} False as "
+                             "true; take str with the values 'on' and 'off', as spgnn's own switches do")
+
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
@@ -43,10 +51,15 @@ class Option:
             raise SpgnnError(f"{self.flag} must be {self.must}, got {value!r}")
 
 
+RESERVED: set = set()       # the names TrainConfig and spgnn train hold themselves (`spgnn.config` adds them)
+REGISTRIES: list = []       # every registry of plug-ins: their options share TrainConfig and the command line
+
+
 def admit(registry: dict, cls, what: str, flag: str) -> None:
     """SpgnnError unless plug-in class `cls` may join `registry` under ``cls.name``: it has a name, no other class
-    holds that name, and its options agree with those registered (`merged`), so that a clash is reported where the
-    plug-in is registered, not when a command line is parsed. `what` names the kind ("layer") for the error."""
+    holds that name, its options are a tuple of `Option`s whose names are not spgnn's own (`RESERVED`) nor another
+    kind of plug-in's, and they agree with those of its kind (`merged`); so that a clash is reported where the
+    plug-in is registered, not when a command line is parsed (or never). `what` names the kind ("layer")."""
     if not cls.name:
         raise SpgnnError(f"{what} {cls.__qualname__} has no name: set the class attribute `name`")
     held = registry.get(cls.name)
@@ -54,6 +67,14 @@ def admit(registry: dict, cls, what: str, flag: str) -> None:
     if held is not None and held is not cls:
         raise SpgnnError(f"{what} {cls.name!r} is registered already (by {held.__module__}.{held.__qualname__}): "
                          "choose another name")
+    options = cls.options
+    if not isinstance(options, (tuple, list)) or not all(isinstance(o, Option) for o in options):
+        raise SpgnnError(f"{what} {cls.name!r}: `options` must be a tuple of spgnn.Option, got {options!r}")
+    theirs = {o.name for r in REGISTRIES if r is not registry for c in r.values() for o in c.options}
+    for o in options:
+        if o.name in RESERVED or o.name in theirs:
+            whose = "spgnn" if o.name in RESERVED else "another kind of plug-in"
+            raise SpgnnError(f"option {o.flag} of {flag} {cls.name} is {whose}'s own: choose another name")
     merged({**registry, cls.name: cls}, flag)
 
 

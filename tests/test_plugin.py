@@ -118,3 +118,30 @@ def test_an_option_that_disagrees_is_refused_where_it_is_registered():
             register(clash)
         assert "clash" not in registry
     TrainConfig().validate()                     # the registries still merge
+
+
+def test_an_option_of_a_name_spgnn_holds_or_of_a_kind_it_cannot_read_is_refused():
+    """An algorithm option named epochs broke every spgnn train (argparse's conflicting option); one named hidden
+    was silently the model's; one named heads (GAT's) took GAT's default; --my-depth never arrived (argparse stores
+    my_depth); a bool option read --flag False as true; options not a tuple gave an AttributeError."""
+    from spgnn.cli import build_parser
+    from spgnn.config import CLI_ONLY, FIELD_NAMES
+    from spgnn.options import Option
+
+    sar = algorithms.get("sar")
+    for name, needle in (("epochs", "is spgnn's own"), ("hidden", "is spgnn's own"), ("nprocs", "is spgnn's own"),
+                         ("heads", "is another kind of plug-in's own")):
+        clash = type("Clash", (sar,), {"name": "clash", "options": (Option(name, int, 3, "a clash"),)})
+        with pytest.raises(SpgnnError, match=f"^option --{name} of --algo clash {needle}: choose another name"):
+            algorithms.register(clash)
+        assert "clash" not in algorithms.ALGORITHMS
+    with pytest.raises(SpgnnError, match="a name is a Python identifier"):
+        Option("my-depth", int, 5, "a dash")
+    with pytest.raises(SpgnnError, match="type bool would read --skip False as true"):
+        Option("skip", bool, False, "a bool")
+    with pytest.raises(SpgnnError, match="`options` must be a tuple of spgnn.Option"):
+        algorithms.register(type("Bare", (sar,), {"name": "bare", "options": Option("depth", int, 1, "one")}))
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    from spgnn.config import plugin_options
+
+    assert {a.dest for a in train._actions} - set(FIELD_NAMES) - set(plugin_options()) <= set(CLI_ONLY)

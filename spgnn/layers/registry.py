@@ -35,6 +35,7 @@ from ..graph.adjacency import get_adjacency
 from .init import SCHEMES
 
 LAYERS: dict = {}
+plugins.REGISTRIES.append(LAYERS)
 ENTRY_POINT_GROUP = "spgnn.layers"
 
 
@@ -171,6 +172,8 @@ def register_layer(cls):
     plugins.admit(LAYERS, cls, "layer", "--model")
     if cls.adjacency is not None:
         get_adjacency(cls.adjacency)
+    if isinstance(cls.needs, str):
+        raise SpgnnError(f"layer {cls.name!r}: needs is a set of needs (frozenset({{{cls.needs!r}}})), not a string")
     unknown = set(cls.needs) - NEEDS
     if unknown:
         raise SpgnnError(f"layer {cls.name!r} needs {sorted(unknown)}, which no layout offers: needs are "

@@ -14,6 +14,7 @@ from ..errors import SpgnnError
 from ..options import Option
 
 ALGORITHMS: dict = {}
+plugins.REGISTRIES.append(ALGORITHMS)
 ENTRY_POINT_GROUP = "spgnn.algorithms"
 
 

@@ -23,6 +23,7 @@ from .. import options as plugins
 from ..errors import SpgnnError
 
 TASKS: dict = {}
+plugins.REGISTRIES.append(TASKS)
 ENTRY_POINT_GROUP = "spgnn.tasks"
 SPLITS = ("train", "val", "test")
 
