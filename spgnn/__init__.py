@@ -52,6 +52,21 @@ from .train.link import LinkTrainer
 
 __version__ = "0.1.0"
 
+
+def _load_plugins() -> None:
+    """Register the algorithms, layers and tasks other packages publish under their entry-point groups, once every
+    name above is bound: a plug-in written against the top level (``spgnn.register_algorithm``) found a partly
+    imported spgnn when the registries loaded it themselves."""
+    from .layers.registry import load_entry_points as layers
+    from .spmm.registry import load_entry_points as algorithms
+    from .tasks.registry import load_entry_points as tasks
+
+    for load in (algorithms, layers, tasks):
+        load()
+
+
+_load_plugins()
+
 __all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "Attend", "BatchNorm", "Comm", "Dense", "DistGraph",
            "DistSpMM", "EdgeSplit", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer",
            "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset",

@@ -11,11 +11,8 @@ from .gin import GINConv
 from .linear import Linear, spmm_width
 from .norm import BatchNorm
 from .registry import CHOSEN, LAYERS, AllReduce, Attend, Dense, Layer, Spmm, get_layer, register_layer
-from .registry import load_entry_points as _load_entry_points
 from .sage import SAGEConv
 from .stack import GNN, build_model
-
-_load_entry_points()
 
 __all__ = ["APPNP", "CHOSEN", "AllReduce", "Attend", "BatchNorm", "Dense", "GATConv", "GCN2Conv", "GCNConv", "GINConv",
            "GNN", "LAYERS", "Layer", "Linear", "SAGEConv", "Spmm", "build_model", "get_layer", "register_layer",

@@ -18,7 +18,7 @@ layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-
     stack(...)      the layers of the model ``--model NAME`` builds (default: L layers of this kind)
 
 It is registered with the ``@register_layer`` decorator, or published by another package under the entry-point
-group ``spgnn.layers`` (``name = module:Class``), loaded when ``spgnn.layers`` is imported.
+group ``spgnn.layers`` (``name = module:Class``), loaded when ``spgnn`` is imported.
 """
 
 from __future__ import annotations

@@ -5,9 +5,6 @@
 from . import halo, oned, sar, summa  # noqa: F401  (built-ins register themselves as they are imported)
 from .base import Block, DistSpMM, RowLayout
 from .registry import ALGORITHMS, Option, attention_algorithms, declaring, get, options, register
-from .registry import load_entry_points as _load_entry_points
-
-_load_entry_points()
 
 __all__ = ["ALGORITHMS", "Block", "DistSpMM", "Option", "RowLayout", "attention_algorithms", "declaring", "get",
            "options", "register"]

@@ -2,7 +2,7 @@
 
 An algorithm is a `spgnn.spmm.DistSpMM` subclass registered with the ``@register`` decorator, or published by
 another package under the entry-point group ``spgnn.algorithms`` (``name = module:Class``; every such entry
-point is loaded when ``spgnn.spmm`` is imported, so that its options reach `TrainConfig` and the command line).
+point is loaded when ``spgnn`` is imported, so that its options reach `TrainConfig` and the command line).
 It declares its `Option`s (each a ``spgnn train --flag`` and a TrainConfig field) and, for ``--algo auto``, the
 option values it can run with on P processes (`candidates`).
 """

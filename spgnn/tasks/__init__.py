@@ -2,8 +2,5 @@
 
 from . import link, node  # noqa: F401  (built-ins register themselves as they are imported)
 from .registry import SPLITS, TASKS, Task, declaring, get_task, options, register_task, resolve
-from .registry import load_entry_points as _load_entry_points
-
-_load_entry_points()
 
 __all__ = ["SPLITS", "TASKS", "Task", "declaring", "get_task", "options", "register_task", "resolve"]

@@ -14,7 +14,7 @@ A task is a `Task` that declares
     evaluate(g, out)        {"<split>_<metric>": the global figure} for each split
 
 It is registered with the ``@register_task`` decorator, or published by another package under the entry-point
-group ``spgnn.tasks`` (``name = module:Class``), loaded when ``spgnn.tasks`` is imported.
+group ``spgnn.tasks`` (``name = module:Class``), loaded when ``spgnn`` is imported.
 """
 
 from __future__ import annotations
