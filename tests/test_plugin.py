@@ -164,3 +164,12 @@ def test_a_published_plugin_may_use_the_top_level_api(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
+
+
+def test_an_algorithm_without_its_products_is_refused_where_it_registers():
+    """One without _backward trained its forward and then raised an empty NotImplementedError in the backward."""
+    base = algorithms.DistSpMM
+    forward_only = type("ForwardOnly", (base,), {"name": "forward-only", "_forward": lambda self, h: h})
+    with pytest.raises(SpgnnError, match="^algorithm 'forward-only' does not define _backward"):
+        algorithms.register(forward_only)
+    assert "forward-only" not in algorithms.ALGORITHMS

@@ -22,6 +22,11 @@ def register(cls):
     """Class decorator: register algorithm `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice,
     or an option that disagrees with another algorithm's, is an error)."""
     plugins.admit(ALGORITHMS, cls, "algorithm", "--algo")
+    from .base import DistSpMM  # here: base imports this module
+
+    if missing := [m for m in ("_forward", "_backward") if getattr(cls, m) is getattr(DistSpMM, m)]:
+        raise SpgnnError(f"algorithm {cls.name!r} does not define {' and '.join(missing)} (Z = A·H on its local "
+                         "blocks, and Aᵀ·G): a DistSpMM states both")
     ALGORITHMS[cls.name] = cls
     return cls
 
