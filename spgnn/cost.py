@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from . import spmm
-from .comm.comm import Ledger, ring_words
+from .comm.comm import OPS, Ledger, ring_words
 from .comm.grid import format_grid
 from .comm.halo import Halo
 from .dense import blocked
@@ -265,8 +265,22 @@ def exchange(cls, stats: dict, shape, rank: int, op) -> dict:
     """What `rank` moves for a declared sparse product or attention (`Spmm`, `Attend`), in `spmm_cost`'s form: the
     layout's `spmm_cost` or `attend_cost` on the statistics of the op's adjacency."""
     if isinstance(op, Spmm):
-        return cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
-    return cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout)
+        return stated(cls, cls.spmm_cost(stats[op.adjacency], shape, rank, op.width))
+    return stated(cls, cls.attend_cost(stats[op.adjacency], shape, rank, op.heads, op.width, op.dropout))
+
+
+def stated(cls, calls):
+    """`calls` as the algorithm `cls` stated them, once checked: {"forward": [...], "backward": [...]}, each call
+    (op, group, bytes sent, bytes received, messages), op a collective `Comm` records and group one of the layout's;
+    else SpgnnError naming the algorithm (a plug-in's slip broke spgnn cost and --algo auto for every layout)."""
+    groups = {*cls.grid_names, *cls.planes(), "world"}
+    if not (isinstance(calls, dict) and {"forward", "backward"} <= calls.keys()
+            and all(isinstance(c, (tuple, list)) and len(c) == 5 and c[0] in OPS and c[1] in groups
+                    for way in ("forward", "backward") for c in calls[way])):
+        raise SpgnnError(f"algorithm {cls.name!r}: its spmm_cost (or attend_cost) gives {{'forward': [...], "
+                         "'backward': [...]}} of calls (op, group, bytes sent, bytes received, messages), op one of "
+                         f"{', '.join(OPS)}, group one of {', '.join(sorted(groups))}; got {str(calls)[:200]}")
+    return calls
 
 
 def setup_cost(cls, stats, shape, rank, norm) -> list:
@@ -875,7 +889,7 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
         shares = {a: local_share(cls, s, shape, rank) for a, s in stats.items()}
         for ops in model.layers:
             for op in (o for o in ops if isinstance(o, Spmm) and not once(o)):
-                s, calls = shares[op.adjacency], cls.spmm_cost(stats[op.adjacency], shape, rank, op.width)
+                s, calls = shares[op.adjacency], exchange(cls, stats, shape, rank, op)
                 o, w = min(s.overlap_nnz, s.ordered_nnz), 4 * s.width(op.width)     # the own block among them
                 during = (rates.spmm_s(s.overlap_nnz - o, w * (s.overlap_nnz - o))
                           + rates.spmm_s(o, w * o, ordered=True)) / cores

@@ -173,3 +173,22 @@ def test_an_algorithm_without_its_products_is_refused_where_it_registers():
     with pytest.raises(SpgnnError, match="^algorithm 'forward-only' does not define _backward"):
         algorithms.register(forward_only)
     assert "forward-only" not in algorithms.ALGORITHMS
+
+
+def test_a_slip_in_a_plugins_stated_costs_names_the_plugin():
+    """An op misspelt in spmm_cost (or a missing direction) ended spgnn cost and --algo auto, for every layout, in a
+    bare KeyError; a group the layout does not have was taken as it was."""
+    from spgnn import cost
+
+    base = algorithms.get("1d")
+    model = cost.ModelCost.of_config(TrainConfig(), 8, 3)
+    for name, calls in (("typo", {"forward": [("allgather", "part", 4, 4, 1)], "backward": []}),
+                        ("one-way", {"forward": []}),
+                        ("no-such-group", {"forward": [("all_to_all", "row", 4, 4, 1)], "backward": []})):
+        slip = type("Slip", (base,), {"name": f"slip-{name}", "spmm_cost": classmethod(lambda c, *a, k=calls: k)})
+        algorithms.register(slip)
+        try:
+            with pytest.raises(SpgnnError, match=f"^algorithm 'slip-{name}': its spmm_cost .*gives"):
+                cost.plan_table(1000, 10000, [2], model)
+        finally:
+            algorithms.ALGORITHMS.pop(f"slip-{name}")
