@@ -164,7 +164,7 @@ class DistGraph:
         if adjacency is None and self._model is not None:
             from .layers.registry import adjacencies_of
 
-            adjacency = adjacencies_of(self._built())
+            adjacency = adjacencies_of(self._built()) or None     # a model of dense layers only: the default
         if adjacency is None:
             adjacency = "gcn"
         names = [_registered(a) for a in ([adjacency] if isinstance(adjacency, str) or

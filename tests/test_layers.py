@@ -313,3 +313,30 @@ def test_a_layer_whose_costs_hold_no_sparse_product_trains_without_a_prediction(
             cost.ModelCost.of_config(TrainConfig(model="dense-only"), 5, 3)
     finally:
         LAYERS.pop("dense-only")
+
+
+def test_a_model_of_dense_layers_only_trains():
+    """Layers with adjacency None (which the docs allow) were refused with 'pass adjacency=...', which a Trainer's
+    user cannot do; the layout's default adjacency is laid out instead."""
+    from spgnn.comm.comm import Comm
+    from spgnn.layers.registry import Dense
+
+    class DenseLayer(Layer):
+        name, summary, adjacency = "dense-layer", "H·W, no aggregation", None
+
+        def __init__(self, f_in, f_out, init="auto"):
+            super().__init__(f_in, f_out)
+            self.weight = torch.nn.Parameter(torch.full((f_in, f_out), 0.01))
+
+        def forward(self, g, h):
+            return g.linear(h, self.weight)
+
+        def costs(self, grad_in, features=False):
+            return [Dense(self.f_in, self.f_out)]
+
+    register_layer(DenseLayer)
+    try:
+        report = Trainer(TrainConfig(model="dense-layer", epochs=2, hidden=8), Comm(0, 1)).run(log=None)
+        assert len(report["epochs"]) == 2 and report["final"]["test_acc"] >= 0
+    finally:
+        LAYERS.pop("dense-layer")
