@@ -27,6 +27,7 @@ from spgnn.partition.partition import (
     undirected,
 )
 from tests.graphs import small_graph
+from tests.packages import installed
 
 NEEDS = {"metis": "pymetis", "kahip": "kahip", "kaminpar": "kaminpar"}
 BUILT_IN = ["block", "random", "ldg", "fennel", "metis", "kahip", "kaminpar"]
@@ -259,14 +260,9 @@ def test_bad_methods_and_files(tmp_path):
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """An installed package `halves_plugin` publishing partitioner `halves` through the entry point group."""
-    (tmp_path / "halves_plugin.py").write_text(
-        "import numpy as np\n\n"
-        "def halves(adj, P, seed=0, *, shift=0):\n"
-        "    return (np.arange(adj.shape[0]) * P // adj.shape[0] + shift) % P\n")
-    info = tmp_path / "halves_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: halves-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[spgnn.partitioners]\nhalves = halves_plugin:halves\n")
+    installed(tmp_path, "halves_plugin", "import numpy as np\n\ndef halves(adj, P, seed=0, *, shift=0):\n"
+              "    return (np.arange(adj.shape[0]) * P // adj.shape[0] + shift) % P\n",
+              "spgnn.partitioners", "halves = halves_plugin:halves")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "halves"
     PARTITIONERS.pop("halves", None)

@@ -16,6 +16,7 @@ from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.train.fullbatch import Trainer
 from tests import test_contract
+from tests.packages import installed
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -151,15 +152,9 @@ def test_an_option_of_a_name_spgnn_holds_or_of_a_kind_it_cannot_read_is_refused(
 def test_a_published_plugin_may_use_the_top_level_api(tmp_path):
     """The registries loaded entry points while spgnn was still being imported: a plug-in written against the top
     level (spgnn.register_algorithm, spgnn.Layer) was skipped with a warning ('partially initialized module')."""
-    (tmp_path / "top_plugin.py").write_text(
-        "import spgnn\n\n"
-        "@spgnn.register_algorithm\n"
-        "class TopAllGather(spgnn.ALGORITHMS['1d']):\n"
-        "    name = 'top-allgather'\n")
-    info = tmp_path / "top_plugin-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: top-plugin\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[spgnn.algorithms]\ntop-allgather = top_plugin:TopAllGather\n")
+    installed(tmp_path, "top_plugin", "import spgnn\n\n@spgnn.register_algorithm\n"
+              "class TopAllGather(spgnn.ALGORITHMS['1d']):\n    name = 'top-allgather'\n",
+              "spgnn.algorithms", "top-allgather = top_plugin:TopAllGather")
     code = "import warnings; warnings.simplefilter('error'); import spgnn; print('top-allgather' in spgnn.ALGORITHMS)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
