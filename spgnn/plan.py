@@ -208,11 +208,12 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     compared, K, where = None, parts.nparts, getattr(parts, "path", "the dataset")
     made = parts.partition_info
     method, order = made.get("method"), made.get("node_order")
-    if cfg.partition not in (TrainConfig.partition, method) and get_partitioner(cfg.partition) is not None:
+    named = get_partitioner(cfg.partition) is not None       # else a partition file
+    if cfg.partition not in (TrainConfig.partition, method) and named:
         raise SpgnnError(f"{where} is partitioned already (by {method}): --partition {cfg.partition} does not apply "
                          "to it; drop --partition or partition anew with spgnn partition --output")
     folder = partitioned.is_partitioned(cfg.dataset)        # given partitioned (else the cache made it from cfg)
-    if get_partitioner(cfg.partition) is None and folder:       # a file: is it the folder's partition?
+    if not named and folder:                                # is the file the folder's partition?
         meta = saved_meta(cfg.partition)
         if not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] != \
                 [method, made.get("params", {}), made.get("seed", 0), K, parts.info.graph_hash]:

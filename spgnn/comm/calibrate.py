@@ -112,11 +112,17 @@ def parse_ops(text: str) -> list[str]:
     return ops
 
 
+def words_per_member(size_bytes: int, P: int) -> int:
+    """The float32 words a member's part of a message of about `size_bytes` holds on P processes: rounded down to a
+    multiple of 4·P bytes, one word at least."""
+    return max(1, size_bytes // (4 * P))
+
+
 def collective(comm: Comm, op: str, size_bytes: int, device: str = "cpu"):
     """A function making one call of `op` on a message of about `size_bytes` per rank (float32, rounded
     down to a multiple of 4·P bytes) over all ranks; its tensors are allocated here, once."""
     P = comm.world_size
-    per = max(1, size_bytes // (4 * P))            # float32 words per member
+    per = words_per_member(size_bytes, P)
     t = torch.ones(per * P, device=device)
     if op == "broadcast":
         return lambda: comm.broadcast(t, 0)
@@ -181,7 +187,7 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
     the schema of the result is the module docstring's."""
     if comm.world_size < 2:
         raise SpgnnError("calibrate needs at least 2 processes (mpirun -np N, torchrun or --nprocs N)")
-    if len({max(1, s // (4 * comm.world_size)) for s in sizes}) < 2:     # as `collective` rounds them
+    if len({words_per_member(s, comm.world_size) for s in sizes}) < 2:     # as `collective` rounds them
         raise SpgnnError(f"--sizes {', '.join(map(str, sizes))} bytes are one message size on {comm.world_size} "
                          f"processes (rounded down to multiples of 4·P = {4 * comm.world_size} bytes): give sizes "
                          "further apart, e.g. 4K,1M")

@@ -156,9 +156,8 @@ def check_early(folder, cfg, model: bool = True) -> None:
     once they are known (`load`)."""
     path, state = _read(folder)
     if model:
-        theirs = state["identity"]["model"]
-        _same(path, "model", {k: theirs.get(k) for k in model_fields(cfg)}, {k: getattr(cfg, k) for k in
-                                                                            model_fields(cfg)})
+        theirs, fields = state["identity"]["model"], model_fields(cfg)
+        _same(path, "model", {k: theirs.get(k) for k in fields}, {k: getattr(cfg, k) for k in fields})
     _beyond(path, state, cfg.epochs)
 
 
