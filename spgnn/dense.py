@@ -166,11 +166,25 @@ def _own(h: torch.Tensor, ws, c: torch.Tensor | None) -> bool:
             and any(narrow(*w.shape) or onednn(h, w) for w in ws))
 
 
+def check_shapes(h: torch.Tensor, ws, c: torch.Tensor | None) -> None:
+    """SpgnnError unless H·W_k + C is defined for each W_k: H n×f_in, W_k f_in×f_k, C f_k or n×f_k of the last (oneDNN
+    reports a mismatch only as a primitive it could not create)."""
+    rows = {w.shape[0] if w.dim() == 2 else None for w in ws}
+    fine = h.dim() == 2 and rows == {h.shape[1]}
+    if fine and c is not None:
+        fine = tuple(c.shape) in ((ws[-1].shape[1],), (h.shape[0], ws[-1].shape[1]))
+    if not fine:
+        shapes = " and ".join(f"W {tuple(w.shape)}" for w in ws) + ("" if c is None else f", C {tuple(c.shape)}")
+        raise SpgnnError(f"H·W + C is not defined for H {tuple(h.shape)}, {shapes}: W needs H's columns as its rows, "
+                         "and C (a bias or an addend) W's columns")
+
+
 def matmul(h: torch.Tensor, w: torch.Tensor, c: torch.Tensor | None = None) -> torch.Tensor:
     """H·W + C (C: None, a bias of f_out, or an n×f_out addend) for H n×f_in, W f_in×f_out; differentiable, in the
     faster library and weight-gradient orientation (module docstring). A product that needs no gradient, or that
     torch's own mm takes as well (not narrow, not for oneDNN), has no `_Product` node: torch's MmBackward held 40-80
     MiB less at the peak of a GraphSAGE step on amazon-computers than the Python Function did."""
+    check_shapes(h, (w,), c)
     return _Product.apply(h, c, w)[0] if _own(h, (w,), c) else product(h, w, c)
 
 
@@ -183,4 +197,5 @@ def matmuls(h: torch.Tensor, ws, c: torch.Tensor | None = None) -> tuple[torch.T
     that product split in two column blocks. A bias goes into oneDNN's product (3.6 against 4.1 ms with a separate
     add at f_in = f_k = 256)."""
     ws = tuple(ws)
+    check_shapes(h, ws, c)
     return _Product.apply(h, c, *ws) if _own(h, ws, c) else products(h, ws, c)

@@ -170,3 +170,13 @@ def test_a_transposed_block_equals_torchs_copy(rows, cols):
     for x in (whole[3:3 + rows, 1:1 + cols], whole.double()[:rows, :cols], whole[:rows, :cols].t()):
         out = dense.transposed(x)
         assert out.is_contiguous() and out.dtype == x.dtype and torch.equal(out, x.t())
+
+
+@pytest.mark.parametrize("shapes", [((30, 7), [(6, 4)], None), ((30, 7), [(7, 4), (6, 4)], None),
+                                    ((30, 7), [(7, 4)], (3,)), ((30, 7), [(7, 4)], (29, 4)), ((30,), [(30, 4)], None)])
+def test_a_product_of_shapes_that_do_not_fit_is_refused_by_name(shapes, backend):
+    """oneDNN reported it as 'could not create a primitive descriptor', naming neither operand."""
+    h, ws, c = shapes
+    args = [torch.randn(*h), [torch.randn(*w) for w in ws], None if c is None else torch.randn(*c)]
+    with pytest.raises(SpgnnError, match=r"^H·W \+ C is not defined for H \("):
+        matmul(args[0], args[1][0], args[2]) if len(ws) == 1 else matmuls(*args)

@@ -168,6 +168,11 @@ def test_an_algorithm_without_its_products_is_refused_where_it_registers():
     with pytest.raises(SpgnnError, match="^algorithm 'forward-only' does not define _backward"):
         algorithms.register(forward_only)
     assert "forward-only" not in algorithms.ALGORITHMS
+    promised = type("Promised", (base,), {"name": "promised", "attention": True, "_forward": lambda self, h: h,
+                                          "_backward": lambda self, g: g})
+    with pytest.raises(SpgnnError, match="^algorithm 'promised' does not define attend"):
+        algorithms.register(promised)     # it told GAT's users to use --algo promised
+    assert "promised" not in algorithms.ALGORITHMS
 
 
 def test_a_slip_in_a_plugins_stated_costs_names_the_plugin():
@@ -187,3 +192,25 @@ def test_a_slip_in_a_plugins_stated_costs_names_the_plugin():
                 cost.plan_table(1000, 10000, [2], model)
         finally:
             algorithms.ALGORITHMS.pop(f"slip-{name}")
+
+
+def _short_rows(comm, which):
+    """A 1d whose `which` (_forward or _backward) drops its last row, trained one epoch: the error's text."""
+    base = algorithms.get("1d")
+    wrong = {which: lambda self, x: getattr(base, which)(self, x)[:-1]}
+    algorithms.ALGORITHMS.pop("short-rows", None)
+    algorithms.register(type("ShortRows", (base,), {"name": "short-rows", **wrong}))
+    try:
+        Trainer(TrainConfig(algo="short-rows", epochs=1, hidden=8, eval_every=0, model="gcn"), comm).run(log=None)
+    except SpgnnError as e:
+        return str(e)
+    finally:
+        algorithms.ALGORITHMS.pop("short-rows")
+
+
+@pytest.mark.parametrize("which", ["_forward", "_backward"])
+def test_a_product_of_the_wrong_shape_is_named_where_it_is_made(which):
+    """A plug-in's _forward of one row short failed later in a layer's add, its _backward in autograd's own
+    check, neither naming the algorithm."""
+    message, = run_local(_short_rows, 1, which)
+    assert message is not None and message.startswith(f"--algo short-rows: {which} returned (")

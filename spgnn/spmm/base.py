@@ -300,7 +300,22 @@ class DistSpMM(RowLayout):
         """Z = A·H for the local rows; differentiable (backward dH = Aᵀ·dZ). `adjacency`: the one the caller
         means (checked against the layout's)."""
         self.check_adjacency(adjacency)
-        return autograd_comm.linear_map(h, self.comm, self._forward, self._backward)
+        return autograd_comm.linear_map(h, self.comm, self._shaped("_forward"), self._shaped("_backward"))
+
+    def _shaped(self, name: str):
+        """Method `name` (`_forward` or `_backward`), checked to return a tensor of its input's shape and dtype (this
+        rank's block of Z = A·H has H's, and dH has dZ's): a plug-in's slip is named where it happens."""
+        product = getattr(self, name)
+
+        def checked(x: torch.Tensor) -> torch.Tensor:
+            y = product(x)
+            if not isinstance(y, torch.Tensor) or y.shape != x.shape or y.dtype != x.dtype:
+                got = f"{tuple(y.shape)} {y.dtype}" if isinstance(y, torch.Tensor) else type(y).__name__
+                raise SpgnnError(f"--algo {self.name}: {name} returned {got} for an input of "
+                                 f"{tuple(x.shape)} {x.dtype}; it must return this rank's block of the product, "
+                                 "of its input's shape and dtype")
+            return y
+        return checked
 
     def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
         """Row-wise log-softmax over the class columns."""

@@ -24,9 +24,11 @@ def register(cls):
     plugins.admit(ALGORITHMS, cls, "algorithm", "--algo")
     from .base import DistSpMM  # here: base imports this module
 
-    if missing := [m for m in ("_forward", "_backward") if getattr(cls, m) is getattr(DistSpMM, m)]:
-        raise SpgnnError(f"algorithm {cls.name!r} does not define {' and '.join(missing)} (Z = A·H on its local "
-                         "blocks, and Aᵀ·G): a DistSpMM states both")
+    needs = {"_forward": "Z = A·H on its local blocks", "_backward": "Aᵀ·G"}
+    needs |= {"attend": "the attention its `attention = True` promises"} if cls.attention else {}
+    if missing := [m for m in needs if getattr(cls, m) is getattr(DistSpMM, m)]:
+        raise SpgnnError(f"algorithm {cls.name!r} does not define {' and '.join(missing)} "
+                         f"({'; '.join(needs[m] for m in missing)})")
     ALGORITHMS[cls.name] = cls
     return cls
 
