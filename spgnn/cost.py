@@ -146,6 +146,12 @@ class ModelCost:
             if bad := next((op for op in ops if not isinstance(op, (Spmm, Dense, Attend, AllReduce))), None):
                 raise SpgnnError(f"{what} declares {bad!r} in costs(): each cost is a spgnn.layers Spmm, Dense, "
                                  "Attend or AllReduce")
+            own = getattr(layer, "adjacency", None)
+            if other := next((op for op in ops if isinstance(op, (Spmm, Attend))
+                              and (own is None or get_adjacency(op.adjacency).name != get_adjacency(own).name)), None):
+                raise SpgnnError(f"{what} declares {other!r} in costs(), over adjacency {other.adjacency!r}, but "
+                                 f"multiplies by {own!r} (its `adjacency`): declare its products over the adjacency "
+                                 "it multiplies by")
             if i == 0 and features:
                 ops = [replace(op, once=True) if isinstance(op, Spmm) and not op.backward else op for op in ops]
             if i < len(norms):

@@ -11,7 +11,8 @@ from spgnn import cost, spmm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
-from spgnn.layers import APPNP, LAYERS, GCN2Conv, GINConv, Layer, register_layer
+from spgnn.layers import APPNP, LAYERS, GCN2Conv, GINConv, Layer, SAGEConv, register_layer
+from spgnn.layers.registry import Dense, Spmm
 from spgnn.reference import SerialSpMM
 from spgnn.train.fullbatch import Trainer
 from tests.graphs import small_graph
@@ -147,6 +148,16 @@ def test_registry_refuses_bad_declarations():
     silent.weight = torch.nn.Parameter(torch.ones(5, 3))
     with pytest.raises(SpgnnError, match=r"layer 0 \(Layer\) declares no cost"):
         cost.ModelCost.of(torch.nn.Sequential(silent))
+
+
+@pytest.mark.parametrize("declared", ["gcn", "mean"])
+def test_costs_over_another_adjacency_are_refused(declared):
+    """A layer multiplying by D⁻¹A that declared its product over gcn's Â (which adds the diagonal) was modelled with
+    the other matrix's nonzeros: the model's bytes could no longer equal the ledger's."""
+    layer = SAGEConv(5, 3) if declared == "gcn" else GINConv(5, 3)
+    layer.costs = lambda grad_in, features=False: [Spmm(3, declared, grad_in), Dense(5, 3)]
+    with pytest.raises(SpgnnError, match=f"declares Spmm.* over adjacency '{declared}', but multiplies by "):
+        cost.ModelCost.of(torch.nn.Sequential(layer))
 
 
 def test_a_layer_registered_later_brings_its_options():
@@ -287,7 +298,6 @@ def test_a_layer_whose_costs_hold_no_sparse_product_trains_without_a_prediction(
     """A layer declaring only Dense costs trained every epoch, then the report's prediction ended the run in a bare
     StopIteration; costs() of another kind of object gave a traceback as deep."""
     from spgnn.comm.comm import Comm
-    from spgnn.layers.registry import Dense
 
     class DenseOnly(Layer):
         name, summary, adjacency = "dense-only", "a layer whose costs name no sparse product", "gcn"
@@ -319,7 +329,6 @@ def test_a_model_of_dense_layers_only_trains():
     """Layers with adjacency None (which the docs allow) were refused with 'pass adjacency=...', which a Trainer's
     user cannot do; the layout's default adjacency is laid out instead."""
     from spgnn.comm.comm import Comm
-    from spgnn.layers.registry import Dense
 
     class DenseLayer(Layer):
         name, summary, adjacency = "dense-layer", "H·W, no aggregation", None
