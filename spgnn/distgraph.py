@@ -24,12 +24,14 @@ parameter gradients are the single-process ones.
 from __future__ import annotations
 
 import hashlib
+import weakref
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from . import progress, spmm
+from . import hashing, progress, spmm
 from .comm import autograd as autograd_comm
 from .comm.agree import agree
 from .comm.comm import Comm
@@ -78,6 +80,9 @@ class DistGraph:
         if unread := sorted(set(options) & (TRAINING | set(layer_options()))):
             raise SpgnnError(f"DistGraph does not read {', '.join(unread)}: options of the model, its training or the "
                              "launch; give them to TrainConfig and spgnn.Trainer, or to your own model and loop")
+        if cfg is not None and not isinstance(cfg, TrainConfig):
+            raise SpgnnError(f"DistGraph's second argument is a TrainConfig, not {type(cfg).__name__} {cfg!r}: name "
+                             "the graph as a keyword, DistGraph(comm, dataset='cora')")
         self.comm = comm = comm if comm is not None else Comm(0, 1)
         cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
         self._model, self._costs = model, None
@@ -113,6 +118,8 @@ class DistGraph:
         self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in SPLITS}
         self.counts = dict(self.info.counts)
         self._pending, self._prepared = set(), {}
+        self._summed, self._resummed = {}, []       # id → (gradient, its version) as summed; names added to since
+        self._checkpoints = set()                   # folders this graph wrote or loaded a checkpoint in
         self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
         self._kept, self._kept_x = {}, None    # (adjacency, id of H) → (H, Â·H, its version); (x, its version) then
 
@@ -188,6 +195,7 @@ class DistGraph:
         """Z = Â·H for this rank's rows (and columns), Â the `adjacency`; differentiable. Where `kept` (H is the
         graph's features `x`, or such a product, and `precompute` is on), the product is made at the first call and
         kept: later calls return the same tensor, with no work and no communication."""
+        self._matrix(h, "spmm")
         if not self.kept(h, adjacency):
             return self.layout(adjacency).spmm(h)
         key = (get_adjacency(adjacency).name, id(h))
@@ -226,7 +234,16 @@ class DistGraph:
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """H·W (+ b), W f_in×f_out replicated on every rank."""
+        self._matrix(h, "linear")
         return self.algo.linear(h, w, b)
+
+    def _matrix(self, h, what: str) -> None:
+        """SpgnnError unless `h` is a tensor of this rank's rows (n_p×f)."""
+        rows = len(self.node_ids)
+        if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != rows:
+            got = f"shape {tuple(h.shape)}" if isinstance(h, torch.Tensor) else type(h).__name__
+            raise SpgnnError(f"{what} takes this rank's rows of an n×f matrix, a tensor of {rows} rows, got {got}"
+                             + ("" if isinstance(h, torch.Tensor) else " (torch.as_tensor makes one)"))
 
     def columns(self, f: int) -> slice:
         """The columns of an n×f matrix this rank holds."""
@@ -236,6 +253,8 @@ class DistGraph:
         """`logits`, checked to be this rank's columns of an n×f matrix (on 2D/3D a wrong width would be cut into
         other blocks than the labels' and change the answer with the layout)."""
         cols = self.columns(f)
+        if not isinstance(logits, torch.Tensor):
+            raise SpgnnError(f"logits must be a tensor, got {type(logits).__name__} (torch.as_tensor makes one)")
         if logits.dim() != 2 or logits.shape[1] != cols.stop - cols.start:
             raise SpgnnError(f"logits of shape {tuple(logits.shape)}: this rank holds columns {cols.start}:"
                              f"{cols.stop} of the {f} the task has (a model's last layer must give {f} outputs: "
@@ -253,6 +272,21 @@ class DistGraph:
     def layer(self, i: int):
         """Context in which the collectives count as layer i's in the ledger."""
         return self.algo.layer(i)
+
+    @property
+    def own_rows(self) -> torch.Tensor:
+        """Which of this rank's rows it counts in a global per-row sum (`all_sum`; a boolean tensor over its rows):
+        every row where the ranks hold disjoint rows; on 2D/3D, where the ranks of a grid row hold the same rows,
+        the rows of one rank of each grid row (sum a mask of your own as ``(mask & g.own_rows).sum()``)."""
+        return self.algo.own_rows(len(self.node_ids)).to(self.device)
+
+    def dropout(self, h: torch.Tensor, p: float, key: int) -> torch.Tensor:
+        """H with each entry zeroed with probability `p` and the others scaled by 1/(1 − p), the mask a hash of
+        (`key`, the row's node id, the column's global index): the same entries at every P and on every layout, not
+        per rank as torch's dropout draws them. Give a fresh `key` (an int) to each layer at each step; none in
+        evaluation."""
+        first = self.columns(self._widths([h], None)[0]).start
+        return hashing.dropout(h, self.node_ids, p, key, first)
 
     def require(self, need: str, what: str) -> None:
         """Refuse with one line when the layout does not offer `need` ("whole_rows", "attention") to `what`."""
@@ -296,7 +330,7 @@ class DistGraph:
         masks = (masks,) if isinstance(masks, str) else tuple(masks)
         if not all(isinstance(k, str) for k in masks):
             raise SpgnnError(f"the figures of a split take split names ({', '.join(self.masks)}), not masks; for a "
-                             "boolean mask of your own, compute the figure from predictions() and all_sum()")
+                             "boolean mask of your own, compute the figure from predictions(), own_rows and all_sum()")
         return masks
 
     def _classes(self, what: str) -> None:
@@ -322,6 +356,9 @@ class DistGraph:
     def globally(self, local: torch.Tensor) -> torch.Tensor:
         """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
         `local`'s: a global loss from per-rank partial sums (one small all-reduce)."""
+        if not isinstance(local, torch.Tensor) or local.numel() != 1:
+            got = f"a tensor of shape {tuple(local.shape)}" if isinstance(local, torch.Tensor) else type(local).__name__
+            raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {got}: sum it first")
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
 
@@ -375,7 +412,12 @@ class DistGraph:
 
     def loss(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """The task's global mean loss over `mask` (cross-entropy, or BCE over the known targets)."""
-        return self.task.loss(self, logits, mask)
+        loss = self.task.loss(self, logits, mask)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+            got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
+            raise SpgnnError(f"task {self.task.name!r}'s loss returned {got}: a loss is a one-element tensor, the "
+                             "global mean (g.globally of this rank's partial sum)")
+        return loss
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
         """The predicted class (the global column of the row's largest logit, the first on a tie) of each row."""
@@ -396,8 +438,14 @@ class DistGraph:
         return self.comm.all_sum(list(values), self.rows_group())
 
     def _widths(self, hs, widths) -> list[int]:
+        """The global column counts of the H_k of which this rank holds `hs` (`widths` checked against them)."""
         if widths is not None:
-            return list(widths)
+            widths = [int(w) for w in widths]
+            held = [h.shape[1] for h in hs]
+            if len(widths) != len(hs) or any(len(range(f)[self.columns(f)]) != c for f, c in zip(widths, held)):
+                raise SpgnnError(f"widths {widths} do not fit the {len(hs)} matrices given, of which this rank holds "
+                                 f"{held} columns: give each one's global column count (or none)")
+            return widths
         if self.whole_rows:
             return [h.shape[1] for h in hs]
         return [int(w) for w in self.comm.all_sum([h.shape[1] for h in hs], self.algo.column_group())]
@@ -459,6 +507,7 @@ class DistGraph:
         for name, p in model.named_parameters():
             self._prepared[id(p)] = name
             if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
+                p.register_hook(lambda grad, p=p: self._adding(p))
                 p.register_post_accumulate_grad_hook(lambda p: self._pending.add(id(p)))
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt))
@@ -476,32 +525,74 @@ class DistGraph:
                                      "ranks: call g.sync_gradients(model) after loss.backward() and before "
                                      "optimizer.step()")
 
+    def _adding(self, p) -> None:
+        """A backward is about to add to p's gradient: note it if that gradient is one summed over the ranks and not
+        changed since (neither set to None nor zeroed), which a second sum would count once a rank."""
+        summed = self._summed.get(id(p))
+        if summed is not None and p.grad is not None and p.grad is summed[0]() and p.grad._version == summed[1]:
+            self._resummed.append(self._prepared[id(p)])
+
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce); a gradient
-        the backward left missing becomes zero, on one rank as on several."""
+        the backward left missing becomes zero, on one rank as on several. Once a step, after its last backward: a
+        model `prepare` saw is refused a second sum with no backward between, or of a gradient a backward added to
+        after it was summed (each would count a gradient once a rank)."""
+        trained = [p for p in model.parameters() if p.requires_grad]
+        if any(id(p) in self._prepared for p in trained):
+            again = self._resummed or (not any(id(p) in self._pending for p in trained) and self._summed)
+            if again:
+                self._resummed = []
+                what = (f"a backward added to the gradient of parameter {again[0]!r} after it was summed"
+                        if isinstance(again, list) else "no backward ran since the gradients were last summed")
+                raise SpgnnError(f"sync_gradients: {what}, so summing again would count it once a rank: call it "
+                                 "once a step, after its last backward (zero the gradients, opt.zero_grad(), before "
+                                 "the next step's)")
         all_reduce_gradients(model, self.comm, self.grad_group())
         self._pending.difference_update(id(p) for p in model.parameters())
+        self._summed = {id(p): (weakref.ref(p.grad), p.grad._version) for p in trained if id(p) in self._prepared}
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def save_checkpoint(self, folder, model, optimizer, epoch: int, **extra) -> None:
         """Rank 0 writes `model`'s and `optimizer`'s state, the epoch, `extra` (plain containers) and the graph's and
         model's identity to folder/checkpoint.pt atomically; every rank returns once it is written. Weights are
-        the same on every rank, so the checkpoint resumes under any P, algorithm or grid."""
+        the same on every rank, so the checkpoint resumes under any P, algorithm or grid. A folder holding a
+        checkpoint this graph neither wrote nor loaded is refused (another run's would be overwritten)."""
         from .train import checkpoint
 
         checkpoint.loadable(extra, "save_checkpoint's extra")
         state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                 "progress": {"extra": extra}, "identity": self._identity(model), "partition": {}, "config": {}}
-        agree(self.comm, lambda: checkpoint.save(checkpoint.writable(folder, resuming=True), state), everyone=False)
+                 "optimizer_class": type(optimizer).__qualname__, "progress": {"extra": extra},
+                 "identity": self._identity(model), "partition": {}, "config": {}}
+        ours = Path(folder).resolve() in self._checkpoints
+
+        def write():
+            if not ours and (Path(folder) / checkpoint.FILE).exists():
+                raise SpgnnError(f"{folder} holds a checkpoint that this run neither wrote nor loaded: save to "
+                                 "another folder, or load_checkpoint it first to continue it")
+            checkpoint.save(checkpoint.writable(folder, resuming=True), state)
+
+        agree(self.comm, write, everyone=False)
+        self._checkpoints.add(Path(folder).resolve())
 
     def load_checkpoint(self, folder, model, optimizer) -> tuple[int, dict]:
-        """Restore `model` and `optimizer` from folder/checkpoint.pt (of this graph and a model of the same
-        parameter names and shapes, else one line); returns (the epoch saved, the `extra` saved)."""
+        """Restore `model` and `optimizer` from folder/checkpoint.pt (of this graph, a model of the same parameter
+        names and shapes and an optimizer of the same class, else one line); returns (the epoch saved, the `extra`
+        saved)."""
         from .train import checkpoint
 
         state = agree(self.comm, lambda: checkpoint.load(folder, self._identity(model)))
+        saved = state.get("optimizer_class")
+        if saved is not None and saved != type(optimizer).__qualname__:
+            raise SpgnnError(f"{folder} holds the state of a {saved} optimizer, not of {type(optimizer).__qualname__}: "
+                             "resume with the optimizer it was saved with")
         model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, ValueError) as e:
+            raise SpgnnError(f"{folder}'s optimizer state does not fit {type(optimizer).__qualname__} "
+                             f"({type(e).__name__}: {e}): resume with the optimizer, and parameter groups, it was "
+                             "saved with") from None
+        self._checkpoints.add(Path(folder).resolve())
         return state["epoch"], state["progress"].get("extra", {})
 
     def _identity(self, model) -> dict:

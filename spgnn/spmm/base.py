@@ -112,6 +112,11 @@ class RowLayout:
         """Which local rows' label (a column of f) this rank holds: the rows whose loss and accuracy it counts."""
         return torch.ones_like(y, dtype=torch.bool)
 
+    def own_rows(self, n: int) -> torch.Tensor:
+        """Which of its n rows this rank counts in a sum over `rows_group` of per-row figures: all of them where the
+        group's members hold disjoint rows."""
+        return torch.ones(n, dtype=torch.bool)
+
     def argmax(self, h: torch.Tensor, f: int) -> torch.Tensor:
         """The (global) column of each local row's largest entry among f, the first on a tie."""
         return h.argmax(dim=1)

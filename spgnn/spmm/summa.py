@@ -273,6 +273,10 @@ class SUMMA(DistSpMM):
         cols = self.columns(f)
         return (y >= cols.start) & (y < cols.stop)
 
+    def own_rows(self, n):
+        """The ranks of a grid row hold the same rows: the first column's counts them."""
+        return torch.full((n,), self.j == 0, dtype=torch.bool)
+
     def linear(self, h, w, b=None):
         """H·W (+ b): Σ_j H[:, block j]·W[block j, :] reduce-scattered by output column blocks."""
         y = matmul(h, w[self.columns(w.shape[0])])
