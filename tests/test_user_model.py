@@ -272,3 +272,25 @@ def test_a_checkpoint_of_another_run_or_optimizer_is_refused(tmp_path):
     other.save_checkpoint(tmp_path, model, sgd, 2)           # loaded here: continued
     with pytest.raises(SpgnnError, match="DistGraph's second argument is a TrainConfig, not str 'cora'"):
         spgnn.DistGraph(Comm(0, 1), "cora")
+
+
+def _gat_forwards(comm):
+    """Two training forwards and one evaluation of a GATConv with attention dropout, no key given: Σ (j + 1)·out_ij."""
+    g = spgnn.DistGraph(comm, dataset="cora", algo="1d-halo", adjacency="self-loops")
+    torch.manual_seed(0)
+    layer = g.prepare(spgnn.GATConv(g.num_features, 4, heads=2, dropout=0.5))
+    sums = []
+    for training in (True, True, False):
+        layer.train(training)
+        with torch.no_grad():
+            out = layer(g, g.x).double() * torch.arange(1, 9)
+        sums.append(g.all_sum([float(out.sum())])[0])
+    return sums
+
+
+def test_a_gat_of_ones_own_draws_a_fresh_attention_dropout_each_forward():
+    """Without the stack's key, every forward drew the key-0 mask, the same at every step."""
+    one = run_local(_gat_forwards, 1)[0]
+    assert one[0] != one[1] and len(set(one)) == 3
+    for sums in run_local(_gat_forwards, 2):
+        np.testing.assert_allclose(sums, one, rtol=1e-6)

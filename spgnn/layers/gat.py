@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch.nn.functional as F
 
+from ..hashing import mix_key
 from ..options import Option
 from . import init as inits
 from .registry import Attend, Dense, Layer, register_layer
@@ -13,7 +16,9 @@ from .registry import Attend, Dense, Layer, register_layer
 @register_layer
 class GATConv(Layer):
     """W is f_in×(H·f_out) (PyG's ``lin.weight`` transposed), a_src and a_dst are H×f_out; heads concatenated
-    (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives."""
+    (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives (in
+    a model of one's own, without a key: from the count of this layer's training forwards and of the GATConvs made
+    before it, the same on every rank that builds the same model)."""
 
     name, summary, adjacency = "gat", "graph attention (Veličković et al.)", "self-loops"
     shift = "bias"
@@ -24,6 +29,7 @@ class GATConv(Layer):
                Option("out_heads", int, 1, "gat: attention heads of the last layer (averaged)",
                       valid=lambda v: v >= 1, must="at least 1"))
     draw = staticmethod(lambda scheme, f_in, f_out, heads, bias: inits.gat(f_in, f_out, heads, bias, scheme))
+    _made = itertools.count()
 
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
                  negative_slope: float = 0.2, init: str = "auto"):
@@ -31,9 +37,12 @@ class GATConv(Layer):
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope
         self.initialise(init, f_in, f_out, heads, self.f_out)
+        self.made, self.forwards = next(GATConv._made), 0
 
-    def forward(self, g, h, key: int = 0):
-        out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key)
+    def forward(self, g, h, key: int | None = None):
+        if key is None and self.training and self.dropout > 0:   # a fresh mask each training forward
+            key, self.forwards = mix_key(self.made, self.forwards, 2), self.forwards + 1
+        out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key or 0)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
 
     def attend(self, g, v, key: int = 0):
