@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from spgnn import cost, spmm
+from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
@@ -179,7 +180,6 @@ def test_a_layer_registered_later_brings_its_options():
 
     try:
         cfg = TrainConfig(model="scaled-gin", scale=2.0, epochs=2, eval_every=0, hidden=4).validate()
-        from spgnn.comm.comm import Comm
 
         t = Trainer(cfg, Comm(0, 1), graph=G)
         assert t.model.layers[0].scale == 2.0
@@ -195,7 +195,6 @@ def test_an_adjacency_of_ones_own():
     import scipy.sparse as sp
 
     from spgnn import Adjacency, DistGraph, register_adjacency
-    from spgnn.comm.comm import Comm
     from spgnn.graph.adjacency import ADJACENCIES, normalize
     from spgnn.graph.graph import add_self_loops, mean_dinv
     from spgnn.sparse.csr import with_unit_diagonal
@@ -229,7 +228,6 @@ def test_an_adjacency_of_ones_own():
 def test_a_stack_applies_relu_in_place_to_a_result_of_its_own(name, monkeypatch):
     """GCN's and GraphSAGE's outputs are their own (`Layer.fresh_output`): the stack's ReLU overwrites the first
     layer's result, and the logits and gradients are those of the ReLU out of place, bit for bit."""
-    from spgnn.comm.comm import Comm
 
     out = {}
     for own in (True, False):
@@ -297,7 +295,6 @@ def test_a_users_adjacency_is_not_taken_as_symmetric_unless_it_says_so():
 def test_a_layer_whose_costs_hold_no_sparse_product_trains_without_a_prediction():
     """A layer declaring only Dense costs trained every epoch, then the report's prediction ended the run in a bare
     StopIteration; costs() of another kind of object gave a traceback as deep."""
-    from spgnn.comm.comm import Comm
 
     class DenseOnly(Layer):
         name, summary, adjacency = "dense-only", "a layer whose costs name no sparse product", "gcn"
@@ -328,7 +325,6 @@ def test_a_layer_whose_costs_hold_no_sparse_product_trains_without_a_prediction(
 def test_a_model_of_dense_layers_only_trains():
     """Layers with adjacency None (which the docs allow) were refused with 'pass adjacency=...', which a Trainer's
     user cannot do; the layout's default adjacency is laid out instead."""
-    from spgnn.comm.comm import Comm
 
     class DenseLayer(Layer):
         name, summary, adjacency = "dense-layer", "H·W, no aggregation", None
@@ -349,3 +345,34 @@ def test_a_model_of_dense_layers_only_trains():
         assert len(report["epochs"]) == 2 and report["final"]["test_acc"] >= 0
     finally:
         LAYERS.pop("dense-layer")
+
+
+def test_a_layer_that_stack_cannot_build_or_train_is_refused_in_one_line():
+    """A registered layer whose __init__ takes no init= ended `spgnn train --model` in a TypeError; one with no
+    parameters in Adam's 'empty parameter list'."""
+    class NoInit(Layer):
+        name, summary, adjacency = "no-init", "a test's layer without init=", "gcn"
+
+        def __init__(self, f_in, f_out):
+            super().__init__(f_in, f_out)
+
+    class Propagate(Layer):
+        name, summary, adjacency = "propagate", "a test's layer without parameters", "gcn"
+
+        def __init__(self, f_in, f_out, init="auto"):
+            super().__init__(f_in, f_out)
+
+        def forward(self, g, h):
+            return g.spmm(h, self.adjacency)
+
+    for cls in (NoInit, Propagate):
+        register_layer(cls)
+    try:
+        with pytest.raises(SpgnnError, match=r"^--model no-init builds NoInit\(f_in, f_out, init=…\) \(Layer.stack\), "
+                                             "but its __init__ takes no 'init'"):
+            Trainer(TrainConfig(model="no-init", epochs=1), Comm(0, 1))
+        with pytest.raises(SpgnnError, match="^--model propagate has no parameters to train"):
+            Trainer(TrainConfig(model="propagate", epochs=1, hidden=7, layers=1), Comm(0, 1))
+    finally:
+        LAYERS.pop("no-init")
+        LAYERS.pop("propagate")

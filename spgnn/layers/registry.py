@@ -23,6 +23,7 @@ group ``spgnn.layers`` (``name = module:Class``), loaded when ``spgnn`` is impor
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -133,6 +134,12 @@ class Layer(nn.Module):
               **options) -> list:
         """The layers of ``--model NAME``: `layers` of this kind, f_in → hidden → … → classes, each given the
         layer's own `options` (`dropout`: the model's, for layers that drop inside, e.g. attention)."""
+        takes = inspect.signature(cls).parameters
+        if missing := [k for k in ("init", *options) if k not in takes
+                       and not any(p.kind is p.VAR_KEYWORD for p in takes.values())]:
+            raise SpgnnError(f"--model {cls.name} builds {cls.__name__}(f_in, f_out, init=…{', …' if options else ''}"
+                             f") (Layer.stack), but its __init__ takes no {', '.join(map(repr, missing))}: take it "
+                             f"(init='auto', passed to self.initialise), or define the classmethod stack")
         widths = [f_in] + [hidden] * (layers - 1) + [classes]
         return [cls(a, b, init=init, **options) for a, b in zip(widths[:-1], widths[1:])]
 

@@ -44,6 +44,9 @@ class Run:
         cfg = self.cfg
         torch.manual_seed(cfg.seed)
         self.model = config_model(cfg, num_features, num_classes).to(cfg.device)
+        if not any(p.requires_grad for p in self.model.parameters()):
+            raise SpgnnError(f"--model {cfg.model} has no parameters to train: its layers register none (as "
+                             "torch.nn.Parameter)")
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     given_dataset: str | None = None   # the dataset as the user named it, where cfg.dataset is a folder handed on
