@@ -449,6 +449,24 @@ def test_the_cache_knows_a_partitioner_by_its_code(tmp_path):
     assert folder != other_folder and entry != other_entry and (folder, entry) == again
 
 
+def test_the_cache_knows_the_helpers_a_partitioner_calls_from_its_file(tmp_path):
+    """Only the partitioner's own source was hashed: a change to the helper it calls served the old partition."""
+    import importlib.util
+
+    from spgnn.partition.partition import fingerprint
+
+    prints = []
+    for body in ("return np.arange(n) % P", "return np.arange(n) * P // n", "return np.arange(n) % P"):
+        path = tmp_path / "mine.py"
+        path.write_text(f"import numpy as np\n\ndef assign(n, P):\n    {body}\n\n"
+                        "def mine(adj, P, seed=0):\n    return assign(adj.shape[0], P)\n")
+        spec = importlib.util.spec_from_file_location("mine", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        prints.append(fingerprint(module.mine))
+    assert prints[0] != prints[1] and prints[0] == prints[2]
+
+
 def test_warm_up_pays_the_node_orders_first_use_too():
     """spgnn partition --compare charged rcm's import (csgraph, scipy.linalg) to the first method's time and memory."""
     import subprocess

@@ -65,10 +65,12 @@ def get_partitioner(name: str):
 
 
 def fingerprint(fn) -> str:
-    """A digest of partitioner `fn`'s module, name and source (its bytecode where there is no source), and of the
-    versions (`versions`) it may run on: what a cached partition by `fn` was made with."""
+    """A digest of partitioner `fn`'s module, name and source, the whole of the file that defines it (so that a
+    helper it calls from that file counts too; its bytecode where there is no source), and of the versions
+    (`versions`) it may run on: what a cached partition by `fn` was made with. A helper in another module of one's
+    own does not count: give such a partitioner another name, or another cache folder, when that helper changes."""
     try:
-        code = inspect.getsource(fn)
+        code = Path(inspect.getsourcefile(fn)).read_text() + inspect.getsource(fn)
     except (OSError, TypeError):
         code = repr(getattr(fn, "__code__", None) and (fn.__code__.co_code, fn.__code__.co_consts))
     key = json.dumps([getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)), code, versions()])
