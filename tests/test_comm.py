@@ -127,6 +127,23 @@ def test_run_sets_up_local_ranks_as_asked(monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(SpgnnError, match="^--device cuda: "):
             spgnn.run(_transport, nprocs=2, device="cuda")
+    monkeypatch.setattr(launch, "init", lambda *a: pytest.fail("the job was joined"))
+    with monkeypatch.context() as env:              # under torchrun of 2 processes, nprocs=4 was run at P = 2
+        env.setenv("RANK", "0")
+        env.setenv("WORLD_SIZE", "2")
+        env.setenv("TORCHELASTIC_RUN_ID", "x")
+        with pytest.raises(SpgnnError, match="^run: nprocs=4, but torchrun launched a job of 2 processes"):
+            spgnn.run(_transport, nprocs=4)
+
+
+def _unpicklable(comm):
+    return lambda: comm.rank
+
+
+def test_a_result_that_cannot_be_sent_back_is_named():
+    """A main returning a lambda ended in 'exited with code 1 and no report', some seconds later."""
+    with pytest.raises(RuntimeError, match="^rank [01] failed: its result cannot be sent back to the launching "):
+        run_local(_unpicklable, 2, timeout_s=60)
 
 
 def test_collectives_data_and_bytes():

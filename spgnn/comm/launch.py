@@ -425,12 +425,18 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
             dist.barrier()             # fn starts on no rank before every rank has joined (`run_local` may retry)
         stage = "run"
         result = fn(comm, *args)
+        stage = "result"
+        result = pickle.dumps(result)  # tensors by value: a rank that exits cannot share an fd late
     except BaseException as e:  # report the failure at once (a shutdown could wait for peers), exit non-zero
         import traceback
 
-        queue.put((rank, stage, (time.time(), f"{type(e).__name__}: {e}\n{traceback.format_exc()}")))
+        why = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        if stage == "result":
+            why = (f"its result cannot be sent back to the launching process ({type(e).__name__}: {e}): return "
+                   "what pickle can send (numbers, strings, lists, dicts, tensors, arrays)")
+        queue.put((rank, stage, (time.time(), why)))
         sys.exit(1)
-    queue.put((rank, "done", pickle.dumps(result)))   # tensors by value: a rank that exits cannot share an fd late
+    queue.put((rank, "done", result))
     shutdown()
 
 

@@ -22,6 +22,9 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
         launch.resolve_transport(transport, replace(launched, kind="spawn"), device)
         return launch.run_local(main, nprocs, *args, timeout_s=timeout, deadline_s=float("inf"), device=device,
                                 transport=transport)[0]
+    if launched.kind != "single" and nprocs not in (1, launched.world_size):
+        raise SpgnnError(f"run: nprocs={nprocs}, but {launched.kind} launched a job of {launched.world_size} "
+                         f"processes: launch {nprocs}, or leave nprocs out under a launcher")
     comm = launch.init(device, timeout, transport)
     try:
         out = main(comm, *args)
