@@ -188,6 +188,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _published(cfg) -> None:
+    """SpgnnError naming a plug-in cfg chooses that this program registered but the --nprocs processes (``python -m
+    spgnn``, which load spgnn's own and the published ones) would not have: neither spgnn's nor under its group."""
+    from importlib import metadata
+
+    from .layers import registry as layers
+    from .partition import partition
+    from .spmm import registry as algorithms
+    from .tasks import registry as tasks
+
+    for flag, name, registry, group in (("--model", cfg.model, LAYERS, layers.ENTRY_POINT_GROUP),
+                                        ("--algo", cfg.algo, algorithms.ALGORITHMS, algorithms.ENTRY_POINT_GROUP),
+                                        ("--task", cfg.task, TASKS, tasks.ENTRY_POINT_GROUP),
+                                        ("--partition", cfg.partition, partition.PARTITIONERS,
+                                         partition.ENTRY_POINT_GROUP)):
+        module = getattr(registry.get(name), "__module__", None) or "spgnn"
+        if module.split(".")[0] != "spgnn" and name not in {ep.name for ep in metadata.entry_points(group=group)}:
+            raise SpgnnError(f"{flag} {name} is registered by this program ({module}), which the --nprocs processes "
+                             f"(python -m spgnn) do not run: publish it under the entry-point group {group}, or "
+                             "launch this program under mpirun or torchrun")
+
+
 def _join(args, argv, device: str, timeout: float, transport: str, check=lambda: None):
     """This process's `Comm` in the job (mpirun, torchrun or a single process), or, for --nprocs N from a
     plain shell, the exit code of N local copies of this command (after `check` has vetted the input; it may
@@ -231,8 +253,10 @@ def train(args, argv) -> int:
     sampled = (args.sampler, args.batch_size, args.bulk) if args.sampler is not None else None
     if sampled:
         from .train.minibatch import MinibatchTrainer
-    check = (lambda: _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv)) if sampled \
-        else (lambda: _partition_once(cfg, args.nprocs, argv))
+    def check():
+        _published(cfg)
+        return _check_sampled(cfg, sampled, args.nprocs, args.split_graph, argv) if sampled \
+            else _partition_once(cfg, args.nprocs, argv)
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm

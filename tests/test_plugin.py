@@ -214,3 +214,15 @@ def test_a_product_of_the_wrong_shape_is_named_where_it_is_made(which):
     check, neither naming the algorithm."""
     message, = run_local(_short_rows, 1, which)
     assert message is not None and message.startswith(f"--algo short-rows: {which} returned (")
+
+
+def test_a_plugin_this_program_registered_is_refused_under_nprocs(plugin, monkeypatch, capsys):
+    """The --nprocs processes (python -m spgnn) never import the program that registered it: each printed a usage
+    dump with 'invalid choice', after the parent had accepted it."""
+    from spgnn import cli
+    from spgnn.comm import launch
+
+    monkeypatch.setattr(launch, "spawn", lambda *a: pytest.fail("processes were started"))
+    assert cli.main(["train", "--algo", plugin.name, "--nprocs", "2", "--epochs", "1"]) != 0
+    err = capsys.readouterr().err
+    assert f"--algo {plugin.name} is registered by this program (tests.plugin_algorithm), which the --nprocs " in err
