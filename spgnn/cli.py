@@ -604,6 +604,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     rank = launch.detect().rank if argv else 0
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
+    progress.tolerate_stdout()
     try:
         dense.get_backend()                             # $SPGNN_DENSE_BACKEND checked before any work
         with validate.allow_overlap(getattr(args, "allow_overlap", False)):
@@ -623,6 +624,12 @@ def main(argv: list[str] | None = None) -> int:
         launch.abort(1)
         launch.leave()
         return 1
+    except KeyboardInterrupt:
+        if rank == 0:
+            _error("interrupted")
+        launch.abort(130)
+        launch.leave()
+        return 130
     except Exception:  # anything else failed on this rank: say where; under mpirun end the job, not hang it
         traceback.print_exc()
         launch.abort(1)

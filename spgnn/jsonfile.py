@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from .errors import SpgnnError
 
 
 def json_safe(obj):
@@ -23,8 +27,23 @@ def json_safe(obj):
     return obj
 
 
-def write_json(path, obj, default=None) -> None:
-    """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing
-    (`default` as json.dumps takes it)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False))
+def write_json(path, obj, default=None) -> Path:
+    """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing (`default`
+    as json.dumps takes it); returns where it was written. Atomic: a file already at `path` is replaced whole or
+    not at all. Where `path` cannot be written (a full disk, a folder made read-only since the run began), the JSON
+    goes to a new file in the temporary folder and SpgnnError names both, so that a run never loses its report."""
+    text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        return path
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        why = e.strerror or str(e)
+    fd, kept = tempfile.mkstemp(prefix=f"{path.stem}-", suffix=path.suffix or ".json")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    raise SpgnnError(f"cannot write {path} ({why}): it is unchanged, and what was to go there is in {kept}")

@@ -33,6 +33,49 @@ def configure(shown: bool) -> None:
     _shown = bool(shown)
 
 
+class Tolerant:
+    """Standard output that falls silent, rather than ending the run, once it cannot be written: its reader gone
+    (``spgnn train … | head -1``), closed (``>&-``) or full. What it could not take is dropped; the run goes on,
+    writes its report and exits as it would have."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            if self.stream is not None:
+                self.stream.write(text)
+        except (OSError, ValueError):
+            self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        try:
+            if self.stream is not None:
+                self.stream.flush()
+        except (OSError, ValueError):
+            self._gone()
+
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
+    def __getattr__(self, name):
+        return getattr(self.stream if self.stream is not None else sys.__stderr__, name)
+
+    def _gone(self) -> None:
+        self.stream = None
+        try:        # the interpreter's own flush at exit then finds a file that takes what it still holds
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+        except OSError:
+            pass
+
+
+def tolerate_stdout() -> None:
+    """Make sys.stdout `Tolerant` (once)."""
+    if not isinstance(sys.stdout, Tolerant):
+        sys.stdout = Tolerant(sys.stdout)
+
+
 def seconds() -> dict[str, float]:
     """{stage: seconds} this process has spent in each stage so far (a stage run twice counts twice)."""
     return dict(_seconds)

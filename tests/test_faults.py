@@ -3,6 +3,7 @@
 in one line, and ``--resume`` from the last checkpoint finishes with the weights of an uninterrupted run. A
 stalled rank (SIGSTOP: alive, silent) ends the job after --timeout on both transports."""
 
+import json
 import os
 import re
 import signal
@@ -75,6 +76,7 @@ def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterr
     reports = set(re.findall(r"spgnn: error: rank (\d+):", err))     # mpirun may run its own text into a line
     # --nprocs: every survivor says why in one line; mpirun ends the survivors itself, some maybe before they do
     assert reports == {"0", "1", "3"} if how == "nprocs" else reports <= {"0", "1", "3"} and reports, err[-2000:]
+    assert how != "nprocs" or "spgnn: error: rank 2 was killed by signal 9 (SIGKILL)" in err, err[-2000:]
     done = torch.load(folder / "checkpoint.pt", weights_only=True)["epoch"]
     assert done < EPOCHS - 1                                          # killed before the end
     subprocess.run(command(how, "--resume", str(folder), "--checkpoint", str(folder)), cwd=ROOT, env=env(), check=True,
@@ -223,3 +225,45 @@ def test_only_a_join_refused_at_once_is_tried_again():
         with pytest.raises(launch.JoinError, match="could not join the job at 127.0.0.1:1") as e:
             launch.join(connect, 0, "127.0.0.1:1", timeout_s=4.0)
         assert e.value.quick is quick, connect.__name__
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_ranks_of_a_killed_nprocs_parent_end_too(tmp_path):
+    """SIGKILL of the --nprocs parent (which cannot stop its ranks) left them training as orphans."""
+    marker = str(tmp_path / "report.json")
+    job = subprocess.Popen([sys.executable, *TRAIN[:7], "--epochs", "100000", "--eval-every", "0", "--quiet",
+                            "--nprocs", "2", "--output", marker], cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline, pids = time.monotonic() + 120, [None, None]
+    while None in pids:
+        assert job.poll() is None and time.monotonic() < deadline
+        pids = [rank_pid(marker, "RANK", r) for r in range(2)]
+        time.sleep(0.2)
+    job.kill()
+    job.wait()
+    deadline = time.monotonic() + 30
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for p in pids:
+        if _alive(p):
+            os.kill(p, signal.SIGKILL)
+    assert not any(_alive(p) for p in pids), "a rank outlived its --nprocs parent"
+
+
+def test_a_reader_that_goes_away_does_not_end_the_run(tmp_path):
+    """spgnn train … | head -1 ended the run in a BrokenPipeError at the next epoch line, its report never written."""
+    out = tmp_path / "report.json"
+    job = subprocess.Popen([sys.executable, "-m", "spgnn", "train", "--dataset", "sbm:500:4", "--hidden", "8",
+                            "--epochs", "30", "--output", str(out)], cwd=ROOT, env=env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    job.stdout.readline()
+    job.stdout.close()                                   # as head -1 does
+    err = job.stderr.read().decode()
+    assert job.wait(timeout=300) == 0, err[-2000:]
+    assert "Traceback" not in err and len(json.loads(out.read_text())["epochs"]) == 30

@@ -235,6 +235,8 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     its next allocations (`spgnn.memory.keep_freed_memory`)."""
     check_device(device)
     launch = detect()
+    if launch.kind == "spawn":
+        watch_parent()
     share_cores(launch.local_world_size)
     keep_freed_memory()
     mover = make_transport(resolve_transport(transport, launch, device), timeout_s)
@@ -254,6 +256,19 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
             dist.all_reduce(torch.zeros(1))     # its own loopback): its first message fails here, as joining
     join(connect, launch.rank, f"{host}:{port}", timeout_s)
     return Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
+
+
+def watch_parent(every_s: float = 1.0) -> None:
+    """End this process (SIGTERM) once the process that started it is gone: the ranks of an --nprocs parent killed
+    by SIGKILL, which could not stop them, went on training as orphans."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, daemon=True, name="spgnn-parent-watch").start()
 
 
 class JoinError(SpgnnError):
@@ -399,6 +414,11 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> in
         code = 130
     finally:
         signal.signal(signal.SIGTERM, previous)
+        for r, p in enumerate(procs):           # killed by another's hand, before ours: it could not say so itself
+            if p.returncode is not None and p.returncode < 0 and code != 130:
+                sys.stderr.write(f"spgnn: error: rank {r} was killed by signal {-p.returncode} "
+                                 f"({signal.Signals(-p.returncode).name})\n")
+                sys.stderr.flush()
         for p in procs:
             if p.poll() is None:
                 p.terminate()

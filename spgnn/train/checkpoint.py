@@ -93,9 +93,15 @@ def loadable(obj, what: str) -> None:
 
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
-    path, tmp = Path(folder) / FILE, Path(folder) / (FILE + ".tmp")
-    torch.save({"format": FORMAT} | state, tmp)
-    os.replace(tmp, path)
+    path, tmp = Path(folder) / FILE, Path(folder) / f"{FILE}.{os.getpid()}.tmp"
+    try:
+        torch.save({"format": FORMAT} | state, tmp)
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
+        tmp.unlink(missing_ok=True)
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
+                         "unchanged; free space or give another folder") from None
     return path
 
 
@@ -166,8 +172,10 @@ def _read(folder) -> tuple[Path, dict]:
     path = readable(folder)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile) as e:
-        raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {str(e).splitlines()[0][:200]}): the file is "
+    except (OSError, RuntimeError, EOFError, ValueError, IndexError, KeyError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as e:
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {first}): the file is "
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
