@@ -43,9 +43,12 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
-def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None) -> None:
+def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None, dataset=None) -> None:
     """What a run writes or reads later (its report, α-β figures, checkpoints), checked before any work, so
-    that no run is lost at its end to a path that was bad from the start."""
+    that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output."""
+    if output:
+        inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
+        _writable_file(output, "--output", "the report", inputs)
     if calibration:
         from .cost import load_calibration
 
@@ -58,17 +61,23 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
         checkpoint.readable(resume)
     if checkpoint_dir:
         checkpoint.writable(checkpoint_dir, bool(resume) and Path(resume).resolve() == Path(checkpoint_dir).resolve())
-    if output:
-        out = Path(output)
-        existed = out.exists()
-        try:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.open("a").close()
-            if not existed:
-                out.unlink(missing_ok=True)     # (another rank checking it at once may have removed it)
-        except OSError as e:
-            raise SpgnnError(f"cannot write the report to {output}: {e.strerror or e}; give --output a writable "
-                             "file path") from None
+
+
+def _writable_file(path, flag: str, what: str, inputs=()) -> None:
+    """SpgnnError unless file `path` (`flag`'s, where `what` goes) can be written, and is none of the `inputs`."""
+    out = Path(path)
+    if same := next((f for f in inputs if f and out.resolve() == Path(f).resolve()), None):
+        raise SpgnnError(f"{flag} {path} is {same}, which the run reads: writing {what} there would replace it; "
+                         f"give {flag} another path")
+    existed = out.exists()
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.open("a").close()
+        if not existed:
+            out.unlink(missing_ok=True)     # (another rank checking it at once may have removed it)
+    except OSError as e:
+        raise SpgnnError(f"cannot write {what} to {path}: {e.strerror or e}; give {flag} a writable file "
+                         "path") from None
 
 
 def _train_parser(sub) -> argparse.ArgumentParser:
@@ -244,7 +253,7 @@ def train(args, argv) -> int:
         raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
                          "training): add --sampler, or drop them to train full-batch")
     def files():
-        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume)
+        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset)
         if cfg.resume:                  # its epochs, and a full-batch model's fields (a sampler sets the layers)
             checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None)
 
@@ -410,6 +419,10 @@ def partition(args, argv) -> int:
         raise SpgnnError("--node-order rcm orders each part by its diagonal block, which --out-of-core never holds: "
                          "its parts keep the natural order (drop --node-order, or partition in memory)")
     args.node_order = args.node_order or TrainConfig.node_order
+    for flag, path, what in (("--json", args.json, "the metrics"), ("--plot", args.plot, "the chart"),
+                             ("--output", None if folder else args.output, "the partition")):
+        if path:
+            _writable_file(path, flag, what, [args.dataset])
     if args.out_of_core:
         from .partition.ooc import partition_edge_folder
 
@@ -528,7 +541,7 @@ def cost_command(args, argv) -> int:
     model_options = {"model": args.model, "hidden": args.hidden, "layers": args.layers, "dropout": args.dropout,
                      "precompute": args.precompute} | {name: getattr(args, name) for name in layer_options()}
     TrainConfig(**model_options).validate()
-    _check_files(args.output, args.calibration)
+    _check_files(args.output, args.calibration, dataset=args.dataset)
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     statistics = [flag for flag, value in (("--nodes", args.nodes), ("--nnz", args.nnz),

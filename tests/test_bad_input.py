@@ -251,10 +251,28 @@ def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
         "checkpoints every k epochs to nowhere": (["--checkpoint-every", "5"], "--checkpoint-every goes with "
                                                   "--checkpoint DIR"),          # ran, and wrote nothing
     }
+    sq, rows = tmp_path / "sq.npz", load_dataset(good)
+    np.savez(sq, edges=RING, features=rows.x, labels=rows.y, train_mask=rows.train_mask)
+    (tmp_path / "ck").mkdir()
+    torch.save({}, tmp_path / "ck" / "checkpoint.pt")
+    cases |= {      # an output that is one of the run's inputs: the dataset, the calibration, the checkpoint replaced
+        "output is the dataset": (["--dataset", str(sq), "--output", str(sq)], f"--output {sq} is {sq}, which the "),
+        "output is the calibration": (["--calibration", str(tmp_path / "bad.json"), "--output",
+                                       str(tmp_path / "bad.json")], "which the run reads"),
+        "output is the checkpoint": (["--resume", str(tmp_path / "ck"), "--output",
+                                      str(tmp_path / "ck" / "checkpoint.pt")], "which the run reads"),
+    }
     for case, (args, needle) in cases.items():
         code, line = error_line(capsys, ["train", "--dataset", good, *QUICK, *args])
         assert code == 2 and needle in line, f"{case}: {line}"
-    assert not (tmp_path / "absent.json").exists()
+    assert not (tmp_path / "absent.json").exists() and (tmp_path / "bad.json").read_text() == "{"
+    for args, needle in ((["--json", str(tmp_path / "file" / "m.json")], "cannot write the metrics to"),
+                         (["--plot", str(tmp_path / "file" / "m.png")], "cannot write the chart to"),
+                         (["--output", str(tmp_path / "file" / "p.npz")], "cannot write the partition to"),
+                         (["--json", str(sq)], "which the run reads")):       # after the partitioning, or never
+        code, line = error_line(capsys, ["partition", "--dataset", str(sq), "--nparts", "2", "--method", "metis",
+                                         *args])
+        assert code == 2 and needle in line, line
 
 
 @pytest.mark.parametrize("args, needle", [
