@@ -50,11 +50,12 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
         inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
         _writable_file(output, "--output", "the report", inputs)
     if calibration:
-        from .cost import load_calibration
+        from .cost import load_calibration, load_rates
 
         try:
             with reading(calibration):
                 load_calibration(calibration)
+                load_rates(calibration)
         except SpgnnError as e:
             raise SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
     if resume:

@@ -372,6 +372,10 @@ def load_calibration(path) -> dict:
         if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
             raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate again "
                              "with at least two --sizes")
+    for op, v in data["collectives"].items():
+        if not all(isinstance(v.get(k), int | float) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
+            raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must be "
+                             "numbers of at least 0: calibrate again")
     g = max(int(data.get("world_size", 2)), 2)
     old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
     return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
@@ -388,11 +392,29 @@ def load_rates(path=None) -> Rates:
     if path is None:
         return DEFAULT_RATES
     data = json.loads(open(path).read())
-    rates = replace(DEFAULT_RATES, cores=data.get("cores", DEFAULT_RATES.cores), comm_ranks=data["world_size"])
-    if "compute" not in data:
-        return rates
-    return with_measured(rates, {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None, "alone": None}
-                         | data["compute"])
+    try:
+        rates = replace(DEFAULT_RATES, cores=data.get("cores", DEFAULT_RATES.cores), comm_ranks=data["world_size"])
+        if "compute" in data:
+            rates = with_measured(rates, {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None,
+                                          "alone": None} | data["compute"])
+    except (KeyError, TypeError) as e:
+        raise SpgnnError(f"{path} is not a calibration spgnn reads ({type(e).__name__}: {e}): calibrate again with "
+                         "this version's spgnn calibrate --output") from None
+    if bad := next((b for r in (rates, rates.alone) if r is not None for b in [implausible(r)] if b), None):
+        raise SpgnnError(f"{path}: {bad} is no figure a machine could have (rates positive, seconds at least 0, "
+                         "cores at least 1): calibrate again")
+    return rates
+
+
+def implausible(rates: Rates) -> str | None:
+    """The first figure of `rates` (not its `alone`) no machine could have ("flops_per_s 0"), else None: rates
+    (bytes or flops a second, bytes) must be positive numbers, seconds (a field ending ``_s``) at least 0."""
+    for k, v in vars(rates).items():
+        seconds = k.endswith("_s") and not k.endswith("_per_s")
+        if k != "alone" and v is not None and (not isinstance(v, int | float) or not (v >= 0 if seconds else v > 0)
+                                               or k == "cores" and v < 1):
+            return f"{k} {v!r}"
+    return None
 
 
 def with_measured(rates: Rates, compute: dict) -> Rates:

@@ -52,6 +52,31 @@ def test_one_message_size_fits_no_latency(tmp_path, capsys):
         load_calibration(tmp_path / "one.json")
 
 
+@pytest.mark.parametrize("change, needle", [
+    (lambda d: d.pop("world_size"), "is not a calibration spgnn reads (KeyError: 'world_size')"),
+    (lambda d: d["compute"].update(gpu_flops=1.0), "is not a calibration spgnn reads (TypeError"),
+    (lambda d: d["compute"].update(flops_per_s=0), "flops_per_s 0 is no figure a machine could have"),
+    (lambda d: d.update(cores=0), "cores 0 is no figure a machine could have"),
+    (lambda d: d["collectives"]["broadcast"].update(beta_s_per_byte=-1), "broadcast's α 0.0001 and β -1 must be"),
+])
+def test_a_calibration_no_run_can_use_is_refused_before_any_work(change, needle, tmp_path, capsys):
+    """Each passed the start's check and ended the run after its last epoch (KeyError, TypeError,
+    ZeroDivisionError), its report lost; a negative β predicted −198151 s an epoch."""
+    import json
+
+    from spgnn.cli import main
+    from spgnn.cost import DEFAULT_RATES
+
+    good = {"world_size": 2, "cores": 2, "collectives": {"broadcast": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9,
+                                                                       "messages": 1}},
+            "compute": {k: v for k, v in vars(DEFAULT_RATES).items() if k not in ("cores", "comm_ranks", "alone")}}
+    change(good)
+    (tmp_path / "c.json").write_text(json.dumps(good))
+    assert main(["train", "--dataset", "sbm:60:3", "--epochs", "1", "--quiet", "--calibration",
+                 str(tmp_path / "c.json")]) == 2
+    assert needle in capsys.readouterr().err
+
+
 def test_calibrate_refuses_what_train_refuses(capfd):
     """--device bogus started both ranks and failed in their collectives; --timeout 0 was blamed on the network;
     --sizes 1,2 are one message size once rounded to words, which fitted α = 0 and 1/β = 0 GB/s."""
