@@ -267,7 +267,8 @@ def test_a_resume_that_cannot_run_is_refused_before_any_work(written, capsys):
 
     base = ["train", "--dataset", "cora", "--nprocs", "2", "--resume", str(written)]
     for extra, needle in ((["--epochs", "2", "--hidden", "8"], "has trained 2 epochs already, --epochs 2"),
-                          (["--epochs", "9", "--hidden", "16"], "is of another model (hidden 8 here 16)")):
+                          (["--epochs", "9", "--hidden", "16"], "is of another model (hidden 8 here 16)"),
+                          (["--epochs", "9", "--hidden", "8", "--seed", "3"], "is of another run (seed 0 here 3)")):
         capsys.readouterr()
         assert main(base + extra) == 2
         out, err = capsys.readouterr()

@@ -144,13 +144,14 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
     differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.get("run", {}).items()
                        if (k in theirs or k in ALWAYS) and theirs.get(k) != v)
     if differ:
-        raise SpgnnError(f"{path} is of another run ({differ}): resume with the same --seed, --dropout, "
-                         "--feature-norm, --partition, split and way of training (full-batch, or the same --sampler "
-                         "and --batch-size; a link run's --self-pairs) (a new --lr and more --epochs are allowed)")
+        raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
     _beyond(path, state, epochs)
     return state
 
 
+RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, --partition, split and way of training "
+               "(full-batch, or the same --sampler and --batch-size; a link run's --self-pairs) (a new --lr and more "
+               "--epochs are allowed)")
 FIXES = {"graph": "resume on the data it was trained on",
          "model": "resume with the same --model, --layers, --hidden, --batch-norm and the model's own options (such "
                   "as --heads)"}
@@ -158,12 +159,17 @@ FIXES = {"graph": "resume on the data it was trained on",
 
 def check_early(folder, cfg, model: bool = True) -> None:
     """What a --resume of `folder` can be checked against before any work is spent: the file reads as a checkpoint,
-    cfg.epochs goes beyond it and (`model`) cfg's model fields are its model's; the graph and the run are checked
+    cfg.epochs goes beyond it, (`model`) cfg's model fields are its model's, and its seed, dropout and feature
+    normalisation are the run's; the graph, the partition (a partitioned folder's own) and the split are checked
     once they are known (`load`)."""
     path, state = _read(folder)
     if model:
         theirs, fields = state["identity"]["model"], model_fields(cfg)
         _same(path, "model", {k: theirs.get(k) for k in fields}, {k: getattr(cfg, k) for k in fields})
+    run = state["identity"].get("run", {})
+    if differ := ", ".join(f"{k} {run[k]!r} here {getattr(cfg, k)!r}" for k in ("seed", "dropout", "feature_norm")
+                           if k in run and run[k] != getattr(cfg, k)):
+        raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
     _beyond(path, state, cfg.epochs)
 
 
