@@ -32,6 +32,11 @@ import torch
 SAMPLES = 64        # keys each rank contributes per member of the group to choose the splitters
 
 
+class NotFinite(ValueError):
+    """Scores that are NaN or infinite (as float32), which no ranking orders: a diverged model's."""
+
+
+
 def roc_auc(scores, labels, comm=None, group=None, targets=None, num_targets: int = 1) -> list[float]:
     """ROC-AUC of each target over the union of the ranks' scores (see the module docstring); `scores` (float,
     ranked as float32: scores equal there tie), `labels` (0/1) and `targets` (the target of each score in [0,
@@ -55,7 +60,7 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
     if not (len(s) == len(lab) == len(t)):
         raise ValueError(f"scores, labels and targets differ in length: {len(s)}, {len(lab)}, {len(t)}")
     if len(s) and not np.isfinite(s).all():
-        raise ValueError("scores must be finite (as float32, the precision they are ranked at) to be ranked")
+        raise NotFinite("scores must be finite (as float32, the precision they are ranked at) to be ranked")
     if not np.isin(lab, (0, 1)).all():
         raise ValueError(f"labels must be 0 or 1 (or bool), got the values {np.unique(lab)[:6].tolist()}")
     if len(t) and not (np.array_equal(t, t.astype(np.int64)) and 0 <= t.min() and t.max() < num_targets):
@@ -131,7 +136,7 @@ def _finite(scores) -> np.ndarray:
     """`scores` as float32 (the precision they are ranked at), checked finite: a NaN compares false with all."""
     s = _numpy(scores).astype(np.float32)
     if not np.isfinite(s).all():
-        raise ValueError("scores must be finite (as float32, the precision they are ranked at) to be ranked")
+        raise NotFinite("scores must be finite (as float32, the precision they are ranked at) to be ranked")
     return s
 
 

@@ -322,7 +322,18 @@ def test_diverging_run_stops_at_its_epoch_and_writes_valid_json(tmp_path, capsys
         assert len(data["epochs"]) == epoch and all(math.isfinite(e["loss"]) for e in data["epochs"])
         assert data["final"] is None and data["predicted"] is None      # no final evaluation; a prediction of
         if epoch:                                                       # the run it did not finish left out
-            assert f"{ck}/checkpoint.pt (epoch {epoch - 1}) is still good" in err[0]
+            assert f"{ck}/checkpoint.pt holds epoch {epoch - 1}, from before: resume from it with a lower" in err[0]
+
+
+def test_scores_that_overflow_stop_the_run_as_diverged(tmp_path, capsys):
+    """Weights of 1e30 are finite, yet a binary task's scores overflow: its ROC-AUC raised 'scores must be finite'
+    in a traceback, with no report."""
+    report = tmp_path / "r.json"
+    code = cli.main(["train", "--dataset", edge_folder(tmp_path / "two", y=np.arange(N) % 2), "--task", "binary",
+                     "--lr", "1e30", "--epochs", "20", "--hidden", "4", "--quiet", "--output", str(report)])
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert code == 1 and len(err) == 1 and " at epoch " in err[0], err
+    assert "Traceback" not in err[0] and json.loads(report.read_text())["final"] is None
 
 
 def test_json_safe_leaves_no_nan():

@@ -19,6 +19,7 @@ from ..errors import SpgnnError
 from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
+from ..metrics import NotFinite
 from ..tasks import get_task
 from . import checkpoint
 from .optim import Adam
@@ -90,13 +91,18 @@ class Run:
         try:
             records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
                                        records, best, save, self.finite, self.metric)
+            with progress.stage("evaluating", "(final)"):
+                try:
+                    final = self.evaluate()
+                except NotFinite:
+                    raise Diverged(cfg.epochs - 1, records[-1]["loss"] if records else math.nan, records, best,
+                                   "the model's scores became NaN or infinite") from None
         except Diverged as d:
-            kept = f"; {Path(good[0][0]) / checkpoint.FILE} (epoch {good[0][1]}) is still good: resume from it with " \
-                   "a lower --lr" if good[0] else "; lower --lr, or scale the features down"
+            kept = f"; {Path(good[0][0]) / checkpoint.FILE} holds epoch {good[0][1]}, from before: resume from it " \
+                   "with a lower --lr (its weights may be on their way already: if it diverges again, start again)" \
+                if good[0] else "; lower --lr, or scale the features down"
             report = self.report(d.epochs, None, d.best)        # its prediction is of the run it did not finish
             return report | {"stopped": f"{d}{kept}"} | ({"predicted": None} if "predicted" in report else {})
-        with progress.stage("evaluating", "(final)"):
-            final = self.evaluate()
         if not best and records:     # --eval-every 0, or no validation figure: the final evaluation is the best
             val, test = f"val_{self.metric}", f"test_{self.metric}"
             best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
@@ -204,7 +210,10 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
             raise Diverged(epoch, loss, epochs, best)
         record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
         if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
-            figures = evaluate()
+            try:
+                figures = evaluate()
+            except NotFinite:   # weights finite, yet so large that the scores overflow float32
+                raise Diverged(epoch, loss, epochs, best, "the model's scores became NaN or infinite") from None
             if not {val, test} <= figures.keys():
                 raise SpgnnError(f"the task's evaluate gave {', '.join(sorted(figures))}, not {val} and {test}: a "
                                  f"task names its figures <split>_<metric> (its metric: {metric!r})")
@@ -227,8 +236,8 @@ def format_epoch(r: dict, metric: str = "acc") -> str:
 class Diverged(Exception):
     """The loss, a weight or a gradient became NaN or infinite at an epoch; holds the records before it."""
 
-    def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict):
-        what = f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient became NaN " \
-            "or infinite"
+    def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict, what: str | None = None):
+        what = what or (f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient "
+                        "became NaN or infinite")
         super().__init__(f"{what} at epoch {epoch}; the run stopped there")
         self.epochs, self.best = epochs, best
