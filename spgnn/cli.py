@@ -606,6 +606,17 @@ COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cos
             "plot": plot_command}
 
 
+def _communicating(e: BaseException) -> bool:
+    """Whether `e` was raised by a collective: torch.distributed's own error, or raised inside spgnn.comm."""
+    import torch.distributed as dist
+
+    comm = str(Path(launch.__file__).parent)
+    tb = e.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(comm):
+        tb = tb.tb_next
+    return isinstance(e, getattr(dist, "DistError", ())) or tb is not None
+
+
 def _error(message: str) -> None:
     """`spgnn: error: message` on stderr as one write, so that the lines of ranks sharing a stderr (--nprocs,
     mpirun) never interleave, even unbuffered."""
@@ -631,10 +642,16 @@ def main(argv: list[str] | None = None) -> int:
             _error(str(e))
         launch.leave()
         return launch.JOIN_FAILED if again else 2
-    except RuntimeError as e:  # a collective failed: a peer died or timed out
+    except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see its "
-               "output")
+        if _communicating(e):   # a collective failed: a peer died or timed out
+            _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
+                   "its output")
+        elif "allocate memory" in first or "out of memory" in first.lower():
+            _error(f"rank {rank}: out of memory ({first[:200]}): use more processes, a smaller model, or spgnn cost "
+                   "--memory-per-rank to find a layout that fits")
+        else:                   # this rank's own failure: where it happened
+            traceback.print_exc()
         launch.abort(1)
         launch.leave()
         return 1

@@ -10,7 +10,6 @@ options all the same: ``TrainConfig(algo="mine", my_option=3).my_option``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from . import options as plugins
@@ -53,6 +52,9 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
     ("checkpoint_every", int, 10),
     ("resume", str | None, None),
 ]
+
+FLOAT32_MAX = 3.4028234663852886e38     # a step size or decay above it overflows the float32 update
+MAX_TIMEOUT_S = 30 * 24 * 3600.0        # 30 days: torch's rendezvous deadline overflows far beyond it
 
 
 def plugin_options() -> dict:
@@ -135,8 +137,9 @@ def validate(self):
         (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
         (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
         (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
-        (0 < self.lr < math.inf, f"--lr must be a positive number, got {self.lr}"),
-        (0 <= self.weight_decay < math.inf, f"--weight-decay must be a non-negative number, got {self.weight_decay}"),
+        (0 < self.lr < FLOAT32_MAX, f"--lr must be a positive number (below float32's 3.4e38), got {self.lr}"),
+        (0 <= self.weight_decay < FLOAT32_MAX, f"--weight-decay must be a non-negative number (below float32's "
+         f"3.4e38), got {self.weight_decay}"),
         (0 <= self.seed < 2**63, f"--seed must lie in [0, 2^63), got {self.seed}"),
         (self.epochs >= 0, f"--epochs must be non-negative, got {self.epochs}"),
         (self.eval_every >= 0, f"--eval-every must be non-negative, got {self.eval_every}"),
@@ -144,8 +147,8 @@ def validate(self):
         (self.feature_norm in ("row", "none"), f"--feature-norm must be row or none, got {self.feature_norm!r}"),
         (self.precompute in ("on", "off"), f"--precompute must be on or off, got {self.precompute!r}"),
         (self.node_order in ORDERS, f"--node-order must be {' or '.join(ORDERS)}, got {self.node_order!r}"),
-        (1 <= self.timeout < math.inf, f"--timeout must be a number of seconds of at least 1 (how long a rank waits "
-         f"for the others before the job ends), got {self.timeout}"),
+        (1 <= self.timeout <= MAX_TIMEOUT_S, f"--timeout must be a number of seconds of at least 1 and at most "
+         f"{MAX_TIMEOUT_S:.0f} (how long a rank waits for the others before the job ends), got {self.timeout}"),
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
         (self.device == "cpu" or self.device.startswith("cuda"),
          f"--device must be cpu or cuda[:N], got {self.device!r}"),

@@ -295,8 +295,10 @@ def test_cost_arguments(args, needle, capsys):
 @pytest.mark.parametrize("args, needle", [              # tracebacks, or a failure blamed on the network or the lr
     (["--seed", "-1", "--partition", "random"], "--seed must lie in [0, 2^63), got -1"),
     (["--seed", str(2**64)], "--seed must lie in [0, 2^63)"),
-    (["--lr", "inf"], "--lr must be a positive number, got inf"),
-    (["--weight-decay", "nan"], "--weight-decay must be a non-negative number, got nan"),
+    (["--lr", "inf"], "--lr must be a positive number (below float32's 3.4e38), got inf"),
+    (["--lr", "1e300"], "--lr must be a positive number (below float32's 3.4e38), got 1e+300"),   # Adam's overflow
+    (["--weight-decay", "nan"], "--weight-decay must be a non-negative number (below float32's 3.4e38), got nan"),
+    (["--timeout", "1e12"], "--timeout must be a number of seconds of at least 1 and at most 2592000"),
     (["--timeout", "inf"], "--timeout must be a number of seconds of at least 1"),
     (["--timeout", "0.001"], "--timeout must be a number of seconds of at least 1"),
 ])
@@ -542,3 +544,24 @@ def test_a_split_index_of_an_edge_folder_is_said_to_have_none(tmp_path):
     with pytest.raises(SpgnnError, match="has one fixed split .*, so ':1' cannot pick another"):
         load_dataset(f"{path}:1")
     assert load_dataset(f"{path}:0").n == N
+
+
+def test_only_a_collective_that_failed_is_called_a_communication_failure(monkeypatch, capsys):
+    """--hidden 100000000 (out of memory) and an overflow in Adam were both reported as 'communication failed;
+    another process probably exited or stalled'."""
+    from spgnn.comm import comm as comm_module
+
+    def raiser(message, inside_comm=False):
+        def command(args, argv):
+            if inside_comm:                                   # raised from a frame of spgnn.comm
+                exec(compile("raise RuntimeError(message)", comm_module.__file__, "exec"), {"message": message})
+            raise RuntimeError(message)
+        return command
+
+    for command, said in ((raiser("Connection reset by peer", inside_comm=True), "communication failed"),
+                          (raiser("DefaultCPUAllocator: can't allocate memory: you tried"), "out of memory"),
+                          (raiser("value cannot be converted to type float without overflow"), "Traceback")):
+        monkeypatch.setitem(cli.COMMANDS, "plot", command)
+        assert cli.main(["plot", "r.json", "--output", "p.png"]) == 1
+        err = capsys.readouterr().err
+        assert said in err and ("communication failed" in err) == (said == "communication failed"), err
