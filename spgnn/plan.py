@@ -185,7 +185,7 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
         return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
         comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B,
-                                                     "natural")))
+                                                     "natural")), beat_s=min(30.0, cfg.timeout / 4))
     ds = partitioned.PartitionedDataset(folder)
     if ds.nparts != B or ds.partition_info["method"] != "block" or ds.partition_info["node_order"] != "natural":
         raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts in natural node order, but "
@@ -263,7 +263,7 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
         raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
                          "cfg.partition")
     folder = on_rank0(comm, lambda: cfg.dataset if partitioned.is_partitioned(cfg.dataset) else
-                      str(partition_to_cache(cfg, P, costs_of)))
+                      str(partition_to_cache(cfg, P, costs_of)), beat_s=min(30.0, cfg.timeout / 4))
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
     return cfg, ds, shape, compared

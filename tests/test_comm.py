@@ -349,3 +349,30 @@ def test_a_ledger_total_of_what_it_does_not_record_is_refused():
             comm.ledger.total("calls", **bad)
     with pytest.raises(ValueError, match="^ledger total of 'bytes'"):
         comm.ledger.total("bytes")
+
+
+def _rank0_works_long(comm, beat_s, fail):
+    """Rank 0 works 3 s alone (its collectives time out after 1 s) while the others wait: what every rank gets."""
+    import time
+
+    from spgnn.comm.agree import on_rank0
+
+    def work():
+        time.sleep(3.0)
+        if fail:
+            raise SpgnnError("the graph is bad")
+        return "cached/folder"
+
+    try:
+        return on_rank0(comm, work, beat_s=beat_s)
+    except (SpgnnError, RuntimeError) as e:
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:60]}"
+
+
+def test_the_others_wait_as_long_as_rank_0_works_alone():
+    """Under mpirun or torchrun rank 0 reads and partitions into the cache while the others wait in a collective:
+    a graph that took longer than --timeout ended the job, 'communication failed'."""
+    assert run_local(_rank0_works_long, 2, 0.25, False, timeout_s=1, deadline_s=60) == ["cached/folder"] * 2
+    assert run_local(_rank0_works_long, 2, 0.25, True, timeout_s=1, deadline_s=60) == ["SpgnnError: the graph is bad"] * 2
+    impatient = run_local(_rank0_works_long, 2, None, False, timeout_s=1, deadline_s=60)
+    assert impatient[0] != "cached/folder" or impatient[1] != "cached/folder"     # what the beats are for

@@ -3,13 +3,42 @@ rank, is raised on every rank, so that bad input on one rank stops all with the 
 
 from __future__ import annotations
 
+import concurrent.futures
+
 from ..errors import SpgnnError
 from .comm import Comm
 
 
-def on_rank0(comm: Comm, fn):
-    """fn() run by rank 0 alone, its result (or its SpgnnError) handed to every rank."""
-    return agree(comm, fn, everyone=False)
+def on_rank0(comm: Comm, fn, beat_s: float | None = None):
+    """fn() run by rank 0 alone, its result (or its SpgnnError) handed to every rank. With `beat_s`, for work that
+    may outlast the collectives' timeout (reading and partitioning a large graph): rank 0 runs fn in a thread and
+    tells the others every `beat_s` seconds that it is still at it, so that they wait as long as it works, and no
+    longer than the timeout once it stops answering (a rank 0 that dies breaks their wait at once)."""
+    if beat_s is None or comm.world_size == 1:
+        return agree(comm, fn, everyone=False)
+    if comm.rank != 0:
+        while (said := comm.all_gather_object(None)[0])[0] == "working":
+            pass
+        if said[0] == "error":
+            raise SpgnnError(said[1])
+        return said[1]
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spgnn-rank0") as pool:
+        work = pool.submit(fn)
+        while True:
+            try:
+                said = ("ok", work.result(timeout=beat_s))
+            except concurrent.futures.TimeoutError:
+                comm.all_gather_object(("working", None))
+                continue
+            except SpgnnError as e:
+                said = ("error", str(e))
+            except Exception as e:
+                comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
+                raise
+            comm.all_gather_object(said)
+            if said[0] == "error":
+                raise SpgnnError(said[1])
+            return said[1]
 
 
 def agree(comm: Comm, fn, everyone: bool = True):
