@@ -627,7 +627,11 @@ def _error(message: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
-    rank = launch.detect().rank if argv else 0
+    try:
+        rank = launch.detect().rank if argv else 0
+    except SpgnnError as e:
+        _error(str(e))
+        return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
     progress.tolerate_stdout()
     try:

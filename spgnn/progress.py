@@ -82,8 +82,14 @@ def seconds() -> dict[str, float]:
 
 
 def launcher_seconds() -> dict[str, float]:
-    """The stage seconds of the --nprocs parent that started this process ({} when none did)."""
-    return json.loads(os.environ.get(LAUNCHER_ENV) or "{}")
+    """The stage seconds of the --nprocs parent that started this process ({} when none did, or when the variable
+    holds no such figures: it only adds them to the report)."""
+    try:
+        stages = json.loads(os.environ.get(LAUNCHER_ENV) or "{}")
+    except ValueError:
+        return {}
+    ok = isinstance(stages, dict) and all(isinstance(v, int | float) for v in stages.values())
+    return stages if ok else {}
 
 
 @contextmanager

@@ -5,6 +5,7 @@ train the same run as spawned processes."""
 import json
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from spgnn.comm.launch import detect, run_local, slurm_first_host, slurm_rendezvous, slurm_tasks_per_node
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.train.fullbatch import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,3 +91,26 @@ def test_slurm_environment_read(monkeypatch):
     assert slurm_rendezvous() == "tcp://10.0.0.1:29500"
     assert slurm_first_host("gpu[07-09,12],cpu3") == "gpu07" and slurm_first_host("a,b") == "a"
     assert slurm_first_host("n[3]") == "n3"
+
+
+def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
+    """RANK and WORLD_SIZE left from another launch under mpirun ran P separate one-process jobs racing for one
+    --output; WORLD_SIZE=abc was a ValueError traceback, RANK=5 WORLD_SIZE=2 a wait of --timeout."""
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SPGNN_LAUNCHER") or k.startswith(("OMPI_", "PMI",
+                                                                                                   "SLURM_", "MPI_")):
+            monkeypatch.delenv(k)
+    for env, needle in (({"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+                         "RANK=0 and WORLD_SIZE=1 in the environment disagree with mpirun's OMPI_COMM_WORLD_RANK=1"),
+                        ({"RANK": "0", "WORLD_SIZE": "abc"}, "environment variable WORLD_SIZE='abc' is not a whole"),
+                        ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK=5 lies outside WORLD_SIZE=2"),
+                        ({"SLURM_STEP_ID": "1", "SLURM_PROCID": "0", "SLURM_NTASKS": "x"}, "SLURM_NTASKS='x'")):
+        with monkeypatch.context() as m:
+            for k, v in env.items():
+                m.setenv(k, v)
+            with pytest.raises(SpgnnError, match=re.escape(needle)):
+                detect()
+    with monkeypatch.context() as m:                         # a wrapper that set them from mpirun's: agreed
+        for k, v in {"RANK": "1", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}.items():
+            m.setenv(k, v)
+        assert (detect().rank, detect().world_size) == (1, 2)

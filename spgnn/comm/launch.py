@@ -51,15 +51,21 @@ def detect() -> Launch:
     env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else env.get("SPGNN_LAUNCHER", "env")
-        world = int(env["WORLD_SIZE"])
-        return Launch(kind, int(env["RANK"]), world, int(env.get("LOCAL_WORLD_SIZE", world)),
-                      int(env.get("LOCAL_RANK", env["RANK"])))
+        rank, world = (_int_env(k) for k in ("RANK", "WORLD_SIZE"))
+        mpi = next((k for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if k in env), None)   # the global MPI rank
+        sizes = {env.get(k, str(world)) for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
+        if kind == "env" and mpi and (_int_env(mpi) != rank or sizes != {str(world)}):
+            raise SpgnnError(f"RANK={rank} and WORLD_SIZE={world} in the environment disagree with mpirun's "
+                             f"{mpi}={env[mpi]}: unset RANK and WORLD_SIZE (left from another launch) under mpirun")
+        if not 0 <= rank < world:
+            raise SpgnnError(f"RANK={rank} lies outside WORLD_SIZE={world}: the launcher's environment is wrong")
+        return Launch(kind, rank, world, _int_env("LOCAL_WORLD_SIZE", world), _int_env("LOCAL_RANK", rank))
     if all(v in env for v in SLURM_VARS) and not any(v in env for v in MPIRUN_VARS):
         per_node = slurm_tasks_per_node(env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE", ""))
-        node = int(env.get("SLURM_NODEID", 0))
-        world = int(env["SLURM_NTASKS"])
-        return Launch("srun", int(env["SLURM_PROCID"]), world, per_node[node] if node < len(per_node) else world,
-                      int(env.get("SLURM_LOCALID", 0)))
+        node = _int_env("SLURM_NODEID", 0)
+        world = _int_env("SLURM_NTASKS")
+        return Launch("srun", _int_env("SLURM_PROCID"), world, per_node[node] if node < len(per_node) else world,
+                      _int_env("SLURM_LOCALID", 0))
     if any(v in env for v in MPI_RANK_VARS):
         try:
             from mpi4py import MPI
@@ -71,6 +77,18 @@ def detect() -> Launch:
         local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", comm.Get_rank())))
         return Launch("mpirun", comm.Get_rank(), comm.Get_size(), local, local_rank)
     return Launch("single", 0, 1, 1)
+
+
+def _int_env(name: str, default: int | None = None) -> int:
+    """The whole number in environment variable `name` (`default` where unset); SpgnnError naming it otherwise."""
+    value = os.environ.get(name)
+    if value is None and default is not None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise SpgnnError(f"environment variable {name}={value!r} is not a whole number: the launcher's environment "
+                         "is wrong") from None
 
 
 def slurm_tasks_per_node(text: str) -> list[int]:
