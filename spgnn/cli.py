@@ -474,7 +474,13 @@ def _plot_parser(sub) -> argparse.ArgumentParser:
 
 def plot_command(args, argv) -> int:
     from . import plot
-    path = plot.save(plot.report_figure(plot.read_reports(args.reports)), args.output)
+    reports = plot.read_reports(args.reports)
+    try:
+        figure = plot.report_figure(reports)
+    except (KeyError, TypeError, IndexError, AttributeError) as e:   # a report some field of which is gone or null
+        raise SpgnnError(f"a report given is not whole ({type(e).__name__}: {e}): plot reports as spgnn train "
+                         "--output writes them") from None
+    path = plot.save(figure, args.output)
     print(f"wrote {path}", flush=True)
     return 0
 

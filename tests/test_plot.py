@@ -90,6 +90,10 @@ def test_plot_command_writes_the_image(tmp_path, reports, capsys):
     assert "is not a report of spgnn train --output" in capsys.readouterr().err
     assert main(["plot", str(tmp_path / "absent.json"), "--output", str(out)]) == 2
     assert "cannot read report" in capsys.readouterr().err
+    for field in ("config", "comm", "memory"):            # a field gone null: a KeyError or TypeError traceback
+        (tmp_path / "part.json").write_text(json.dumps(reports[0] | {field: None}))
+        assert main(["plot", str(tmp_path / "part.json"), "--output", str(out)]) == 2
+        assert "a report given is not whole" in capsys.readouterr().err
 
 
 def test_partition_compare_plot(tmp_path):
