@@ -142,6 +142,9 @@ def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
     state["model"] = {k: torch.zeros_like(v) if v.is_floating_point() else v for k, v in state["model"].items()}
     (tmp_path / "zero").mkdir()
     torch.save(state, tmp_path / "zero" / "checkpoint.pt")
+    with pytest.raises(SpgnnError, match="is damaged: its weights or state are not those written"):
+        checkpoint.load(tmp_path / "zero", {})               # changed behind spgnn's back (a byte flipped, say)
+    checkpoint.save(tmp_path / "zero", {k: v for k, v in state.items() if k not in ("format", "digest")})
     run = Trainer(TrainConfig(**BASE | {"resume": str(tmp_path / "zero")}), Comm(0, 1))
     ran, step = [], run.epoch
     run.epoch = lambda e: ran.append(e) or step(e)
@@ -234,7 +237,7 @@ def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "saved"
-        tmp = tmp_path / (checkpoint.FILE + ".tmp")
+        tmp = tmp_path / f"{checkpoint.FILE}.{writer.pid}.tmp"
         writer.stdin.write("\n")
         writer.stdin.flush()
         while not (tmp.exists() and tmp.stat().st_size > 0):

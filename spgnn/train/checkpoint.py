@@ -14,14 +14,17 @@
                 run's self-pairs)
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
+    digest      SHA-256 of all of the above (`digest`), checked when it is read: a file changed since is refused
 
-A write goes to ``checkpoint.pt.tmp`` and is renamed over the previous checkpoint, so a crash mid-write leaves
-the previous one intact. Nothing depends on P, the algorithm or the grid: a checkpoint resumes under another P,
-algorithm or grid (to float rounding; under the same ones, bit for bit).
+A write goes to ``checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
+previous checkpoint, so a crash mid-write leaves the previous one intact. Nothing depends on P, the algorithm or
+the grid: a checkpoint resumes under another P, algorithm or grid (to float rounding; under the same ones, bit for
+bit).
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import pickle
@@ -94,8 +97,9 @@ def loadable(obj, what: str) -> None:
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
     path, tmp = Path(folder) / FILE, Path(folder) / f"{FILE}.{os.getpid()}.tmp"
+    state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:
-        torch.save({"format": FORMAT} | state, tmp)
+        torch.save(state, tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
         tmp.unlink(missing_ok=True)
@@ -185,7 +189,37 @@ def _read(folder) -> tuple[Path, dict]:
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
         raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
+    saved = state.pop("digest", None)           # (one written before checkpoints had it is taken as it is)
+    if saved is not None and saved != digest({k: v for k, v in state.items() if k != "format"}):
+        raise SpgnnError(f"{path} is damaged: its weights or state are not those written (their digest differs); "
+                         "resume from another checkpoint or start again")
     return path, state
+
+
+def digest(obj) -> str:
+    """SHA-256 of `obj`'s tensors (dtype, shape, bytes) and other leaves (repr), in key order: what a checkpoint
+    holds, checked when it is read (torch's file format checks nothing: one byte changed in a weight resumed)."""
+    h = hashlib.sha256()
+
+    def feed(x):
+        if isinstance(x, dict):
+            for k in sorted(x, key=repr):
+                h.update(repr(k).encode())
+                feed(x[k])
+        elif isinstance(x, (list, tuple)):
+            h.update(b"[")
+            for v in x:
+                feed(v)
+            h.update(b"]")
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        else:
+            h.update(repr(x).encode())
+
+    feed(obj)
+    return h.hexdigest()
 
 
 def _same(path, what: str, theirs: dict, mine: dict) -> None:
