@@ -8,8 +8,10 @@ grid row, and a row's loss is counted by the rank holding its label's column. Ea
 refuses the layout with one line (attention on a layout without it, whole rows on 2D/3D); none is silently wrong.
 
     g = DistGraph(comm, dataset="cora", algo="2d", adjacency="gcn")      # every rank, collectively
-    model = g.prepare(MyModel(g.num_features, 64, g.num_classes))       # same weights everywhere (checked)
+    torch.manual_seed(0)
+    model = MyModel(g.num_features, 64, g.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = g.prepare(model, opt)          # same weights everywhere (checked); a step not summed refused
     for epoch in range(200):
         opt.zero_grad()
         loss = g.cross_entropy(model(g, g.x), "train")    # the global mean over the training nodes
@@ -235,6 +237,12 @@ class DistGraph:
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
         """H·W (+ b), W f_in×f_out replicated on every rank."""
         self._matrix(h, "linear")
+        cols = self.columns(w.shape[0]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
+        if cols is None or cols.stop - cols.start != h.shape[1]:
+            held = "" if self.whole_rows or cols is None else \
+                f" (this rank holds {h.shape[1]} of H's columns, and would take W's rows {cols.start}:{cols.stop})"
+            raise SpgnnError(f"linear: W of shape {tuple(getattr(w, 'shape', ()))} needs H's columns as its rows"
+                             f"{held}: give W (H's width)×(outputs), the whole of it on every rank")
         return self.algo.linear(h, w, b)
 
     def _matrix(self, h, what: str) -> None:

@@ -114,6 +114,8 @@ def _prepared(comm, what):
             g.globally(g.x[:, 0].sum(0, keepdim=True).expand(2))
         if what == "numpy":
             g.spmm(g.x.numpy())
+        if what == "linear":
+            g.linear(g.x, torch.ones(g.num_features - 1, 3))
     except SpgnnError as e:
         return str(e)
     return None
@@ -131,6 +133,7 @@ REFUSED = {
     "widths": "widths [10, 10] do not fit the 2 matrices given, of which this rank holds [12, 10] columns",
     "globally": "globally takes this rank's partial sum, a one-element tensor, got a tensor of shape (2,)",
     "numpy": "spmm takes this rank's rows of an n×f matrix, a tensor of ",
+    "linear": "linear: W of shape (1432, 3) needs H's columns as its rows: give W (H's width)×(outputs)",
 }
 
 
