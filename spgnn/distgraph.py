@@ -235,8 +235,8 @@ class DistGraph:
         return self.layout(adjacency).attend(v, s_src, s_dst, slope, dropout, key)
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
-        """H·W (+ b), W f_in×f_out replicated on every rank."""
-        self._matrix(h, "linear")
+        """H·W (+ b), W f_in×f_out replicated on every rank (H: any rows, as this rank holds its columns)."""
+        self._matrix(h, "linear", rows=None)
         cols = self.columns(w.shape[0]) if isinstance(w, torch.Tensor) and w.dim() == 2 else None
         if cols is None or cols.stop - cols.start != h.shape[1]:
             held = "" if self.whole_rows or cols is None else \
@@ -245,12 +245,14 @@ class DistGraph:
                              f"{held}: give W (H's width)×(outputs), the whole of it on every rank")
         return self.algo.linear(h, w, b)
 
-    def _matrix(self, h, what: str) -> None:
-        """SpgnnError unless `h` is a tensor of this rank's rows (n_p×f)."""
-        rows = len(self.node_ids)
-        if not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != rows:
+    def _matrix(self, h, what: str, rows: int | None = -1) -> None:
+        """SpgnnError unless `h` is a matrix (a 2-D tensor) of `rows` rows (-1: this rank's, n_p; None: any)."""
+        rows = len(self.node_ids) if rows == -1 else rows
+        if not isinstance(h, torch.Tensor) or h.dim() != 2 or rows not in (None, h.shape[0]):
             got = f"shape {tuple(h.shape)}" if isinstance(h, torch.Tensor) else type(h).__name__
-            raise SpgnnError(f"{what} takes this rank's rows of an n×f matrix, a tensor of {rows} rows, got {got}"
+            held = "a matrix (a 2-D tensor)" if rows is None else f"this rank's rows of an n×f matrix, a tensor of " \
+                f"{rows} rows"
+            raise SpgnnError(f"{what} takes {held}, got {got}"
                              + ("" if isinstance(h, torch.Tensor) else " (torch.as_tensor makes one)"))
 
     def columns(self, f: int) -> slice:
