@@ -16,6 +16,7 @@ import scipy.sparse as sp
 import torch
 
 from spgnn import DistGraph, build_model, cli
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.adjacency import ADJACENCIES, normalize
 from spgnn.graph.datasets import load_dataset
@@ -565,3 +566,27 @@ def test_only_a_collective_that_failed_is_called_a_communication_failure(monkeyp
         assert cli.main(["plot", "r.json", "--output", "p.png"]) == 1
         err = capsys.readouterr().err
         assert said in err and ("communication failed" in err) == (said == "communication failed"), err
+
+
+def _overflow_on_one_rank(comm):
+    """A binary run whose one isolated test node has features of 3e38: its score alone overflows."""
+    from spgnn.train.fullbatch import Trainer
+    from tests.graphs import small_graph
+
+    g = small_graph(n=40, f=3, classes=2, seed=1)                      # node 39 has no edges
+    x, test = g.x.copy(), g.test_mask.copy()
+    x[39], test[39] = np.float32(3e38), True
+    g = Graph(g.adj, x, g.y, g.train_mask & (np.arange(40) != 39), g.val_mask & (np.arange(40) != 39), test,
+              name="overflow-one-node", num_classes=2)
+    cfg = dict(model="sage", task="binary", epochs=2, eval_every=1, hidden=16, layers=3, dropout=0.0,
+               feature_norm="none", timeout=20)
+    return Trainer(TrainConfig(**cfg), comm, graph=g).run(log=None).get("stopped")
+
+
+def test_a_score_that_overflows_on_one_rank_stops_every_rank_alike():
+    """Only the rank holding the overflowing score raised; the others were inside the ranking's exchanges, which
+    then met the report's: an IndexError or ValueError, no report."""
+    from spgnn.comm.launch import run_local
+
+    stopped = run_local(_overflow_on_one_rank, 3, timeout_s=30)
+    assert len(set(stopped)) == 1 and stopped[0].startswith("the model's scores became NaN or infinite at epoch 0")
