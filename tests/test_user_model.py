@@ -297,3 +297,18 @@ def test_a_gat_of_ones_own_draws_a_fresh_attention_dropout_each_forward():
     assert one[0] != one[1] and len(set(one)) == 3
     for sums in run_local(_gat_forwards, 2):
         np.testing.assert_allclose(sums, one, rtol=1e-6)
+
+
+def _normalised_constant(comm):
+    """spgnn.BatchNorm of a column constant over all nodes (0.1), beside one that is not: the first column out."""
+    g = spgnn.DistGraph(comm, dataset="cora", algo="1d")
+    x = torch.stack([torch.full((len(g.node_ids),), 0.1), g.node_ids.float()], 1).requires_grad_()
+    out = spgnn.BatchNorm(2)(g, x)
+    return out[:, 0].detach()
+
+
+def test_batch_norm_of_a_constant_column_is_exactly_its_shift_at_every_p():
+    """Its mean, a float32 sum over the ranks, left rounding noise that 1/√ε scaled to ±1e-4, its sign changing with
+    P: a ReLU after it let other columns through at each P."""
+    for out in [_normalised_constant(Comm(0, 1)), *run_local(_normalised_constant, 3)]:
+        assert torch.equal(out, torch.zeros_like(out))
