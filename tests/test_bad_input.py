@@ -590,3 +590,11 @@ def test_a_score_that_overflows_on_one_rank_stops_every_rank_alike():
 
     stopped = run_local(_overflow_on_one_rank, 3, timeout_s=30)
     assert len(set(stopped)) == 1 and stopped[0].startswith("the model's scores became NaN or infinite at epoch 0")
+
+
+def test_an_edge_of_weight_zero_is_none():
+    """Graph kept explicit zeros: GAT, which attends over the pattern, attended over them on every layout while the
+    serial reference (whose A + I drops them) did not."""
+    a = sp.csr_matrix((np.array([1.0, 0.0, 2.0, 0.0]), (np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0]))), shape=(4, 4))
+    g = Graph(a, np.ones((4, 2), np.float32), np.arange(4) % 2, np.ones(4, bool), np.zeros(4, bool), np.zeros(4, bool))
+    assert g.nnz == 2 and (g.adj.data != 0).all()

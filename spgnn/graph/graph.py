@@ -33,6 +33,7 @@ class Graph:
     def __post_init__(self):
         self.adj = sp.csr_matrix(self.adj)
         self.adj.sum_duplicates()
+        self.adj.eliminate_zeros()      # an edge of weight 0 is none (attention, which reads the pattern, too)
         self.adj.sort_indices()
         if np.asarray(self.x).dtype != np.float32:      # checked before the cast (which fails or overflows to inf)
             check_features(self.x, f"dataset {self.name!r}")
@@ -131,7 +132,9 @@ def symmetrize(adj: sp.spmatrix) -> sp.csr_matrix:
 
 
 def add_self_loops(adj: sp.spmatrix) -> sp.csr_matrix:
-    """A with its diagonal replaced by ones (PyG's ``add_remaining_self_loops`` on a binary graph)."""
+    """A with its diagonal replaced by ones: A + I where A has no self-loops (the datasets' loaders drop them); a
+    self-loop of another weight becomes 1 (PyG's ``add_remaining_self_loops`` keeps that weight: they agree on a
+    graph without weighted self-loops)."""
     a = sp.csr_matrix(adj, dtype=np.float32, copy=True)
     a.setdiag(0)
     a.eliminate_zeros()
