@@ -526,6 +526,11 @@ def test_figures_of_no_nodes_and_of_the_wrong_kind_are_said(tmp_path, capsys):
                      str(report)]) == 0
     r = json.loads(report.read_text())
     assert all(e["val_acc"] is None for e in r["epochs"]) and r["best"]["epoch"] == 2 and r["best"]["val_acc"] is None
+    for split in ([], ["--split-graph", "--nprocs", "2"]):          # minibatch said 0.0 (both ways of holding it)
+        assert cli.main(["train", "--dataset", path, "--epochs", "3", "--hidden", "4", "--quiet", "--sampler",
+                         "sage:5,5", "--batch-size", "8", "--output", str(report), *split]) == 0
+        r = json.loads(report.read_text())
+        assert all(e["val_acc"] is None for e in r["epochs"]) and r["best"]["epoch"] == 2, (split, r["best"])
     g = DistGraph(dataset="cora")
     logits = torch.zeros(g.n, 7)
     assert set(g.accuracy(logits, "val")) == {"val_acc"}

@@ -264,9 +264,10 @@ class MinibatchTrainer(Run):
             correct = [float((pred[m] == y[m]).sum()) for m in masks.values()]
             with self.comm.phase("eval"):
                 totals = self.comm.all_sum(correct, self.layout.column)
-            return {f"{k}_acc": c / max(self.info.counts[k], 1) for k, c in zip(masks, totals)}
+            return {f"{k}_acc": c / self.info.counts[k] if self.info.counts[k] else float("nan")
+                    for k, c in zip(masks, totals)}
         g, pred = self.info, pred.cpu().numpy()
-        return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else 0.0
+        return {f"{k}_acc": float((pred[m] == g.y[m]).mean()) if m.any() else float("nan")   # no share: as full-batch
                 for k, m in (("train", g.train_mask), ("val", g.val_mask), ("test", g.test_mask))}
 
     def training(self) -> dict:
