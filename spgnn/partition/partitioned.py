@@ -38,6 +38,8 @@ from .share import SPLITS, GraphInfo, Share, graph_info, index_dtype, split_hash
 
 FORMAT = "spgnn-partitioned/1"
 CACHE_ENV = "SPGNN_CACHE_DIR"
+REMAKE = ("re-create it with spgnn partition --output (a folder of the partition cache: delete it, and the next run "
+          "makes it again)")
 ARRAYS = {"indptr": np.int64, "indices": (np.int32, np.int64), "data": np.float32, "degree": np.float32,
           "x": np.float32, "y": (np.int64, np.float32), "node_ids": np.int64, **{f"{s}_mask": np.bool_ for s in SPLITS}}
 
@@ -109,11 +111,11 @@ class PartitionedDataset:
         try:
             meta = json.loads(meta_file.read_text())
         except (OSError, ValueError) as e:
-            raise SpgnnError(f"cannot read {meta_file}: {e}; re-create the folder with spgnn partition --output") \
+            raise SpgnnError(f"cannot read {meta_file}: {e}; {REMAKE}") \
                 from None
         if meta.get("format") != FORMAT:
             raise SpgnnError(f"{meta_file} is of format {meta.get('format')!r}, this spgnn reads {FORMAT!r}: "
-                             f"re-create the folder with this version's spgnn partition --output")
+                             f"{REMAKE}")
         self.meta = meta
         try:
             g, p = meta["graph"], meta["partition"]
@@ -125,15 +127,13 @@ class PartitionedDataset:
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
                 "node_order": p.get("node_order", "natural"), "folder": str(self.path)}
         except KeyError as e:
-            raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: re-create the folder with spgnn partition "
-                             "--output") from None
+            raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: {REMAKE}") from None
         except (TypeError, ValueError) as e:
-            raise SpgnnError(f"{meta_file} holds a value of the wrong type ({e}): re-create the folder with spgnn "
-                             "partition --output") from None
+            raise SpgnnError(f"{meta_file} holds a value of the wrong type ({e}): {REMAKE}") from None
         off = self.info.offsets
         if off.shape != (self.nparts + 1,) or off[0] != 0 or off[-1] != self.info.n or (np.diff(off) < 0).any():
             raise SpgnnError(f"{meta_file}: the part offsets {off.tolist()[:8]} do not split {self.info.n} nodes "
-                             f"into {self.nparts} parts: re-create the folder with spgnn partition --output")
+                             f"into {self.nparts} parts: {REMAKE}")
 
     def _file(self, part: int, name: str) -> Path:
         return self.path / f"part-{part:05d}" / name
@@ -142,27 +142,24 @@ class PartitionedDataset:
         """Part `part` from its folder, checked against meta.json."""
         folder = self.path / f"part-{part:05d}"
         if not folder.is_dir():
-            raise SpgnnError(f"{folder} is missing: the partitioned dataset is incomplete; re-create it with "
-                             "spgnn partition --output")
+            raise SpgnnError(f"{folder} is missing: the partitioned dataset is incomplete; {REMAKE}")
         try:
             tag = json.loads((folder / "part.json").read_text())
         except (OSError, ValueError) as e:
-            raise SpgnnError(f"cannot read {folder / 'part.json'}: {e}; re-create the folder") from None
+            raise SpgnnError(f"cannot read {folder / 'part.json'}: {e}; {REMAKE}") from None
         if tag.get("graph_hash") != self.info.graph_hash or tag.get("part") != part:
             raise SpgnnError(f"{folder} holds part {tag.get('part')} of another graph or partition than "
-                             f"{self.path / 'meta.json'} describes: re-create the folder with spgnn partition")
+                             f"{self.path / 'meta.json'} describes: {REMAKE}")
         arrays = {}
         for name, dtype in ARRAYS.items():
             f = folder / f"{name}.npy"
             try:
                 a = np.load(f, allow_pickle=False)
             except (OSError, ValueError, EOFError) as e:
-                raise SpgnnError(f"cannot read {f}: {e} (missing or truncated); re-create the folder with "
-                                 "spgnn partition --output") from None
+                raise SpgnnError(f"cannot read {f}: {e} (missing or truncated); {REMAKE}") from None
             allowed = [np.dtype(d) for d in (dtype if isinstance(dtype, tuple) else (dtype,))]
             if a.dtype not in allowed:
-                raise SpgnnError(f"{f} holds {a.dtype}, expected {' or '.join(map(str, allowed))}: re-create the "
-                                 "folder")
+                raise SpgnnError(f"{f} holds {a.dtype}, expected {' or '.join(map(str, allowed))}: {REMAKE}")
             arrays[name] = a
         n_p = int(self.info.offsets[part + 1] - self.info.offsets[part])
         nnz = int(arrays["indptr"][-1]) if arrays["indptr"].size else -1
@@ -173,7 +170,7 @@ class PartitionedDataset:
         for name, shape in expect.items():
             if arrays[name].shape != shape:
                 raise SpgnnError(f"{folder / (name + '.npy')} has shape {arrays[name].shape}, expected {shape} "
-                                 f"(part {part} has {n_p} rows): re-create the folder")
+                                 f"(part {part} has {n_p} rows): {REMAKE}")
         check_share_values(arrays, folder, self.info)
         return Share(self.info, part, arrays["indptr"], arrays["indices"], arrays["data"], arrays["degree"],
                      arrays["x"], arrays["y"], {s: arrays[f"{s}_mask"] for s in SPLITS}, arrays["node_ids"])
@@ -184,7 +181,7 @@ class PartitionedDataset:
             with np.load(f, allow_pickle=False) as s:
                 halo, nnz, diag = s["halo"], s["block_nnz"], s["diagonal"]
         except (OSError, ValueError, KeyError, EOFError) as e:
-            raise SpgnnError(f"cannot read {f}: {e}; re-create the folder") from None
+            raise SpgnnError(f"cannot read {f}: {e}; {REMAKE}") from None
         return BlockStats.of_raw(np.diff(self.info.offsets), halo, nnz, diag, self.info.symmetric, norm,
                                  self.partition_info["node_order"] == "rcm")
 
@@ -197,8 +194,7 @@ def check_share_values(arrays: dict, folder: Path, info: GraphInfo) -> None:
     column and node ids in 0..n−1, finite entries, degrees ≥ 1, labels in 0..C−1, finite features, no node in
     two splits; else SpgnnError naming the file."""
     def fail(name, what):
-        raise SpgnnError(f"{folder / (name + '.npy')} {what}: the folder is damaged; re-create it with spgnn "
-                         "partition --output")
+        raise SpgnnError(f"{folder / (name + '.npy')} {what}: the folder is damaged; {REMAKE}")
 
     ids = arrays["node_ids"]
     if arrays["y"].dtype != (np.float32 if info.targets else np.int64):
