@@ -2,10 +2,12 @@
 
     y = γ·(x − μ)/√(σ² + ε) + β,   μ = (1/n) Σ_v x_v,   σ² = (1/n) Σ_v (x_v − μ)²   (per column, all n rows)
 
-Each sum is a local column sum in float64 all-reduced over `algo.rows_group()`; the all-reduce is differentiable
-(its backward all-reduces the gradient), so the gradients are the serial ones at any P. In float64 a column that is
-constant over all nodes has μ exactly its value and y exactly β (float32 sums left rounding noise, scaled by 1/√ε,
-whose sign changed with P, and a ReLU after it let through other columns at each P). Evaluation uses running
+Each sum is a local column sum all-reduced over `algo.rows_group()`; the all-reduce is differentiable (its
+backward all-reduces the gradient), so the gradients are the serial ones at any P. μ is taken in two passes: a
+first estimate s = (1/n) Σ_v x_v (forward only), then μ = s + (1/n) Σ_v (x_v − s). A column constant over all nodes
+then has μ exactly its value and y exactly β (x_v − s is exact and so is its sum; one pass left rounding noise that
+1/√ε scaled up, its sign changing with P, and a ReLU after it let other columns through at each P). Float64 sums do
+the same at 10-20× the time of float32's on the CPU. Evaluation uses running
 averages (unbiased variance), updated identically on every rank, as torch.nn.BatchNorm1d.
 """
 
@@ -30,9 +32,10 @@ class BatchNorm(nn.Module):
         self.register_buffer("running_var", torch.ones(f))
 
     def costs(self, grad_in: bool = True) -> list:
-        """The row count, then the column sums and the variances (forward and backward), all float64."""
+        """The row count (float64) and the first estimate of the means (forward only), then the corrections of the
+        means and the variances (forward and backward)."""
         f = self.weight.numel()
-        return [AllReduce(1, 8, backward=False), AllReduce(f, 8), AllReduce(f, 8)]
+        return [AllReduce(1, 8, backward=False), AllReduce(f, backward=False), AllReduce(f), AllReduce(f)]
 
     def forward(self, algo, x: torch.Tensor) -> torch.Tensor:
         algo.require("whole_rows", "batch normalization")
@@ -40,10 +43,11 @@ class BatchNorm(nn.Module):
             return (x - self.running_mean) * torch.rsqrt(self.running_var + self.eps) * self.weight + self.bias
         group = algo.rows_group()
         (n,) = algo.comm.all_sum([x.shape[0]], group)
-        mean = all_reduce(x.sum(0, dtype=torch.float64), algo.comm, group) / n
-        xc = x - mean.to(x.dtype)
-        var = all_reduce((xc * xc).sum(0, dtype=torch.float64), algo.comm, group) / n
+        shift = algo.comm.all_reduce(x.detach().sum(0), group) / n
+        mean = shift + all_reduce((x - shift).sum(0), algo.comm, group) / n
+        xc = x - mean
+        var = all_reduce((xc * xc).sum(0), algo.comm, group) / n
         with torch.no_grad():
-            self.running_mean.lerp_(mean.to(x.dtype), self.momentum)
-            self.running_var.lerp_((var * n / max(n - 1, 1)).to(x.dtype), self.momentum)
-        return xc * torch.rsqrt(var.to(x.dtype) + self.eps) * self.weight + self.bias
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / max(n - 1, 1), self.momentum)
+        return xc * torch.rsqrt(var + self.eps) * self.weight + self.bias
