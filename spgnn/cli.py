@@ -11,6 +11,8 @@ import sys
 import traceback
 from pathlib import Path
 
+import torch
+
 from . import dense, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
@@ -613,14 +615,18 @@ COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cos
 
 
 def _communicating(e: BaseException) -> bool:
-    """Whether `e` was raised by a collective: torch.distributed's own error, or raised inside spgnn.comm."""
+    """Whether `e` was raised by a collective: torch.distributed's own error, or one whose innermost Python frame
+    is torch.distributed's or a transport's of spgnn.comm (not a computation that merely ran under it, as an
+    SpMM inside its autograd wrapper or a partitioning inside `agree`)."""
     import torch.distributed as dist
 
-    comm = str(Path(launch.__file__).parent)
     tb = e.__traceback__
-    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith(comm):
+    while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return isinstance(e, getattr(dist, "DistError", ())) or tb is not None
+    where = Path(tb.tb_frame.f_code.co_filename) if tb is not None else Path()
+    comm = Path(launch.__file__).parent
+    return (isinstance(e, getattr(dist, "DistError", ())) or Path(dist.__file__).parent in where.parents
+            or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
 
 
 def _error(message: str) -> None:
@@ -654,12 +660,12 @@ def main(argv: list[str] | None = None) -> int:
         return launch.JOIN_FAILED if again else 2
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if _communicating(e):   # a collective failed: a peer died or timed out
-            _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
-                   "its output")
-        elif "allocate memory" in first or "out of memory" in first.lower():
+        if isinstance(e, torch.OutOfMemoryError) or "allocate memory" in first or "out of memory" in first.lower():
             _error(f"rank {rank}: out of memory ({first[:200]}): use more processes, a smaller model, or spgnn cost "
                    "--memory-per-rank to find a layout that fits")
+        elif _communicating(e):   # a collective failed: a peer died or timed out
+            _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
+                   "its output")
         else:                   # this rank's own failure: where it happened
             traceback.print_exc()
         launch.abort(1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -34,11 +35,17 @@ def write_json(path, obj, default=None) -> Path:
     goes to a new file in the temporary folder and SpgnnError names both, so that a run never loses its report."""
     text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    real = path.resolve()                           # a link's target is written, not replaced by a file
+    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        real.parent.mkdir(parents=True, exist_ok=True)
+        if real.exists() and not real.is_file():    # /dev/null, a pipe: written to, never replaced
+            real.write_text(text)
+            return path
         tmp.write_text(text)
-        os.replace(tmp, path)
+        if real.exists():
+            os.chmod(tmp, stat.S_IMODE(real.stat().st_mode))
+        os.replace(tmp, real)
         return path
     except OSError as e:
         tmp.unlink(missing_ok=True)

@@ -555,17 +555,19 @@ def test_a_split_index_of_an_edge_folder_is_said_to_have_none(tmp_path):
 def test_only_a_collective_that_failed_is_called_a_communication_failure(monkeypatch, capsys):
     """--hidden 100000000 (out of memory) and an overflow in Adam were both reported as 'communication failed;
     another process probably exited or stalled'."""
-    from spgnn.comm import comm as comm_module
+    from spgnn.comm import autograd, comm
 
-    def raiser(message, inside_comm=False):
+    def raiser(message, frame=None):
         def command(args, argv):
-            if inside_comm:                                   # raised from a frame of spgnn.comm
-                exec(compile("raise RuntimeError(message)", comm_module.__file__, "exec"), {"message": message})
+            if frame:                                         # raised from a frame of that file
+                exec(compile("raise RuntimeError(message)", frame, "exec"), {"message": message})
             raise RuntimeError(message)
         return command
 
-    for command, said in ((raiser("Connection reset by peer", inside_comm=True), "communication failed"),
+    for command, said in ((raiser("Connection reset by peer", comm.__file__), "communication failed"),
                           (raiser("DefaultCPUAllocator: can't allocate memory: you tried"), "out of memory"),
+                          (raiser("DefaultCPUAllocator: can't allocate memory", comm.__file__), "out of memory"),
+                          (raiser("an SpMM's own failure", autograd.__file__), "Traceback"),   # under its wrapper
                           (raiser("value cannot be converted to type float without overflow"), "Traceback")):
         monkeypatch.setitem(cli.COMMANDS, "plot", command)
         assert cli.main(["plot", "r.json", "--output", "p.png"]) == 1

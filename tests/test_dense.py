@@ -180,3 +180,14 @@ def test_a_product_of_shapes_that_do_not_fit_is_refused_by_name(shapes, backend)
     args = [torch.randn(*h), [torch.randn(*w) for w in ws], None if c is None else torch.randn(*c)]
     with pytest.raises(SpgnnError, match=r"^H·W \+ C is not defined for H \("):
         matmul(args[0], args[1][0], args[2]) if len(ws) == 1 else matmuls(*args)
+
+
+@pytest.mark.parametrize("shape", [(1, 4), (), (30, 1), (4,), (30, 4)])
+def test_an_addend_that_broadcasts_is_taken_with_its_gradient(shape, backend):
+    """check_shapes refused a 1×f bias and a scalar, which torch's own product broadcast."""
+    h, w = torch.randn(30, 7, requires_grad=True), torch.randn(7, 4, requires_grad=True)
+    c = torch.randn(shape).requires_grad_()
+    y = matmul(h, w, c)
+    torch.testing.assert_close(y, h @ w + c)
+    y.sum().backward()
+    assert c.grad.shape == c.shape and torch.allclose(c.grad.sum(), torch.tensor(120.0))

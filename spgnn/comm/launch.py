@@ -434,8 +434,11 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> in
         signal.signal(signal.SIGTERM, previous)
         for r, p in enumerate(procs):           # killed by another's hand, before ours: it could not say so itself
             if p.returncode is not None and p.returncode < 0 and code != 130:
-                sys.stderr.write(f"spgnn: error: rank {r} was killed by signal {-p.returncode} "
-                                 f"({signal.Signals(-p.returncode).name})\n")
+                try:
+                    name = f" ({signal.Signals(-p.returncode).name})"
+                except ValueError:      # a real-time signal has no name
+                    name = ""
+                sys.stderr.write(f"spgnn: error: rank {r} was killed by signal {-p.returncode}{name}\n")
                 sys.stderr.flush()
         for p in procs:
             if p.poll() is None:

@@ -206,9 +206,9 @@ def digest(obj) -> str:
             for k in sorted(x, key=repr):
                 h.update(repr(k).encode())
                 feed(x[k])
-        elif isinstance(x, (list, tuple)):
+        elif isinstance(x, (list, tuple, set, frozenset)):
             h.update(b"[")
-            for v in x:
+            for v in sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x:    # a set's order is not kept
                 feed(v)
             h.update(b"]")
         elif isinstance(x, torch.Tensor):
