@@ -120,7 +120,7 @@ class DistGraph:
         self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in SPLITS}
         self.counts = dict(self.info.counts)
         self._pending, self._prepared = set(), {}
-        self._summed, self._resummed = {}, []       # id → (gradient, its version) as summed; names added to since
+        self._summed, self._added = {}, {}          # id → (gradient, its version) as summed; → backwards added since
         self._checkpoints = set()                   # folders this graph wrote or loaded a checkpoint in
         self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
         self._kept, self._kept_x = {}, None    # (adjacency, id of H) → (H, Â·H, its version); (x, its version) then
@@ -517,8 +517,7 @@ class DistGraph:
         for name, p in model.named_parameters():
             self._prepared[id(p)] = name
             if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
-                p.register_hook(lambda grad, p=p: self._adding(p))
-                p.register_post_accumulate_grad_hook(lambda p: self._pending.add(id(p)))
+                p.register_post_accumulate_grad_hook(self._accumulated)
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt))
         return model
@@ -535,31 +534,41 @@ class DistGraph:
                                      "ranks: call g.sync_gradients(model) after loss.backward() and before "
                                      "optimizer.step()")
 
-    def _adding(self, p) -> None:
-        """A backward is about to add to p's gradient: note it if that gradient is one summed over the ranks and not
-        changed since (neither set to None nor zeroed), which a second sum would count once a rank."""
+    def _accumulated(self, p) -> None:
+        """A backward added to p's gradient: pending a sum, and counted where it added to the very tensor
+        `sync_gradients` summed."""
+        self._pending.add(id(p))
         summed = self._summed.get(id(p))
-        if summed is not None and p.grad is not None and p.grad is summed[0]() and p.grad._version == summed[1]:
-            self._resummed.append(self._prepared[id(p)])
+        if summed is not None and p.grad is summed[0]():
+            self._added[id(p)] = self._added.get(id(p), 0) + 1
+
+    def _additions(self, p) -> int | None:
+        """How many backwards added to p's gradient since it was summed, where nothing else changed it (neither set
+        to None nor zeroed: its version moved by those additions alone); None where something else did."""
+        summed, added = self._summed.get(id(p)), self._added.get(id(p), 0)
+        fine = summed is not None and p.grad is not None and p.grad is summed[0]() and \
+            p.grad._version == summed[1] + added
+        return added if fine else None
 
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce); a gradient
         the backward left missing becomes zero, on one rank as on several. Once a step, after its last backward: a
         model `prepare` saw is refused a second sum with no backward between, or of a gradient a backward added to
         after it was summed (each would count a gradient once a rank)."""
-        trained = [p for p in model.parameters() if p.requires_grad]
-        if any(id(p) in self._prepared for p in trained):
-            again = self._resummed or (not any(id(p) in self._pending for p in trained) and self._summed)
-            if again:
-                self._resummed = []
-                what = (f"a backward added to the gradient of parameter {again[0]!r} after it was summed"
-                        if isinstance(again, list) else "no backward ran since the gradients were last summed")
-                raise SpgnnError(f"sync_gradients: {what}, so summing again would count it once a rank: call it "
-                                 "once a step, after its last backward (zero the gradients, opt.zero_grad(), before "
-                                 "the next step's)")
+        trained = [p for p in model.parameters() if p.requires_grad and id(p) in self._prepared]
+        twice = next(((p, k) for p in trained if (k := self._additions(p)) is not None), None)
+        for p in trained:
+            self._added.pop(id(p), None)
+        if twice is not None:
+            name = self._prepared[id(twice[0])]
+            what = f"a backward added to the gradient of parameter {name!r} after it was summed" if twice[1] else \
+                f"the gradient of parameter {name!r} was summed already and has not changed since"
+            raise SpgnnError(f"sync_gradients: {what}, so summing it again would count it once a rank: call it once "
+                             "a step, after its last backward, and zero the gradients (opt.zero_grad()) before the "
+                             "next step's")
         all_reduce_gradients(model, self.comm, self.grad_group())
         self._pending.difference_update(id(p) for p in model.parameters())
-        self._summed = {id(p): (weakref.ref(p.grad), p.grad._version) for p in trained if id(p) in self._prepared}
+        self._summed |= {id(p): (weakref.ref(p.grad), p.grad._version) for p in trained}
 
     # -- checkpoints -----------------------------------------------------------------------------------
     def save_checkpoint(self, folder, model, optimizer, epoch: int, **extra) -> None:

@@ -98,6 +98,21 @@ def _prepared(comm, what):
             opt.step()
         if what == "adjacency":
             g.spmm(g.x, "mean")
+        if what == "fine loops":    # autograd.grad after a sum, two models of one graph, a sum of zeroed gradients
+            other = g.prepare(spgnn.Linear(g.num_features, 3), opt)
+            for step in range(2):
+                opt.zero_grad()
+                other.zero_grad()
+                loss = g.cross_entropy(model(g, g.x))
+                loss.backward()
+                g.sync_gradients(model)
+                torch.autograd.grad(g.cross_entropy(model(g, g.x)), model.out.weight)
+                g.linear(g.x, other.weight).sum().backward()
+                g.sync_gradients(other)
+                opt.step()
+                g.cross_entropy(model(g, g.x)).backward()    # a GAN's G loss through D: D's zeroed next step
+            opt.zero_grad()
+            g.sync_gradients(model)
         if what in ("twice", "added to", "accumulated"):      # accumulated: two backwards, one sum (allowed)
             for step in range(2):
                 opt.zero_grad(set_to_none=step == 0)
@@ -126,10 +141,11 @@ REFUSED = {
     "unsummed": "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients",
     "adjacency": "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']",
     "whole rows": "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo",
-    "twice": "sync_gradients: no backward ran since the gradients were last summed, so summing again would count it "
-             "once a rank",
-    "added to": "sync_gradients: a backward added to the gradient of parameter 'out.",
+    "twice": "sync_gradients: the gradient of parameter 'convs.0.weight' was summed already and has not changed "
+             "since, so summing it again would count it once a rank",
+    "added to": "sync_gradients: a backward added to the gradient of parameter 'convs.0.weight' after it was summed",
     "accumulated": None,
+    "fine loops": None,
     "widths": "widths [10, 10] do not fit the 2 matrices given, of which this rank holds [12, 10] columns",
     "globally": "globally takes this rank's partial sum, a one-element tensor, got a tensor of shape (2,)",
     "numpy": "spmm takes this rank's rows of an n×f matrix, a tensor of ",
