@@ -100,7 +100,7 @@ def _prepared(comm, what):
             g.spmm(g.x, "mean")
         if what == "fine loops":    # autograd.grad after a sum, two models of one graph, a sum of zeroed gradients
             other = g.prepare(spgnn.Linear(g.num_features, 3), opt)
-            for step in range(2):
+            for _ in range(2):
                 opt.zero_grad()
                 other.zero_grad()
                 loss = g.cross_entropy(model(g, g.x))
@@ -311,6 +311,9 @@ def test_a_gat_of_ones_own_draws_a_fresh_attention_dropout_each_forward():
     """Without the stack's key, every forward drew the key-0 mask, the same at every step."""
     one = run_local(_gat_forwards, 1)[0]
     assert one[0] != one[1] and len(set(one)) == 3
+    here = _gat_forwards(Comm(0, 1))
+    assert _gat_forwards(Comm(0, 1)) == here                  # not on how many were built before in the process
+    np.testing.assert_allclose(here, one, rtol=1e-6)
     for sums in run_local(_gat_forwards, 2):
         np.testing.assert_allclose(sums, one, rtol=1e-6)
 

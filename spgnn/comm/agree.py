@@ -4,6 +4,7 @@ rank, is raised on every rank, so that bad input on one rank stops all with the 
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 
 from ..errors import SpgnnError
 from .comm import Comm
@@ -22,23 +23,30 @@ def on_rank0(comm: Comm, fn, beat_s: float | None = None):
         if said[0] == "error":
             raise SpgnnError(said[1])
         return said[1]
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spgnn-rank0") as pool:
-        work = pool.submit(fn)
-        while True:
-            try:
-                said = ("ok", work.result(timeout=beat_s))
-            except concurrent.futures.TimeoutError:
-                comm.all_gather_object(("working", None))
-                continue
-            except SpgnnError as e:
-                said = ("error", str(e))
-            except Exception as e:
-                comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
-                raise
-            comm.all_gather_object(said)
-            if said[0] == "error":
-                raise SpgnnError(said[1])
-            return said[1]
+    work = concurrent.futures.Future()
+
+    def run():
+        try:
+            work.set_result(fn())
+        except BaseException as e:  # handed to the main thread
+            work.set_exception(e)
+
+    threading.Thread(target=run, daemon=True, name="spgnn-rank0").start()    # a failed beat does not wait for it
+    while True:
+        try:
+            said = ("ok", work.result(timeout=beat_s))
+        except concurrent.futures.TimeoutError:
+            comm.all_gather_object(("working", None))
+            continue
+        except SpgnnError as e:
+            said = ("error", str(e))
+        except Exception as e:
+            comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
+            raise
+        comm.all_gather_object(said)
+        if said[0] == "error":
+            raise SpgnnError(said[1])
+        return said[1]
 
 
 def agree(comm: Comm, fn, everyone: bool = True):

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 
 import torch.nn.functional as F
 
@@ -17,8 +17,9 @@ from .registry import Attend, Dense, Layer, register_layer
 class GATConv(Layer):
     """W is f_in×(H·f_out) (PyG's ``lin.weight`` transposed), a_src and a_dst are H×f_out; heads concatenated
     (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives (in
-    a model of one's own, without a key: from the count of this layer's training forwards and of the GATConvs made
-    before it, the same on every rank that builds the same model)."""
+    a model of one's own, without a key: from a digest of the layer's initial W and the count of its training
+    forwards, the same on every rank, whose weights `DistGraph.prepare` checks are equal; a resumed run counts from
+    0 again: give keys for masks that continue)."""
 
     name, summary, adjacency = "gat", "graph attention (Veličković et al.)", "self-loops"
     shift = "bias"
@@ -29,7 +30,6 @@ class GATConv(Layer):
                Option("out_heads", int, 1, "gat: attention heads of the last layer (averaged)",
                       valid=lambda v: v >= 1, must="at least 1"))
     draw = staticmethod(lambda scheme, f_in, f_out, heads, bias: inits.gat(f_in, f_out, heads, bias, scheme))
-    _made = itertools.count()
 
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
                  negative_slope: float = 0.2, init: str = "auto"):
@@ -37,11 +37,12 @@ class GATConv(Layer):
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope
         self.initialise(init, f_in, f_out, heads, self.f_out)
-        self.made, self.forwards = next(GATConv._made), 0
+        self.salt = int.from_bytes(hashlib.sha256(self.weight.detach().cpu().numpy().tobytes()).digest()[:8], "little")
+        self.forwards = 0
 
     def forward(self, g, h, key: int | None = None):
         if key is None and self.training and self.dropout > 0:   # a fresh mask each training forward
-            key, self.forwards = mix_key(self.made, self.forwards, 2), self.forwards + 1
+            key, self.forwards = mix_key(self.salt, self.forwards, 2), self.forwards + 1
         out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key or 0)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
 
