@@ -13,6 +13,7 @@ is kept for the one ``spgnn: error:`` line of bad input.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -34,40 +35,44 @@ def configure(shown: bool) -> None:
 
 
 class Tolerant:
-    """Standard output that falls silent, rather than ending the run, once it cannot be written: its reader gone
-    (``spgnn train … | head -1``), closed (``>&-``) or full. What it could not take is dropped; the run goes on,
-    writes its report and exits as it would have."""
+    """Standard output that falls silent, rather than ending the run, once its reader is gone (``spgnn train … |
+    head -1``: EPIPE), it is closed (``>&-``: EBADF, or no stream at all) or its disk is full (ENOSPC). What it
+    could not take is dropped; the run goes on, writes its report and exits as it would have. Any other error
+    (text the stream cannot encode, say) is raised as ever."""
+
+    GONE = (errno.EPIPE, errno.EBADF, errno.ENOSPC)
 
     def __init__(self, stream):
-        self.stream = stream
+        self.stream = stream if stream is not None else open(os.devnull, "w")
 
     def write(self, text: str) -> int:
         try:
-            if self.stream is not None:
-                self.stream.write(text)
-        except (OSError, ValueError):
-            self._gone()
-        return len(text)
+            return self.stream.write(text)
+        except (OSError, ValueError) as e:
+            return self._gone(e, len(text))
 
     def flush(self) -> None:
         try:
-            if self.stream is not None:
-                self.stream.flush()
-        except (OSError, ValueError):
-            self._gone()
-
-    def isatty(self) -> bool:
-        return self.stream is not None and self.stream.isatty()
+            self.stream.flush()
+        except (OSError, ValueError) as e:
+            self._gone(e, 0)
 
     def __getattr__(self, name):
-        return getattr(self.stream if self.stream is not None else sys.__stderr__, name)
+        return getattr(self.stream, name)
 
-    def _gone(self) -> None:
-        self.stream = None
+    def _gone(self, e: Exception, n: int) -> int:
+        closed = isinstance(e, ValueError) and not isinstance(e, UnicodeError) and getattr(self.stream, "closed", False)
+        if not closed and getattr(e, "errno", None) not in self.GONE:
+            raise e
         try:        # the interpreter's own flush at exit then finds a file that takes what it still holds
-            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-        except OSError:
+            if self.stream.fileno() == 1:
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, 1)
+                os.close(null)
+        except (OSError, ValueError):
             pass
+        self.stream = open(os.devnull, "w")
+        return n
 
 
 def tolerate_stdout() -> None:
