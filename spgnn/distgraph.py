@@ -290,12 +290,16 @@ class DistGraph:
         the rows of one rank of each grid row (sum a mask of your own as ``(mask & g.own_rows).sum()``)."""
         return self.algo.own_rows(len(self.node_ids)).to(self.device)
 
-    def dropout(self, h: torch.Tensor, p: float, key: int) -> torch.Tensor:
+    def dropout(self, h: torch.Tensor, p: float, key: int, width: int | None = None) -> torch.Tensor:
         """H with each entry zeroed with probability `p` and the others scaled by 1/(1 − p), the mask a hash of
         (`key`, the row's node id, the column's global index): the same entries at every P and on every layout, not
         per rank as torch's dropout draws them. Give a fresh `key` (an int) to each layer at each step; none in
-        evaluation."""
-        first = self.columns(self._widths([h], None)[0]).start
+        evaluation. `width`: H's global column count (on 2D/3D found by one small sum along the grid row when not
+        given)."""
+        self._matrix(h, "dropout")
+        if not 0.0 <= p < 1.0:
+            raise SpgnnError(f"dropout: p must lie in [0, 1), got {p}")
+        first = self.columns(self._widths([h], None if width is None else [width])[0]).start
         return hashing.dropout(h, self.node_ids, p, key, first)
 
     def require(self, need: str, what: str) -> None:
@@ -604,13 +608,13 @@ class DistGraph:
         if saved is not None and saved != type(optimizer).__qualname__:
             raise SpgnnError(f"{folder} holds the state of a {saved} optimizer, not of {type(optimizer).__qualname__}: "
                              "resume with the optimizer it was saved with")
-        model.load_state_dict(state["model"])
-        try:
+        try:                            # the optimizer first: a state that does not fit leaves the model as it was
             optimizer.load_state_dict(state["optimizer"])
         except (KeyError, ValueError) as e:
             raise SpgnnError(f"{folder}'s optimizer state does not fit {type(optimizer).__qualname__} "
                              f"({type(e).__name__}: {e}): resume with the optimizer, and parameter groups, it was "
                              "saved with") from None
+        model.load_state_dict(state["model"])
         self._checkpoints.add(Path(folder).resolve())
         return state["epoch"], state["progress"].get("extra", {})
 

@@ -59,7 +59,7 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
     lab, t = _numpy(labels).ravel(), np.zeros(len(s), np.int64) if targets is None else _numpy(targets).ravel()
     if not (len(s) == len(lab) == len(t)):
         raise ValueError(f"scores, labels and targets differ in length: {len(s)}, {len(lab)}, {len(t)}")
-    _finite(s, comm, group)
+    _finite(s, comm=comm, group=group)
     if not np.isin(lab, (0, 1)).all():
         raise ValueError(f"labels must be 0 or 1 (or bool), got the values {np.unique(lab)[:6].tolist()}")
     if len(t) and not (np.array_equal(t, t.astype(np.int64)) and 0 <= t.min() and t.max() < num_targets):
@@ -101,7 +101,7 @@ def ranking(scores, labels, comm=None, group=None, targets=None, num_targets: in
 def hits_at_k(pos, neg, k: int, comm=None, group=None) -> float:
     """OGB's Hits@K (see the module docstring) of the union of the ranks' positive scores `pos` [E] against the
     union of their negative scores `neg` [E']."""
-    pos, neg = _finite(pos, comm, group).ravel(), _finite(neg, comm, group).ravel()
+    pos, neg = (a.ravel() for a in _finite(pos, neg, comm=comm, group=group))
     many = comm is not None and (group or comm.world).size > 1
     top = np.full(k, -np.inf, np.float32)              # this rank's K highest negatives, −∞ where it has fewer
     mine = np.sort(neg)[-k:]
@@ -120,7 +120,8 @@ def hits_at_k(pos, neg, k: int, comm=None, group=None) -> float:
 def mrr(pos, neg, comm=None, group=None) -> float:
     """OGB's MRR (see the module docstring) of the union of the ranks' positive scores `pos` [E], row i of `neg`
     [E, M] the scores of positive i's negatives."""
-    pos, neg = _finite(pos, comm, group).reshape(-1, 1), _finite(neg, comm, group)
+    pos, neg = _finite(pos, neg, comm=comm, group=group)
+    pos = pos.reshape(-1, 1)
     if neg.ndim != 2 or neg.shape[0] != pos.shape[0]:
         raise ValueError(f"mrr: neg must be [E, M], a row of negatives for each of the {pos.shape[0]} positives; "
                          f"got shape {neg.shape}")
@@ -131,17 +132,17 @@ def mrr(pos, neg, comm=None, group=None) -> float:
     return sums[0] / sums[1] if sums[1] else float("nan")
 
 
-def _finite(scores, comm=None, group=None) -> np.ndarray:
-    """`scores` as float32 (the precision they are ranked at), checked finite on every rank of `group` (a NaN
-    compares false with all): NotFinite on all of them where one has such a score, so that none is left waiting
-    in the ranking's exchanges."""
-    s = _numpy(scores).astype(np.float32, copy=False)
-    bad = float(not np.isfinite(s).all())
+def _finite(*scores, comm=None, group=None):
+    """Each of `scores` as float32 (the precision they are ranked at), checked finite on every rank of `group` in
+    one sum (a NaN compares false with all): NotFinite on all of them where one has such a score, so that none is
+    left waiting in the ranking's exchanges. One array alone, or a tuple of them."""
+    out = tuple(_numpy(a).astype(np.float32, copy=False) for a in scores)
+    bad = float(not all(np.isfinite(a).all() for a in out))
     if comm is not None and (group or comm.world).size > 1:
         bad = comm.all_sum([bad], group)[0]
     if bad:
         raise NotFinite("scores must be finite (as float32, the precision they are ranked at) to be ranked")
-    return s
+    return out[0] if len(out) == 1 else out
 
 
 def _sorted_exchange(comm, group, key, lab):

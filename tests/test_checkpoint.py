@@ -249,6 +249,8 @@ def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
     assert tmp.stat().st_size < 1 << 29                                  # killed mid-write
     state = torch.load(tmp_path / checkpoint.FILE, weights_only=True)
     assert state["epoch"] == 0 and torch.equal(state["model"]["w"], torch.ones(3))
+    checkpoint.save(tmp_path, {k: v for k, v in state.items() if k not in ("format", "digest")})
+    assert not tmp.exists()                                               # the dead writer's file, removed
 
 
 def test_a_resumed_run_keeps_only_the_evaluations_of_its_schedule(tmp_path):

@@ -54,9 +54,10 @@ def detect() -> Launch:
         rank, world = (_int_env(k) for k in ("RANK", "WORLD_SIZE"))
         mpi = next((k for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if k in env), None)   # the global MPI rank
         sizes = {env.get(k, str(world)) for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
-        if kind == "env" and mpi and (_int_env(mpi) != rank or sizes != {str(world)}):
+        if "SPGNN_LAUNCHER" not in env and kind == "env" and mpi and (_int_env(mpi) != rank or sizes != {str(world)}):
             raise SpgnnError(f"RANK={rank} and WORLD_SIZE={world} in the environment disagree with mpirun's "
-                             f"{mpi}={env[mpi]}: unset RANK and WORLD_SIZE (left from another launch) under mpirun")
+                             f"{mpi}={env[mpi]}: unset RANK and WORLD_SIZE (left from another launch) under mpirun, "
+                             "or set SPGNN_LAUNCHER=env where they are meant")
         if not 0 <= rank < world:
             raise SpgnnError(f"RANK={rank} lies outside WORLD_SIZE={world}: the launcher's environment is wrong")
         return Launch(kind, rank, world, _int_env("LOCAL_WORLD_SIZE", world), _int_env("LOCAL_RANK", rank))
@@ -279,7 +280,7 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
 def watch_parent(every_s: float = 1.0) -> None:
     """End this process (SIGTERM) once the process that started it is gone: the ranks of an --nprocs parent killed
     by SIGKILL, which could not stop them, went on training as orphans."""
-    parent = os.getppid()
+    parent = int(os.environ.get("SPGNN_PARENT_PID") or os.getppid())     # (gone already: ends at once)
 
     def watch():
         while os.getppid() == parent:
@@ -415,7 +416,7 @@ def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
 def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> int:
     """One launch of `spawn`: its first non-zero exit code, else 0."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
-               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", **extra)
+               LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", SPGNN_PARENT_PID=str(os.getpid()), **extra)
     previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     procs, code, failed_at = [], 0, None
     try:

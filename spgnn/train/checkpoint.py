@@ -97,6 +97,10 @@ def loadable(obj, what: str) -> None:
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
     path, tmp = Path(folder) / FILE, Path(folder) / f"{FILE}.{os.getpid()}.tmp"
+    for old in Path(folder).glob(f"{FILE}.*.tmp"):     # a writer killed mid-write left its file: gone with it
+        pid = old.name[len(FILE) + 1:-len(".tmp")]
+        if pid.isdigit() and not _alive(int(pid)):
+            old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:
         torch.save(state, tmp)
@@ -194,6 +198,17 @@ def _read(folder) -> tuple[Path, dict]:
         raise SpgnnError(f"{path} is damaged: its weights or state are not those written (their digest differs); "
                          "resume from another checkpoint or start again")
     return path, state
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 def digest(obj) -> str:

@@ -58,8 +58,8 @@ class Run:
         rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged.
         `log` (rank 0) gets one line an epoch."""
         report = self._train(log)
-        if self.cfg.output and self.comm.rank == 0:
-            write_json(self.cfg.output, report)
+        if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
+            agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
         return report
 
     def _train(self, log) -> dict:
@@ -83,8 +83,8 @@ class Run:
 
         def save(epoch, records, best):
             if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
-                if self.comm.rank == 0:
-                    checkpoint.save(folder, checkpoint.state_of(self, epoch, records, best, mine))
+                state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
+                agree(self.comm, lambda: checkpoint.save(folder, state), everyone=False)   # a failure: every rank's
                 good[0] = (folder, epoch)
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
