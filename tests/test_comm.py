@@ -377,3 +377,18 @@ def test_the_others_wait_as_long_as_rank_0_works_alone():
     assert failed == ["SpgnnError: the graph is bad"] * 2
     impatient = run_local(_rank0_works_long, 2, None, False, timeout_s=1, deadline_s=60)
     assert impatient[0] != "cached/folder" or impatient[1] != "cached/folder"     # what the beats are for
+
+
+def _outlives_a_beat(comm):
+    import time
+
+    time.sleep(2.5)                                 # past the parent watch's first look (every second)
+    return comm.rank
+
+
+def test_local_ranks_inside_a_spawned_rank_watch_their_own_parent(monkeypatch):
+    """run_local inside a rank that --nprocs started would have its processes watch that rank's parent, which is not
+    theirs (the fork server is): each ended itself at once."""
+    monkeypatch.setenv("SPGNN_LAUNCHER", "spawn")
+    monkeypatch.setenv("SPGNN_PARENT_PID", str(os.getpid()))
+    assert run_local(_outlives_a_beat, 2, timeout_s=60) == [0, 1]
