@@ -244,7 +244,8 @@ def test_a_share_never_holds_more_than_its_part(tmp_path):
 
 
 def test_unit_diagonal_in_place_of_a_coo_round_trip():
-    """Diagonal entries of a block row set to one, present ones overwritten, missing ones inserted, sorted."""
+    """Diagonal entries of a block row: missing ones inserted as one, present ones kept (PyG's
+    add_remaining_self_loops), sorted; the same as the whole matrix's add_self_loops."""
     import scipy.sparse as sp
 
     from spgnn.partition.share import with_unit_diagonal
@@ -257,6 +258,15 @@ def test_unit_diagonal_in_place_of_a_coo_round_trip():
             a[r, first + r] = 5.0
         a = a.tocsr()
         want = a.tolil()
-        want.setdiag(1.0, k=first)
+        want.setdiag(np.where(a.diagonal(k=first) != 0, a.diagonal(k=first), 1.0), k=first)
         got = with_unit_diagonal(a, first)
         assert got.has_sorted_indices and (got != want.tocsr()).nnz == 0, trial
+        assert np.array_equal(got.diagonal(k=first)[::1 + trial % 3], np.full(len(range(0, m, 1 + trial % 3)), 5.0))
+    from spgnn.graph.graph import add_self_loops
+
+    whole = sp.random(40, 40, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    whole.setdiag(np.where(np.arange(40) % 3 == 0, 2.5, 0.0))
+    whole.eliminate_zeros()
+    rows = [with_unit_diagonal(whole[i:i + 10], i) for i in range(0, 40, 10)]
+    assert (sp.vstack(rows).tocsr() != add_self_loops(whole)).nnz == 0
+    assert np.array_equal(add_self_loops(whole).diagonal(), np.where(np.arange(40) % 3 == 0, 2.5, 1.0))

@@ -55,3 +55,23 @@ def test_layer_equals_pyg(cls, directed, f_out):
               SAGEConv: lambda: [twin.lin_l.weight.grad.T, twin.lin_l.bias.grad, twin.lin_r.weight.grad.T]}[cls]()
     for a, b in zip(ours, theirs):
         assert_close(a.numpy(), b.numpy(), "weight gradient")
+
+
+def test_gcn_on_weighted_edges_and_self_loops_equals_pyg():
+    """A + I set a node's own self-loop to weight one, where PyG's GCNConv (add_remaining_self_loops) keeps it: 12%
+    apart on a weighted graph with weighted self-loops."""
+    import scipy.sparse as sp
+
+    g = small_graph(n=70, f=11, directed=True, seed=3)
+    a = g.adj.tocoo()
+    w = np.random.default_rng(1).uniform(0.5, 2.0, a.nnz).astype(np.float32)
+    adj = sp.csr_matrix((w, (a.row, a.col)), shape=a.shape)
+    adj.setdiag(np.where(np.arange(g.n) % 3 == 0, 2.5, 0.0))
+    adj.eliminate_zeros()
+    torch.manual_seed(0)
+    layer = GCNConv(g.num_features, 5)
+    twin = _pyg_twin(layer)
+    coo = adj.tocoo()
+    out = layer(SerialSpMM(normalize(adj, "gcn")), torch.as_tensor(g.x))
+    theirs = twin(torch.as_tensor(g.x), _edge_index(adj), torch.as_tensor(coo.data))
+    assert_close(out.detach().numpy(), theirs.detach().numpy(), "output")

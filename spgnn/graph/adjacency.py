@@ -1,9 +1,9 @@
 """The adjacencies a layer aggregates with: how A (A[i, j] ≠ 0 for each edge j → i) is normalised, as objects.
 
-    gcn         Â = D^-½ (A + I) D^-½,  d_i = Σ_j (A + I)[i, j]     (GCNConv, APPNP, GCN2Conv; A + I is A with
-                its diagonal set to one, so a self-loop's own weight is not kept, as it is by PyG's)
+    gcn         Â = D^-½ (A + I) D^-½,  d_i = Σ_j (A + I)[i, j]     (GCNConv, APPNP, GCN2Conv; A + I adds a
+                self-loop of weight one where a node has none, one it has keeps its weight, as PyG's)
     mean        D⁻¹ A,  d_i = Σ_j A[i, j]                          (SAGEConv, mean over in-neighbours)
-    self-loops  A with its diagonal set to one                     (GATConv's attention pattern)
+    self-loops  A + I as gcn takes it                              (GATConv's attention pattern)
     sum         A as it is                                         (GINConv, sum over in-neighbours)
 
 An `Adjacency` says how to normalise the whole matrix (`of`, the single-process reference) and a rank's block

@@ -132,14 +132,12 @@ def symmetrize(adj: sp.spmatrix) -> sp.csr_matrix:
 
 
 def add_self_loops(adj: sp.spmatrix) -> sp.csr_matrix:
-    """A with its diagonal replaced by ones: A + I where A has no self-loops (the datasets' loaders drop them); a
-    self-loop of another weight becomes 1 (PyG's ``add_remaining_self_loops`` keeps that weight: they agree on a
-    graph without weighted self-loops)."""
+    """A with a self-loop of weight one added where a node has none; one it has keeps its weight (PyG's
+    ``add_remaining_self_loops``, as its GCNConv and GATConv add them)."""
     a = sp.csr_matrix(adj, dtype=np.float32, copy=True)
-    a.setdiag(0)
     a.eliminate_zeros()
-    a = a + sp.identity(a.shape[0], dtype=np.float32, format="csr")
-    return sp.csr_matrix(a)
+    missing = (a.diagonal() == 0).astype(np.float32)
+    return sp.csr_matrix(a + sp.diags(missing, format="csr"))
 
 
 def gcn_norm(adj: sp.spmatrix) -> sp.csr_matrix:

@@ -141,8 +141,9 @@ def csr_bytes(blocks) -> int:
 
 
 def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
-    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with its diagonal entries set
-    to one: present ones overwritten, missing ones inserted in place (no COO round trip of the block)."""
+    """Block row `a` (rows first, first+1, … of the square matrix; sorted indices) with a diagonal entry of one
+    inserted in place where it has none (no COO round trip of the block); present ones keep their weight, as PyG's
+    ``add_remaining_self_loops``."""
     m, indptr = a.shape[0], a.indptr.astype(np.int64)
     diag = (first + np.arange(m)).astype(a.indices.dtype)
     row = row_ids(indptr, np.int32 if m < 2**31 else np.int64)
@@ -153,7 +154,6 @@ def with_unit_diagonal(a: sp.csr_matrix, first: int) -> sp.csr_matrix:
     inside = at < indptr[1:]
     present[inside] = a.indices[at[inside]] == diag[inside]
     data = a.data.astype(np.float32, copy=True)
-    data[at[present]] = 1.0
     missing = np.flatnonzero(~present)
     indices = np.insert(a.indices, at[missing], diag[missing])
     data = np.insert(data, at[missing], np.float32(1.0))
