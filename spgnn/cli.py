@@ -586,11 +586,7 @@ def cost_command(args, argv) -> int:
         raise SpgnnError("spgnn cost needs --dataset, or --nodes and --nnz")
     best = {P: min((r for r in rows if r["P"] == P and "dropped" not in r), default=None,      # auto's pick
                    key=lambda r: cost.preference(r["epoch_s"], r["recv_bytes_per_rank"])) for P in Ps}
-    if not any(best.values()):                  # nothing fits anywhere: one line, as --algo auto says it
-        least = min(rows, key=lambda r: r["memory_bytes"])
-        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits on {args.nprocs} processes; the "
-                         f"least needs {least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']} at P = "
-                         f"{least['P']}): use more processes or allow more memory")
+    cost.under_memory(rows, limit, f"on {args.nprocs} processes")     # none fits at any P: one line, as auto says
     print(f"spgnn cost: {'each P on one machine' if args.dataset else f'{rates.cores} ranks a machine, a core each,'} "
           f"like the calibrated one ({rates.cores} cores; --calibration)", flush=True)
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "

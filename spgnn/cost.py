@@ -372,7 +372,6 @@ def load_calibration(path) -> dict:
         if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
             raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate again "
                              "with at least two --sizes")
-    for op, v in data["collectives"].items():
         if not all(isinstance(v.get(k), int | float) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
             raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must be "
                              "numbers of at least 0: calibrate again")
@@ -448,7 +447,7 @@ def memory_limit(text) -> int | None:
     return sizes[0]
 
 
-def _fits(table: list, limit: int | None, what: str, strict: bool = True) -> list:
+def under_memory(table: list, limit: int | None, what: str, strict: bool = True) -> list:
     """The rows of `table` under the memory limit, those over it marked {"dropped": "memory"} (SpgnnError naming
     the least need when none is under, if `strict`)."""
     if limit is None:
@@ -459,9 +458,10 @@ def _fits(table: list, limit: int | None, what: str, strict: bool = True) -> lis
     fits = [r for r in table if "dropped" not in r]
     if table and not fits and strict:
         least = min(table, key=lambda r: r["memory_bytes"])
+        where = f" at P = {least['P']}" if "P" in least else ""
         raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits {what}; the least needs "
-                         f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}): use more processes or "
-                         "allow more memory")
+                         f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}{where}): use more "
+                         "processes or allow more memory")
     return fits
 
 
@@ -503,7 +503,7 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
         table.append(option | row | {"seconds": row["epoch_s"]})
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")
-    fits = _fits(table, limit, f"on {P} processes")
+    fits = under_memory(table, limit, f"on {P} processes")
     keys = ["algo", *(o.name for o in spmm.options().values() if o.shapes)]
 
     def order(row):                                     # `preference`, then name and option values (None last)
@@ -551,7 +551,7 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
         if not table:
             raise SpgnnError(f"no layout runs on {P} processes with these data: each needs more row blocks than the "
                              "graph has nodes, or, for a partitioned folder, other row blocks than its parts")
-        _fits(table, memory_per_rank, f"on {P} processes", strict)
+        under_memory(table, memory_per_rank, f"on {P} processes", strict)
         rows += table
     return rows
 
