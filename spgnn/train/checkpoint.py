@@ -148,13 +148,19 @@ def load(folder, mine: dict, epochs: int | None = None) -> dict:
     path, state = _read(folder)
     for what in FIXES:
         _same(path, what, state["identity"][what], mine[what])
+    _same_run(path, state, mine.get("run", {}))
+    _beyond(path, state, epochs)
+    return state
+
+
+def _same_run(path, state: dict, mine: dict) -> None:
+    """SpgnnError unless the checkpoint `state`'s run identity agrees with `mine` (a field it lacks counts only if
+    every checkpoint holds it, `ALWAYS`)."""
     theirs = state["identity"].get("run", {})
-    differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.get("run", {}).items()
+    differ = ", ".join(f"{k} {theirs.get(k)!r} here {v!r}" for k, v in mine.items()
                        if (k in theirs or k in ALWAYS) and theirs.get(k) != v)
     if differ:
         raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
-    _beyond(path, state, epochs)
-    return state
 
 
 RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, --partition, split and way of training "
@@ -174,10 +180,7 @@ def check_early(folder, cfg, model: bool = True) -> None:
     if model:
         theirs, fields = state["identity"]["model"], model_fields(cfg)
         _same(path, "model", {k: theirs.get(k) for k in fields}, {k: getattr(cfg, k) for k in fields})
-    run = state["identity"].get("run", {})
-    if differ := ", ".join(f"{k} {run[k]!r} here {getattr(cfg, k)!r}" for k in ("seed", "dropout", "feature_norm")
-                           if k in run and run[k] != getattr(cfg, k)):
-        raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
+    _same_run(path, state, {k: getattr(cfg, k) for k in ("seed", "dropout", "feature_norm")})
     _beyond(path, state, cfg.epochs)
 
 
@@ -229,7 +232,7 @@ def digest(obj) -> str:
         elif isinstance(x, torch.Tensor):
             t = x.detach().cpu().contiguous()
             h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            h.update(t.reshape(-1).view(torch.uint8).numpy())     # its bytes, read in place
         else:
             h.update(repr(x).encode())
 
