@@ -69,9 +69,13 @@ def fingerprint(fn) -> str:
     helper it calls from that file counts too; its bytecode where there is no source), and of the versions
     (`versions`) it may run on: what a cached partition by `fn` was made with. A helper in another module of one's
     own does not count: give such a partitioner another name, or another cache folder, when that helper changes."""
-    try:
-        code = Path(inspect.getsourcefile(fn)).read_text() + inspect.getsource(fn)
-    except (OSError, TypeError):
+    for read in (lambda: Path(inspect.getsourcefile(fn)).read_text(), lambda: inspect.getsource(fn)):
+        try:
+            code = read()           # its file; else its own source (a notebook's cell)
+            break
+        except (OSError, TypeError):
+            continue
+    else:
         code = repr(getattr(fn, "__code__", None) and (fn.__code__.co_code, fn.__code__.co_consts))
     key = json.dumps([getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)), code, versions()])
     return hashlib.sha256(key.encode()).hexdigest()
