@@ -132,17 +132,17 @@ def mrr(pos, neg, comm=None, group=None) -> float:
     return sums[0] / sums[1] if sums[1] else float("nan")
 
 
-def _finite(*scores, comm=None, group=None):
+def _finite(*scores, comm=None, group=None) -> tuple:
     """Each of `scores` as float32 (the precision they are ranked at), checked finite on every rank of `group` in
     one sum (a NaN compares false with all): NotFinite on all of them where one has such a score, so that none is
-    left waiting in the ranking's exchanges. One array alone, or a tuple of them."""
+    left waiting in the ranking's exchanges."""
     out = tuple(_numpy(a).astype(np.float32, copy=False) for a in scores)
     bad = float(not all(np.isfinite(a).all() for a in out))
     if comm is not None and (group or comm.world).size > 1:
         bad = comm.all_sum([bad], group)[0]
     if bad:
         raise NotFinite("scores must be finite (as float32, the precision they are ranked at) to be ranked")
-    return out[0] if len(out) == 1 else out
+    return out
 
 
 def _sorted_exchange(comm, group, key, lab):
