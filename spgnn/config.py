@@ -150,8 +150,6 @@ def validate(self):
         (1 <= self.timeout <= MAX_TIMEOUT_S, f"--timeout must be a number of seconds of at least 1 and at most "
          f"{MAX_TIMEOUT_S:.0f} (how long a rank waits for the others before the job ends), got {self.timeout}"),
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
-        (self.device == "cpu" or self.device.startswith("cuda"),
-         f"--device must be cpu or cuda[:N], got {self.device!r}"),
         (self.task in ("auto", *TASKS), f"--task must be auto or {', '.join(TASKS)}, got {self.task!r}"),
         (self.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"),
     ]
