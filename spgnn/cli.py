@@ -634,6 +634,7 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    progress.tolerate_stdout()                          # before --help, which prints α and ×
     args = build_parser().parse_args(argv)
     try:
         rank = launch.detect().rank if argv else 0
@@ -641,7 +642,6 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(e))
         return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
-    progress.tolerate_stdout()
     try:
         dense.get_backend()                             # $SPGNN_DENSE_BACKEND checked before any work
         with validate.allow_overlap(getattr(args, "allow_overlap", False)):

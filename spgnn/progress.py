@@ -37,8 +37,8 @@ def configure(shown: bool) -> None:
 class Tolerant:
     """Standard output that falls silent, rather than ending the run, once its reader is gone (``spgnn train … |
     head -1``: EPIPE), it is closed (``>&-``: EBADF, or no stream at all) or its disk is full (ENOSPC). What it
-    could not take is dropped; the run goes on, writes its report and exits as it would have. Any other error
-    (text the stream cannot encode, say) is raised as ever."""
+    could not take is dropped; the run goes on, writes its report and exits as it would have. Any other error is
+    raised as ever."""
 
     GONE = (errno.EPIPE, errno.EBADF, errno.ENOSPC)
 
@@ -76,8 +76,13 @@ class Tolerant:
 
 
 def tolerate_stdout() -> None:
-    """Make sys.stdout `Tolerant` (once)."""
+    """Make sys.stdout `Tolerant` (once), and write what its encoding cannot take (α, ×, ≤ on an ASCII or Latin-1
+    terminal) as backslash escapes, as stderr does, rather than raise UnicodeEncodeError."""
     if not isinstance(sys.stdout, Tolerant):
+        try:
+            sys.stdout.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):     # not a TextIOWrapper (a test's capture), or closed
+            pass
         sys.stdout = Tolerant(sys.stdout)
 
 

@@ -267,3 +267,12 @@ def test_a_reader_that_goes_away_does_not_end_the_run(tmp_path):
     err = job.stderr.read().decode()
     assert job.wait(timeout=300) == 0, err[-2000:]
     assert "Traceback" not in err and len(json.loads(out.read_text())["epochs"]) == 30
+
+
+def test_an_ascii_stdout_takes_the_greek_letters_as_escapes(tmp_path):
+    """With an ASCII stdout (PYTHONIOENCODING=ascii, a C locale without UTF-8 mode), --help, which prints α, ended
+    in UnicodeEncodeError."""
+    done = subprocess.run([sys.executable, "-m", "spgnn", "cost", "--help"], cwd=ROOT, capture_output=True,
+                          env=env() | {"PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
+    assert b"\\u03b1" in done.stdout and max(done.stdout) < 128
