@@ -614,7 +614,7 @@ class DistGraph:
             raise SpgnnError(f"{folder}'s optimizer state does not fit {type(optimizer).__qualname__} "
                              f"({type(e).__name__}: {e}): resume with the optimizer, and parameter groups, it was "
                              "saved with") from None
-        model.load_state_dict(state["model"])
+        checkpoint.load_model(model, state["model"])
         self._checkpoints.add(Path(folder).resolve())
         return state["epoch"], state["progress"].get("extra", {})
 
@@ -622,7 +622,7 @@ class DistGraph:
         from .train import checkpoint
 
         mine = checkpoint.identity(self.cfg, self.info)
-        return mine | {"model": {k: list(p.shape) for k, p in model.state_dict().items()}}
+        return mine | {"model": checkpoint.model_shapes(model)}
 
     def __repr__(self) -> str:
         grid = "x".join(map(str, self.grid.shape))

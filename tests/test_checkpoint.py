@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+import spgnn
 import spgnn.spmm as algorithms
 from spgnn import DistGraph, build_model, cli
 from spgnn.comm.comm import Comm
@@ -315,3 +316,23 @@ def test_a_set_in_a_checkpoints_extra_reads_back_whole(tmp_path):
     loaded = torch.load(tmp_path / checkpoint.FILE, weights_only=True)
     assert loaded["digest"] == checkpoint.digest(state | {"progress": {"extra": {"seen": {3, "c", "a", "b"}}}})
     assert checkpoint._read(tmp_path)[1]["progress"]["extra"]["seen"] == {"a", "b", "c", 3}
+
+
+def test_a_checkpoint_without_the_dropout_counts_loads():
+    """Checkpoints written before GNN and GATConv kept their dropout counts (buffers ``forwards``, ``salt``) still
+    load, those counts left as they are; any other key missing or unexpected is refused as before."""
+    from spgnn.train.checkpoint import load_model
+
+    model = spgnn.build_model("gat", 5, 3, hidden=4, dropout=0.5)
+    model.forwards += 7
+    old = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[2] not in ("forwards", "salt")}
+    assert len(old) < len(model.state_dict())
+    fresh = spgnn.build_model("gat", 5, 3, hidden=4, dropout=0.5)
+    load_model(fresh, old)
+    assert fresh.forwards == 0 and all(torch.equal(v, fresh.state_dict()[k]) for k, v in old.items())
+    load_model(fresh, model.state_dict())
+    assert fresh.forwards == 7
+    with pytest.raises(RuntimeError, match="Unexpected key"):
+        load_model(fresh, old | {"stray": torch.zeros(1)})
+    with pytest.raises(RuntimeError, match="Missing key"):
+        load_model(fresh, {k: v for k, v in old.items() if k != "layers.0.weight"})

@@ -331,3 +331,44 @@ def test_batch_norm_of_a_constant_column_is_exactly_its_shift_at_every_p():
     P: a ReLU after it let other columns through at each P."""
     for out in [_normalised_constant(Comm(0, 1)), *run_local(_normalised_constant, 3)]:
         assert torch.equal(out, torch.zeros_like(out))
+
+
+class _Dropping(torch.nn.Module):
+    """The built-in GraphSAGE stack and a GATConv of one's own, both with dropout and called without keys."""
+
+    def __init__(self, f_in, classes):
+        super().__init__()
+        self.gnn = spgnn.build_model("sage", f_in, 8, hidden=8, layers=2, dropout=0.5)
+        self.gat = spgnn.GATConv(8, classes, heads=1, dropout=0.5)
+
+    def forward(self, g, h):
+        return self.gat(g, torch.relu(self.gnn(g, h)))
+
+
+def _dropping_losses(folder, seed, start, stop):
+    """Epochs start..stop-1 of `_Dropping` (weights drawn after `seed`, then the checkpoint in `folder` loaded
+    when start > 0), saved at the end: their losses."""
+    g = spgnn.DistGraph(Comm(0, 1), dataset="cora", adjacency=["mean", "self-loops"])
+    torch.manual_seed(seed)
+    model = _Dropping(g.num_features, g.num_classes)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model = g.prepare(model, opt)
+    if start:
+        assert g.load_checkpoint(folder, model, opt)[0] == start - 1
+    losses = []
+    for _ in range(start, stop):
+        opt.zero_grad()
+        loss = g.cross_entropy(model(g, g.x))
+        loss.backward()
+        g.sync_gradients(model)
+        opt.step()
+        losses.append(loss.item())
+    g.save_checkpoint(folder, model, opt, stop - 1)
+    return losses
+
+
+def test_dropout_without_keys_continues_on_resume(tmp_path):
+    """GNN's and GATConv's counts of keyless training forwards were not in the checkpoint: a resumed run drew
+    epoch 0's masks again. The resumed run, its weights first drawn from another seed, now equals the whole."""
+    whole = _dropping_losses(tmp_path / "whole", 0, 0, 4)
+    assert _dropping_losses(tmp_path / "part", 0, 0, 2) + _dropping_losses(tmp_path / "part", 1, 2, 4) == whole

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
+import torch
 import torch.nn.functional as F
 
 from ..hashing import mix_key
@@ -18,8 +19,8 @@ class GATConv(Layer):
     """W is f_in×(H·f_out) (PyG's ``lin.weight`` transposed), a_src and a_dst are H×f_out; heads concatenated
     (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives (in
     a model of one's own, without a key: from a digest of the layer's initial W and the count of its training
-    forwards, the same on every rank, whose weights `DistGraph.prepare` checks are equal; a resumed run counts from
-    0 again: give keys for masks that continue)."""
+    forwards, the same on every rank, whose weights `DistGraph.prepare` checks are equal; both are buffers, in
+    its ``state_dict``, so that a resumed run draws the masks the uninterrupted one would have)."""
 
     name, summary, adjacency = "gat", "graph attention (Veličković et al.)", "self-loops"
     shift = "bias"
@@ -37,12 +38,15 @@ class GATConv(Layer):
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope
         self.initialise(init, f_in, f_out, heads, self.f_out)
-        self.salt = int.from_bytes(hashlib.sha256(self.weight.detach().cpu().numpy().tobytes()).digest()[:8], "little")
-        self.forwards = 0
+        salt = int.from_bytes(hashlib.sha256(self.weight.detach().cpu().numpy().tobytes()).digest()[:8], "little",
+                              signed=True)
+        self.register_buffer("salt", torch.tensor(salt))                # in state_dict, as the count: see above
+        self.register_buffer("forwards", torch.zeros((), dtype=torch.int64))
 
     def forward(self, g, h, key: int | None = None):
         if key is None and self.training and self.dropout > 0:   # a fresh mask each training forward
-            key, self.forwards = mix_key(self.salt, self.forwards, 2), self.forwards + 1
+            key = mix_key(int(self.salt), int(self.forwards), 2)
+            self.forwards += 1
         out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key or 0)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
 

@@ -51,7 +51,9 @@ class GNN(nn.Module):
             if bias is not None and bias.requires_grad:
                 bias.register_hook(torch.zeros_like)
         self.dropout, self.seed, self.name = dropout, seed, name
-        self.forwards = 0           # training forwards made without an epoch: the key of the next one's masks
+        # training forwards made without an epoch, the key of the next one's masks: a buffer (as BatchNorm1d's
+        # num_batches_tracked), so that a checkpoint keeps it and a resumed run's masks continue
+        self.register_buffer("forwards", torch.zeros((), dtype=torch.int64))
 
     def train(self, mode: bool = True):
         """nn.Module's train(mode); leaving training releases the dropout's kept blocks (`spgnn.memory.empty`)."""
@@ -71,7 +73,8 @@ class GNN(nn.Module):
         Minibatch (`spgnn.train.minibatch`): `g` and `node_ids` are per-layer lists (layer i's block, its input
         nodes)."""
         if epoch is None and self.training:
-            epoch, self.forwards = self.forwards, self.forwards + 1
+            epoch = int(self.forwards)
+            self.forwards += 1
         epoch = epoch or 0
         n = len(self.layers)
         gs = g if isinstance(g, list) else [g] * n
