@@ -276,3 +276,18 @@ def test_an_ascii_stdout_takes_the_greek_letters_as_escapes(tmp_path):
                           env=env() | {"PYTHONIOENCODING": "ascii"})
     assert done.returncode == 0 and b"Traceback" not in done.stderr, done.stderr.decode()[-2000:]
     assert b"\\u03b1" in done.stdout and max(done.stdout) < 128
+
+
+def test_a_rank_stalled_before_mpi_starts_does_not_hang_the_job(tmp_path):
+    """A rank stalled before MPI's set-up (in its imports, say) left the others waiting in MPI_Init, which holds
+    the GIL and knows no timeout, for ever: now they give up after --timeout and mpirun ends the job."""
+    if MPIRUN is None:
+        pytest.skip(f"mpirun is neither beside {sys.executable} nor on PATH (pip install 'spgnn[mpi]')")
+    stall = ("import os, sys, time\nif os.environ.get('OMPI_COMM_WORLD_RANK') == '1':\n    time.sleep(600)\n"
+             "from spgnn.cli import main\nsys.exit(main())")
+    job = subprocess.run([*MPIRUN_ARGS, "--oversubscribe", "-np", "2", sys.executable, "-c", stall, "train",
+                          "--dataset", "sbm:200:4", "--epochs", "2", "--timeout", "5", "--output",
+                          str(tmp_path / "r.json")], cwd=ROOT, env=env(), capture_output=True, timeout=300)
+    err = job.stderr.decode()
+    assert job.returncode != 0 and "not every process of the mpirun job reached MPI's set-up within --timeout 5 s" \
+        in err, err[-2000:]

@@ -9,6 +9,7 @@ step's first host and a port derived from the job id), and a plain single proces
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import pickle
@@ -29,6 +30,7 @@ from .comm import Comm, TorchTransport
 from .staged import Staged
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
+MPI_SIZE_VARS = (("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE"))   # Open MPI's, Hydra's
 MPIRUN_VARS = ("OMPI_COMM_WORLD_RANK", "MPI_LOCALRANKID")      # set by mpirun/mpiexec themselves, not by srun
 SLURM_VARS = ("SLURM_STEP_ID", "SLURM_PROCID", "SLURM_NTASKS")  # a task of an srun job step
 
@@ -68,15 +70,21 @@ def detect() -> Launch:
         return Launch("srun", _int_env("SLURM_PROCID"), world, per_node[node] if node < len(per_node) else world,
                       _int_env("SLURM_LOCALID", 0))
     if any(v in env for v in MPI_RANK_VARS):
-        try:
-            from mpi4py import MPI
-        except ImportError as e:
-            raise SpgnnError("launched by an MPI launcher but mpi4py is not importable: "
-                             "pip install 'spgnn[mpi]' (or mpi4py)") from e
-        comm = MPI.COMM_WORLD
-        local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", comm.Get_size())))
-        local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", comm.Get_rank())))
-        return Launch("mpirun", comm.Get_rank(), comm.Get_size(), local, local_rank)
+        # rank and size from the launcher's variables where it sets them: MPI's set-up waits for every process
+        # of the job, and `init` gives that wait --timeout (`_mpi_join`)
+        pair = next(((r, n) for r, n in MPI_SIZE_VARS if r in env and n in env), None)
+        if pair is not None:
+            rank, world = (_int_env(k) for k in pair)
+        else:
+            try:
+                from mpi4py import MPI
+            except ImportError as e:
+                raise SpgnnError("launched by an MPI launcher but mpi4py is not importable: "
+                                 "pip install 'spgnn[mpi]' (or mpi4py)") from e
+            rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", world)))
+        local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", rank)))
+        return Launch("mpirun", rank, world, local, local_rank)
     return Launch("single", 0, 1, 1)
 
 
@@ -147,6 +155,43 @@ def _mpi_rendezvous() -> str:
                             "MASTER_ADDR=...)")
     url = f"tcp://{addr}:{free_port()}" if comm.Get_rank() == 0 else None
     return comm.bcast(url, root=0)
+
+
+def _mpi_join(rank: int, timeout_s: float) -> str:
+    """`_mpi_rendezvous`, within `timeout_s` (`deadline`): MPI's set-up and its first collective wait without end
+    for a process of the job that has not started them (stalled in its imports, say), whatever --timeout says."""
+    with deadline(timeout_s, f"spgnn: error: rank {rank}: not every process of the mpirun job reached MPI's set-up "
+                  f"within --timeout {timeout_s:g} s: one stalled before it (see its output), or its start takes "
+                  "longer than --timeout allows"):
+        return _mpi_rendezvous()
+
+
+_WATCH = """import os, select, signal, sys, time
+pid, seconds, message = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+if not select.select([sys.stdin], [], [], seconds)[0]:
+    sys.stderr.write(message + "\\n")
+    sys.stderr.flush()
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(5)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, message: str):
+    """Within the block, a watching process ends this one (SIGTERM, then SIGKILL) after `seconds`, having written
+    `message` to stderr. For waits in C that hold the GIL (MPI's set-up does), which no thread of this process, nor
+    a signal handler in Python, could interrupt. The watcher leaves as the block does, or as this process ends."""
+    watcher = subprocess.Popen([sys.executable, "-S", "-c", _WATCH, str(os.getpid()), str(seconds), message],
+                               stdin=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        watcher.stdin.close()
+        watcher.wait()
 
 
 def _machine() -> tuple[str, int]:
@@ -258,13 +303,15 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
         watch_parent()
     share_cores(launch.local_world_size)
     keep_freed_memory()
+    # under mpirun, MPI's set-up first (the rendezvous's first step), under --timeout, then the MPI transport's
+    url = _mpi_join(launch.rank, timeout_s) if launch.kind == "mpirun" and launch.world_size > 1 else None
     mover = make_transport(resolve_transport(transport, launch, device), timeout_s)
     if launch.world_size == 1:
         return Comm(0, 1, mover)
     if device.startswith("cuda"):
         torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
     name = backend(device, launch.local_world_size)
-    url = {"mpirun": _mpi_rendezvous, "srun": slurm_rendezvous}.get(launch.kind, lambda: "env://")()
+    url = url or (slurm_rendezvous() if launch.kind == "srun" else "env://")
     host, port = rendezvous_address(url)
     if name == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (iface := interface_to(host)):
         os.environ["GLOO_SOCKET_IFNAME"] = iface
