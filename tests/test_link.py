@@ -241,7 +241,7 @@ def test_report_and_resume(tmp_path):
     LinkTrainer(_cfg(tmp_path, epochs=2, checkpoint=str(tmp_path / "ck"), checkpoint_every=1), Comm(0, 1)).run(log=None)
     resumed = LinkTrainer(_cfg(tmp_path, epochs=4, resume=str(tmp_path / "ck")), Comm(0, 1)).run(log=None)
     assert [e["loss"] for e in resumed["epochs"]] == [e["loss"] for e in whole["epochs"]]
-    assert whole["task"] == {"name": "link", "metric": "rocauc", "label": "ROC-AUC"}
+    assert whole["task"] == {"name": "link", "metric": "rocauc", "label": "ROC-AUC", "higher_is_better": True}
     assert {"val_rocauc", "test_ap"} <= whole["final"].keys() and "val_rocauc" in whole["best"]
     assert sum(whole["graph"]["edges"].values()) == load_dataset("cora").nnz // 2
     with pytest.raises(SpgnnError, match="the checkpoint is of --decoder dot, this run's is mlp"):

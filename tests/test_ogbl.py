@@ -207,7 +207,7 @@ def test_a_graph_in_memory_with_its_ogb_split(runs):
 def test_report_names_the_metric(tmp_path):
     folder = write_folder(tmp_path, "mrr")
     report = LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2), Comm(0, 1)).run(log=None)
-    assert report["task"] == {"name": "link", "metric": "mrr", "label": "MRR"}
+    assert report["task"] == {"name": "link", "metric": "mrr", "label": "MRR", "higher_is_better": True}
     assert report["link"]["ogb"] == {"name": "ogbl-citation2", "split": "time", "metric": "mrr"}
     assert {"val_mrr", "test_mrr", "val_rocauc", "test_ap"} <= report["final"].keys() and "val_mrr" in report["best"]
     assert report["graph"]["edges"] == {"train": EDGES - 2 * HELD, "val": HELD, "test": HELD}

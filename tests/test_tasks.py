@@ -104,7 +104,7 @@ COLUMNS = (("2d", "2x2"), ("3d", "1x2x2"))        # one binary target: some rank
 @pytest.mark.parametrize("task,targets,layouts", [("multilabel", T, ROWS + COLUMNS), ("binary", 1, COLUMNS)])
 def test_targets_train_the_same_on_every_layout(task, targets, layouts):
     ref_losses, ref, first, last = run_local(_train, 1, "1d-halo", "auto", targets, None)[0]
-    assert ref["task"] == {"name": task, "metric": "rocauc", "label": "ROC-AUC"}
+    assert ref["task"] == {"name": task, "metric": "rocauc", "label": "ROC-AUC", "higher_is_better": True}
     g = target_graph(targets)
     train = g.train_mask & True
     known = train[:, None] & ~np.isnan(g.y)
@@ -251,7 +251,8 @@ def _own_task(comm, algo, shape):
 def test_a_task_of_ones_own_trains_on_any_layout():
     try:
         report, logits = _own_task(_comm(), "1d-halo", None)
-        assert report["task"] == {"name": "logprob", "metric": "logprob", "label": "log-likelihood"}
+        assert report["task"] == {"name": "logprob", "metric": "logprob", "label": "log-likelihood",
+                                  "higher_is_better": True}
         g = load_dataset("cora")
         expect = -F.cross_entropy(torch.from_numpy(logits[g.test_mask]), torch.from_numpy(g.y[g.test_mask]))
         assert report["final"]["test_logprob"] == pytest.approx(float(expect), rel=1e-5)
@@ -263,6 +264,30 @@ def test_a_task_of_ones_own_trains_on_any_layout():
             assert other["final"][k] == pytest.approx(v, rel=1e-5), k
     finally:
         TASKS.pop("logprob", None)
+
+
+class NLL(Task):
+    """Multiclass training judged by the mean negative log-likelihood: lower is better."""
+
+    name, metric, metric_label, higher_is_better = "nll", "nll", "negative log-likelihood", False
+
+    def loss(self, g, out, mask="train"):
+        return g.cross_entropy(out, mask)
+
+    def evaluate(self, g, out, splits=("train", "val", "test")):
+        return {f"{s}_nll": float(g.cross_entropy(out, s)) for s in splits}
+
+
+def test_a_task_whose_figure_falls_as_it_learns_keeps_its_lowest_epoch():
+    """The best epoch was always the highest val_<metric>: for an error or a loss, the worst epoch."""
+    try:
+        register_task(NLL)
+        report = Trainer(TrainConfig(task="nll", epochs=5, hidden=8, dropout=0.0, lr=0.01), _comm()).run(log=None)
+        vals = [e["val_nll"] for e in report["epochs"]]
+        assert vals[-1] < vals[0] and report["best"]["val_nll"] == min(vals)
+        assert report["task"]["higher_is_better"] is False
+    finally:
+        TASKS.pop("nll", None)
 
 
 def test_metrics_refuse_what_they_would_rank_wrong():
@@ -288,6 +313,7 @@ def test_metrics_refuse_what_they_would_rank_wrong():
     with pytest.raises(ValueError, match=r"^mrr: neg must be \[E, M\], a row of negatives for each of the 2"):
         mrr([0.5, 0.7], [0.6, 0.1])
     assert mrr([0.5, 0.7], [[0.6], [0.1]]) == 0.75
+    assert hits_at_k([], [0.1, 0.2], 3) == 1.0 and np.isnan(hits_at_k([], [0.1, 0.2], 2))  # OGB: fewer than K first
 
 
 def test_a_task_that_is_no_node_task_names_its_run():

@@ -36,6 +36,7 @@ class Task:
     summary = ""
     metric = "acc"
     metric_label = "accuracy"
+    higher_is_better = True     # the best epoch: the highest val_<metric>; False for an error or a loss
     node = True
     options: tuple = ()
 

@@ -261,7 +261,8 @@ class LinkTrainer(Run):
         given, label = self.given, {"rocauc": self.task.metric_label, "mrr": "MRR"}
         ogb = {"ogb": {"name": given.name, "split": given.kind, "metric": self.metric}} if given else {}
         return {"task": {"name": self.task.name, "metric": self.metric,
-                         "label": label.get(self.metric, self.metric.capitalize())},
+                         "label": label.get(self.metric, self.metric.capitalize()),
+                         "higher_is_better": self.task.higher_is_better},
                 "link": {"decoder": self.decoder, "val": self.split.val, "test": self.split.test} | ogb,
                 "grid": {"algo": self.g.algo.name, "shape": list(self.g.grid.shape)}}
 

@@ -74,7 +74,8 @@ class Run:
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
             self.restore(state["progress"]["counters"])
             start = state["epoch"] + 1
-            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, self.metric)
+            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, self.metric,
+                                        self.task.higher_is_better)
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
@@ -90,7 +91,7 @@ class Run:
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
         try:
             records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
-                                       records, best, save, self.finite, self.metric)
+                                       records, best, save, self.finite, self.metric, self.task.higher_is_better)
             with progress.stage("evaluating", "(final)"):
                 try:
                     final = self.evaluate()
@@ -156,7 +157,8 @@ class Run:
         times = [e["time_s"] for e in ran]
         return {
             "config": self.config_report(),
-            "task": {"name": self.task.name, "metric": self.metric, "label": self.task.metric_label},
+            "task": {"name": self.task.name, "metric": self.metric, "label": self.task.metric_label,
+                     "higher_is_better": self.task.higher_is_better},
             "world_size": self.comm.world_size,
             "transport": self.comm.transport.name,
             "graph": self.graph_report(),
@@ -173,34 +175,37 @@ class Run:
 RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an evaluation adds its figures
 
 
-def on_schedule(records: list[dict], eval_every: int, metric: str = "acc") -> tuple[list[dict], dict]:
+def on_schedule(records: list[dict], eval_every: int, metric: str = "acc",
+                higher: bool = True) -> tuple[list[dict], dict]:
     """A resumed run's records carried over, as the uninterrupted run would have them: evaluated only every
     `eval_every` epochs (a checkpoint's last epoch was evaluated as the end of its own, shorter run), and the best
     of those by ``val_<metric>`` (`better`)."""
     kept, best = [], {}
     for r in records:
         r = r if eval_every and r["epoch"] % eval_every == 0 else {k: r[k] for k in RECORDED if k in r}
-        best = better(r, best, metric)
+        best = better(r, best, metric, higher)
         kept.append(r)
     return kept, best
 
 
-def better(record: dict, best: dict, metric: str) -> dict:
+def better(record: dict, best: dict, metric: str, higher: bool = True) -> dict:
     """The best-validation record of `best` and `record` (its epoch and figures): `record` where its ``val_<metric>``
-    is a number above the best's (the first of equals); a split with no figure (NaN: no validation nodes) never."""
+    is a number above the best's, or below it where lower is better (`higher` false: an error, a loss; the first
+    of equals); a split with no figure (NaN: no validation nodes) never."""
     val, test = f"val_{metric}", f"test_{metric}"
-    if val in record and math.isfinite(record[val]) and (val not in best or record[val] > best[val]):
+    if val in record and math.isfinite(record[val]) and \
+            (val not in best or (record[val] > best[val] if higher else record[val] < best[val])):
         return {"epoch": record["epoch"], val: record[val], test: record[test]}
     return best
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
-               after=None, finite=lambda: True, metric: str = "acc") -> tuple[list[dict], dict]:
+               after=None, finite=lambda: True, metric: str = "acc", higher: bool = True) -> tuple[list[dict], dict]:
     """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
     cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record (by
-    ``val_<metric>``), those given (`epochs`, `best`: a resumed run's) continued. `log` gets one line an epoch,
-    `after(epoch, records, best)` is called after each. Raises `Diverged` when the loss is not finite or
-    `finite()` is false after a step."""
+    ``val_<metric>``, highest or, where `higher` is false, lowest), those given (`epochs`, `best`: a resumed run's)
+    continued. `log` gets one line an epoch, `after(epoch, records, best)` is called after each. Raises `Diverged`
+    when the loss is not finite or `finite()` is false after a step."""
     val, test = f"val_{metric}", f"test_{metric}"
     epochs, best = list(epochs or []), best or {}           # {} until an evaluation: a metric may be negative
     for epoch in range(start, cfg.epochs):
@@ -218,7 +223,7 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
                 raise SpgnnError(f"the task's evaluate gave {', '.join(sorted(figures))}, not {val} and {test}: a "
                                  f"task names its figures <split>_<metric> (its metric: {metric!r})")
             record |= figures
-            best = better(record, best, metric)
+            best = better(record, best, metric, higher)
         epochs.append(record)
         if log:
             log(format_epoch(record, metric))
