@@ -273,6 +273,30 @@ def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
         assert np.allclose(run_local(_losses, 2, model, data)[0], losses, rtol=1e-5, atol=0)
 
 
+@needs_pyg
+def test_a_weighted_pyg_data_trains_as_pyg_s_gcn_sees_it():
+    """from_pyg dropped edge_weight without a word: GCN then differed from PyG's GCNConv(edge_weight) on the same
+    Data. The weights (a duplicate edge summed, a weighted self-loop kept) now give PyG's logits, and round-trip."""
+    from tests.test_reference import _pyg_twin
+    data = pyg_data(2)
+    loops = torch.tensor([[0, 5], [0, 5]])
+    data.edge_index = torch.cat([data.edge_index, data.edge_index[:, :3], loops], 1)    # 3 duplicates, 2 loops
+    data.edge_weight = torch.rand(data.edge_index.shape[1]) + 0.5
+    cfg = TrainConfig(model="gcn", hidden=8, dropout=0.0, epochs=2, feature_norm="none", algo="1d-halo")
+    t = Trainer(cfg, Comm(0, 1), graph=data)
+    t.run(log=None)
+    with torch.no_grad():
+        twins = [_pyg_twin(conv) for conv in t.model.layers]
+        h = twins[0](data.x, data.edge_index, data.edge_weight).relu()
+        theirs = twins[1](h, data.edge_index, data.edge_weight)
+    assert_close(t.predict(gather=True), theirs.numpy(), "logits", rtol=1e-5)
+    g = from_pyg(data)
+    back = to_pyg(g)
+    assert (from_pyg(back).adj != g.adj).nnz == 0 and g.adj[0, 0] == pytest.approx(float(data.edge_weight[-2]))
+    with pytest.raises(SpgnnError, match="weighted edges are not symmetrised"):
+        from_pyg(data, symmetric=True)
+
+
 def test_ogb_folder_out_of_core_takes_a_split_and_refuses_bad_rows(tmp_path, capsys):
     """FOLDER:TYPE picks one of several split types out of core as in memory (it was 'no edges.npy ... in this
     folder'); an edge file of three columns is one line (it was a numpy broadcast traceback)."""

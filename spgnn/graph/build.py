@@ -147,14 +147,16 @@ def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None 
 
 
 def assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, seed: int = 0,
-              num_classes: int | None = None) -> Graph:
-    """Graph from an edge list src → dst over the rows of ``x``."""
+              num_classes: int | None = None, weights=None) -> Graph:
+    """Graph from an edge list src → dst over the rows of ``x``: binary, self-loops dropped (`simple_adjacency`);
+    or, with ``weights`` (directed only), each edge's weight, duplicates summed and self-loops kept (`edges_to_adj`)."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise SpgnnError(f"dataset {name!r}: features must be a 2-D array (nodes x features), "
                          f"got shape {x.shape}")
-    return from_arrays(name, simple_adjacency(src, dst, x.shape[0], directed=directed, name=name), x, y, masks, seed,
-                  num_classes)
+    adj = simple_adjacency(src, dst, x.shape[0], directed=directed, name=name) if weights is None else \
+        edges_to_adj(src, dst, x.shape[0], symmetric=not directed, name=name, weights=weights)
+    return from_arrays(name, adj, x, y, masks, seed, num_classes)
 
 
 def split_masks(found: dict, n_splits_where: str, split: int | None):

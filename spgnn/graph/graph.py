@@ -102,8 +102,11 @@ class Graph:
         check_masks({s: getattr(self, f"{s}_mask") for s in SPLITS}, where)
 
 
-def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "graph") -> sp.csr_matrix:
-    """Binary CSR A (n×n) with A[dst, src] = 1 for each edge; duplicates merged; checks ids lie in [0, n)."""
+def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "graph",
+                 weights=None) -> sp.csr_matrix:
+    """Binary CSR A (n×n) with A[dst, src] = 1 for each edge, duplicates merged; or, given `weights` (one a
+    directed edge), A[dst, src] = the sum of its edges' weights (as message passing sums duplicate edges). Checks
+    that ids lie in [0, n) and weights are finite."""
     src = whole_ids(src, f"dataset {name!r}", "edge sources").ravel()
     dst = whole_ids(dst, f"dataset {name!r}", "edge targets").ravel()
     if src.shape != dst.shape:
@@ -111,11 +114,20 @@ def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "grap
     if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
         raise SpgnnError(f"dataset {name!r}: edge endpoint ids must lie in [0, {n}) (n = number of nodes), "
                          f"found {min(src.min(), dst.min())}..{max(src.max(), dst.max())}")
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float32).ravel()
+        if weights.shape != src.shape or not np.isfinite(weights).all():
+            raise SpgnnError(f"dataset {name!r}: edge weights must be {src.size} finite numbers, one an edge, got "
+                             f"{weights.size} with {np.count_nonzero(~np.isfinite(weights))} not finite")
+        if symmetric:
+            raise SpgnnError(f"dataset {name!r}: weighted edges are not symmetrised (whose weight would the reverse "
+                             "take?): give both directions with their weights")
     if symmetric:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
-    a = sp.csr_matrix((np.ones(src.size, np.float32), (dst, src)), shape=(n, n))
+    a = sp.csr_matrix((np.ones(src.size, np.float32) if weights is None else weights, (dst, src)), shape=(n, n))
     a.sum_duplicates()
-    a.data[:] = 1.0
+    if weights is None:
+        a.data[:] = 1.0
     return a
 
 

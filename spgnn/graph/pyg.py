@@ -25,7 +25,10 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
     """The Graph of a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and optional ``train_mask``, ``val_mask``,
     ``test_mask`` ([N] or [N, S] for S fixed splits, ``split`` choosing one; without them, the per-class random
     split of ``seed``); masks of one split, or none, refuse a ``split`` other than 0. ``symmetric``: add every
-    edge's reverse."""
+    edge's reverse. Without ``edge_weight`` A is binary and self-loops are dropped (as every dataset's loader does);
+    with it ([E], as PyG's GCNConv takes it) A holds the weights, duplicate edges summed and self-loops kept, as PyG's
+    layers see them (``symmetric`` then refused: give both directions). ``edge_attr`` (edge features) is not
+    read."""
     edge_index = _numpy(getattr(data, "edge_index", None), "edge_index")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise SpgnnError(f"the PyG Data's edge_index has shape {edge_index.shape}, expected [2, E]")
@@ -36,12 +39,14 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
     found = {k: getattr(data, f"{k}_mask", None) for k in ("train", "val", "test")}
     found = {k: None if m is None else _numpy(m, f"{k}_mask").T for k, m in found.items()}   # PyG's [N, S]: [S, N]
     masks = split_masks(found, "the PyG Data", split or None)
-    return assemble(name, edge_index[0], edge_index[1], x, y, directed=not symmetric, masks=masks, seed=seed)
+    weights = getattr(data, "edge_weight", None)
+    return assemble(name, edge_index[0], edge_index[1], x, y, directed=not symmetric, masks=masks, seed=seed,
+                    weights=None if weights is None else _numpy(weights, "edge_weight"))
 
 
 def to_pyg(graph: Graph):
-    """``torch_geometric.data.Data(x, edge_index, y, train_mask, val_mask, test_mask)`` of ``graph``; edges in
-    the order of A's CSR (by target, then source)."""
+    """``torch_geometric.data.Data(x, edge_index, y, train_mask, val_mask, test_mask)`` of ``graph``, and
+    ``edge_weight`` where A is not binary; edges in the order of A's CSR (by target, then source)."""
     import torch
     try:
         from torch_geometric.data import Data
@@ -50,8 +55,9 @@ def to_pyg(graph: Graph):
     a = graph.adj.tocoo()
     edge_index = torch.from_numpy(np.stack([a.col, a.row]).astype(np.int64))
     t = torch.from_numpy
+    weights = {} if (a.data == 1).all() else {"edge_weight": t(a.data.astype(np.float32))}
     return Data(x=t(graph.x), edge_index=edge_index, y=t(graph.y), train_mask=t(graph.train_mask),
-                val_mask=t(graph.val_mask), test_mask=t(graph.test_mask), num_nodes=graph.n)
+                val_mask=t(graph.val_mask), test_mask=t(graph.test_mask), num_nodes=graph.n, **weights)
 
 
 def as_graph(graph) -> Graph:
