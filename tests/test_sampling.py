@@ -217,6 +217,21 @@ def test_deterministic_and_independent_of_bulk(spec):
     assert a != [digest(mb) for mb in s.sample(seeds, [1, 6, 7, 8, 9])]
 
 
+@pytest.mark.parametrize("spec", SPECS)
+def test_keys_by_table_or_by_sort_give_the_same_blocks(spec, monkeypatch):
+    """Block's (minibatch, vertex) keys were looked up in a table of all k·n keys: O(k·n) scratch a hop, GiBs on a
+    graph of 10⁸ nodes. Where the table is larger than TABLE times the keys they are sorted instead: the same blocks."""
+    from spgnn.sampling import sampler
+
+    g = GRAPHS["dir"]
+    s = make_sampler(spec, mean_norm(g.adj))
+    seeds, keys = seeds_of(g, k=7, b=5), [3, 1, 4, 1, 5, 9, 2]
+    monkeypatch.setattr(sampler, "TABLE", 10 ** 9)
+    table = [digest(mb) for mb in s.sample(seeds, keys)]
+    monkeypatch.setattr(sampler, "TABLE", 0)
+    assert [digest(mb) for mb in s.sample(seeds, keys)] == table
+
+
 SPEC_PAIR = ("sage:4,3", "ladies:20,20")
 
 
