@@ -591,15 +591,17 @@ def cost_command(args, argv) -> int:
           f"like the calibrated one ({rates.cores} cores; --calibration)", flush=True)
     print(f"{'P':>6} {'algo':>8} {'c / grid':>9} {'MB in/rank/epoch':>17} {'comm s/epoch':>13} {'s/epoch':>9} "
           f"{'GiB/rank':>8}")
+    shaping = [o for o in spmm.options().values() if o.shapes]
     for r in rows:
         mark = "  <- best" if best[r["P"]] is r else "  (does not fit --memory-per-rank)" if "dropped" in r else ""
-        shape = " ".join(str(r[o.name]) for o in spmm.options().values() if o.shapes and r[o.name] != o.default)
+        shape = " ".join(str(r[o.name]) for o in shaping if r[o.name] != o.default)
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 2**30:>8.2f}{mark}")
     for P in Ps:
         r, least = best[P], min((row["memory_bytes"] for row in rows if row["P"] == P), default=0)
         print(f"{args.dataset or 'the graph'} at P = {P}: " + (
-            f"{r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 2**30:.2f} GiB per rank ({r['algo']} {r['shape']})"
+            f"{r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 2**30:.2f} GiB per rank (--algo {r['algo']}"
+            + "".join(f" {o.flag} {r[o.name]}" for o in shaping if r[o.name] != o.default) + ")"
             if r else f"no layout fits --memory-per-rank (the least needs {least / 2**30:.2f} GiB a rank)"))
     if args.output:
         write_json(args.output, {"rows": rows, "argv": argv})

@@ -150,6 +150,10 @@ def test_layouts_that_cannot_be_are_left_out_not_fatal(capsys):
     out = capsys.readouterr().out
     assert "the graph at P = 4: no layout fits --memory-per-rank (the least needs" in out
     assert "the graph at P = 16: " in out and "<- best" in out
+    flags = out.split("the graph at P = 16: ")[1].split(" GiB per rank (")[1].split(")")[0].split()
+    assert flags[0] == "--algo" and len(flags) > 2         # the summary's layout as the flags train takes (its grid)
+    args = cli.build_parser().parse_args(["train", *flags])
+    TrainConfig(algo=args.algo, grid=args.grid, replication=args.replication).validate()
 
 
 def test_cost_of_a_partitioned_folder_is_of_its_parts(tmp_path, capsys):
