@@ -344,6 +344,8 @@ def calibrate(args, argv) -> int:
     result = calibration.calibrate(comm, sizes, ops, args.repeats, args.device, args.budget)
     if comm.rank == 0:
         print(calibration.format_table(result), flush=True)
+        for line in result["warnings"]:
+            print(f"spgnn calibrate: warning: {line}", file=sys.stderr, flush=True)
         if args.output:
             write_json(args.output, result)
     launch.shutdown()

@@ -16,6 +16,18 @@ def test_fit_recovers_alpha_and_beta():
     assert a == pytest.approx(1e-3) and b == 0
 
 
+def test_a_fit_of_free_bytes_or_a_poor_one_is_doubted():
+    """calibrate wrote β = 0 (bytes free to every later prediction) and fits 70% off without a word."""
+    from spgnn.comm.calibrate import doubts
+
+    def result(beta, err):
+        return {"collectives": {"all_reduce": {"beta_s_per_byte": beta, "rms_relative_error": err}}}
+
+    assert doubts(result(1e-9, 0.05)) == []
+    assert [d.split(":")[0] for d in doubts(result(0.0, 0.7))] == ["all_reduce", "all_reduce"]
+    assert "β = 0" in doubts(result(0.0, 0.05))[0] and "70%" in doubts(result(1e-9, 0.7))[0]
+
+
 def test_parse_sizes_and_ops():
     assert parse_sizes("4K, 1M,64MB,100") == [4096, 1 << 20, 64 << 20, 100]
     assert parse_ops("all_reduce,broadcast") == ["all_reduce", "broadcast"]

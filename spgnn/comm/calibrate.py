@@ -56,8 +56,9 @@ broadcast β is a byte received, and /1 files, also without "compute" and "cores
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
                  "pack_bytes_per_s": ...,
                  "runtime_bytes": ..., "sync_wait_s": ...,                                      # one core
-                 "alone": {"spmm_bytes_per_s": ..., ..., "op_s": ...}}}   # one process with every core, a core's;
+                 "alone": {"spmm_bytes_per_s": ..., ..., "op_s": ...}},   # one process with every core, a core's;
                                                                                # not fresh_bytes_per_s
+     "warnings": [line, ...]}               # `doubts`: β = 0, or a poor fit (also said on stderr)
 """
 
 from __future__ import annotations
@@ -204,7 +205,25 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
             "alpha_per_message_s": alpha / m if m else None,
             "bandwidth_bytes_per_s": 1 / beta if beta > 0 else None,
             "rms_relative_error": err, "points": points}
+    result["warnings"] = doubts(result)
     return result
+
+
+POOR_FIT = 0.25     # rms relative error above which a fit is doubted
+
+
+def doubts(result: dict) -> list[str]:
+    """What makes a calibration's fits doubtful: β = 0 (the times did not grow with the bytes, so a prediction
+    would count bytes as free) or an rms relative error above `POOR_FIT`; one line each."""
+    out = []
+    for op, c in result["collectives"].items():
+        if c["beta_s_per_byte"] <= 0:
+            out.append(f"{op}: the times did not grow with the bytes, so β = 0 and a prediction counts its bytes as "
+                       "free: give --sizes further apart (e.g. 4K,1M,16M)")
+        if c["rms_relative_error"] > POOR_FIT:
+            out.append(f"{op}: α + β·bytes misses the times by {c['rms_relative_error']:.0%} (rms): calibrate again "
+                       "on a quieter machine, or with more --repeats")
+    return out
 
 
 def _median_seconds(fn, repeats: int, sync=lambda: None) -> float:
