@@ -404,7 +404,10 @@ def _param(text: str) -> tuple[str, object]:
 
 
 def partition(args, argv) -> int:
-    methods = args.compare.split(",") if args.compare else [args.method]
+    methods = [m.strip() for m in args.compare.split(",")] if args.compare is not None else [args.method]
+    if not all(methods):
+        raise SpgnnError(f"--compare {args.compare!r} names no method between commas: give methods such as "
+                         f"{','.join(available()[:3])}")
     params = dict(_param(t) for t in args.param)
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")

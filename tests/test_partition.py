@@ -295,6 +295,9 @@ def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
     assert cli.main(["partition", "--nparts", "3", "--method", str(out)]) == 2
     assert "2-way partition but 3 parts" in capsys.readouterr().err
     assert cli.main(["partition", "--nparts", "2", "--compare", "block,ldg", "--output", str(out)]) == 2
+    for empty in (",", "block,,ldg", ""):       # read as partition file '.': "Is a directory"
+        assert cli.main(["partition", "--nparts", "2", "--compare", empty]) == 2
+        assert "names no method between commas" in capsys.readouterr().err
     train = ["train", "--epochs", "3", "--quiet", "--eval-every", "0", "--output"]
     assert cli.main(train + [str(tmp_path / "file.json"), "--partition", str(out), "--nprocs", "2"]) == 0
     assert cli.main(train + [str(tmp_path / "one.json")]) == 0
