@@ -176,6 +176,12 @@ def cached_partition(cfg: TrainConfig, g, method, B: int, node_order: str | None
                                   {"node_order": order}, cfg.seed, B, cfg.cache_dir)
 
 
+def given_folder(cfg: TrainConfig) -> str | None:
+    """cfg.dataset (~ expanded) when it is a partitioned dataset folder, else None."""
+    path = Path(str(cfg.dataset)).expanduser()
+    return str(path) if partitioned.is_partitioned(path) else None
+
+
 def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
     """The parts of a graph split for sampled training (`--split-graph`): a block partition into P/c parts, so
     that the renumbering is the identity and a node keeps its id; of `graph` in memory, of a partitioned
@@ -183,7 +189,7 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
     B = comm.world_size // (cfg.replication or 1)
     if graph is not None:
         return partitioned.InMemoryParts(graph, make_partition("block", graph.adj, B))
-    folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else on_rank0(
+    folder = given_folder(cfg) or on_rank0(
         comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B,
                                                      "natural")), beat_s=min(30.0, cfg.timeout / 4))
     ds = partitioned.PartitionedDataset(folder)
@@ -212,7 +218,7 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     if cfg.partition not in (TrainConfig.partition, method) and named:
         raise SpgnnError(f"{where} is partitioned already (by {method}): --partition {cfg.partition} does not apply "
                          "to it; drop --partition or partition anew with spgnn partition --output")
-    folder = partitioned.is_partitioned(cfg.dataset)        # given partitioned (else the cache made it from cfg)
+    folder = given_folder(cfg) is not None                  # given partitioned (else the cache made it from cfg)
     if not named and folder:                                # is the file the folder's partition?
         meta = saved_meta(cfg.partition)
         if not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] != \
@@ -243,12 +249,15 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
 
 
 def _open_folder(folder: str, rank: int):
-    """The `PartitionedDataset` at `folder` (rank 0 chose it), or one line saying that this rank cannot read it."""
+    """The `PartitionedDataset` at `folder` (rank 0 chose it), its block statistics checked, or one line saying
+    that this rank cannot read it."""
     if not partitioned.is_partitioned(folder):
         raise SpgnnError(f"rank {rank} cannot read the partitioned folder {folder} that rank 0 uses: on several hosts "
                          "the partition cache (--cache-dir or $SPGNN_CACHE_DIR) or a partitioned --dataset must be a "
                          "folder every host can read, or copied to the same path on every host")
-    return partitioned.PartitionedDataset(folder)
+    ds = partitioned.PartitionedDataset(folder)
+    ds.block_stats()
+    return ds
 
 
 def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=None):
@@ -262,8 +271,8 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
     if parts is not None:
         raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
                          "cfg.partition")
-    folder = on_rank0(comm, lambda: cfg.dataset if partitioned.is_partitioned(cfg.dataset) else
-                      str(partition_to_cache(cfg, P, costs_of)), beat_s=min(30.0, cfg.timeout / 4))
+    folder = on_rank0(comm, lambda: given_folder(cfg) or str(partition_to_cache(cfg, P, costs_of)),
+                      beat_s=min(30.0, cfg.timeout / 4))
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
     return cfg, ds, shape, compared

@@ -6,6 +6,7 @@ on one rank stops both with one line."""
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -224,6 +225,39 @@ def test_damaged_partitioned_folders_refused(tmp_path, capsys):
         damage(folder)
         code, line = error_line(capsys, ["train", "--dataset", str(folder), *QUICK])
         assert code == 2 and needle in line, f"{case}: {line}"
+
+
+def test_damaged_block_stats_stop_every_rank_with_one_line(tmp_path, capsys):
+    """block_stats.npz of the wrong shapes gave a ValueError traceback and a "communication failed" line."""
+    for P in (1, 2):
+        folder = _parts(tmp_path / f"p{P}", nparts=P)
+        np.savez(folder / "block_stats.npz", halo=np.zeros((3, 3), int), block_nnz=np.zeros((3, 3), int),
+                 diagonal=np.zeros(3, int))
+        said = f"block_stats.npz: halo is a int64 array of shape (3, 3), expected counts of shape ({P}, {P})"
+        if P == 1:
+            code, line = error_line(capsys, ["train", "--dataset", str(folder), *QUICK])
+            assert code == 2 and said in line, line
+            continue
+        res = subprocess.run([sys.executable, "-m", "spgnn", "train", "--dataset", str(folder), "--nprocs", "2",
+                              *QUICK], capture_output=True, text=True, timeout=300)
+        lines = [x for x in res.stderr.splitlines() if x.strip()]
+        assert res.returncode == 2 and len(lines) == 1 and said in lines[0], res.stderr[-2000:]
+
+
+def test_out_of_core_errors_name_the_file_and_what_they_counted(tmp_path):
+    """The out-of-core reader named `dataset 'X'` for bad labels, and counted the NaN features of the stretch of rows
+    it had read as if they were the file's."""
+    from spgnn.partition.ooc import partition_edge_folder
+
+    x = np.ones((N, F), np.float32)
+    x[[2, 20], 0] = np.nan
+    with pytest.raises(SpgnnError, match=r"nan/features\.npy: features hold 1 NaN or infinite values in 1 rows "
+                                         r"\(first at node 2\).*\(counted in nodes 2\.\.2 alone, .*may hold more\)"):
+        partition_edge_folder(edge_folder(tmp_path / "nan", x=x), tmp_path / "out", 1, "block", chunk=16)
+    for name, y, said in (("neg", np.arange(N) % C - 1, "labels must be class ids >= 0, found -1"),
+                          ("frac", np.arange(N) * 0.5, "labels must be whole numbers")):
+        with pytest.raises(SpgnnError, match="^" + re.escape(f"{tmp_path / name / 'labels.npy'}: {said}")):
+            partition_edge_folder(edge_folder(tmp_path / name, y=y), tmp_path / "out", 1, "block")
 
 
 def test_bad_share_on_one_rank_stops_both(tmp_path):

@@ -545,3 +545,29 @@ def test_a_spec_is_checked_without_reading_it(tmp_path, monkeypatch):
             datasets.check_dataset(bad)
     with pytest.raises(SpgnnError, match="dataset 'citeseer' not found"):
         datasets.check_dataset("citeseer", data_dir=str(tmp_path))
+
+
+def test_a_partitioned_folder_is_said_to_be_one(tmp_path):
+    """spgnn partition --dataset PARTS said the folder held neither an edge list nor Planetoid nor OGB files."""
+    from spgnn.partition.ooc import partition_edge_folder
+    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partitioned import InMemoryParts, write_parts
+
+    g = load_dataset(str(write_edge_list(tmp_path / "el", "0 1\n1 2\n", small_features(), [0, 1, 0, 1, 0, 1])))
+    parts = write_parts(tmp_path / "parts", InMemoryParts(g, make_partition("block", g.adj, 2)))
+    said = f"{parts} is a partitioned dataset folder already: train on it directly"
+    with pytest.raises(SpgnnError, match=re.escape(said)):
+        load_dataset(str(parts))
+    with pytest.raises(SpgnnError, match=re.escape(said)):
+        partition_edge_folder(parts, tmp_path / "again", 2, "block")
+
+
+def test_source_files_are_all_a_dataset_file_is_read_from(tmp_path):
+    """The partition cache knows a dataset file by the files its reader opens: a Planetoid file's eight."""
+    write_planetoid(tmp_path / "p", "tiny")
+    files = datasets.source_files(str(tmp_path / "p" / "ind.tiny.x"))
+    assert sorted(f.name for f in files) == sorted(f.name for f in (tmp_path / "p").iterdir()) and len(files) == 8
+    save_npz(load_dataset(str(tmp_path / "p")), tmp_path / "g.npz")
+    assert datasets.source_files(tmp_path / "g.npz") == [tmp_path / "g.npz"]
+    for other in ("cora", "rmat:6", str(tmp_path / "p"), str(tmp_path / "g.npz") + ":1"):
+        assert datasets.source_files(other) is None, other

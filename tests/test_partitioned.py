@@ -139,6 +139,104 @@ def test_a_cached_dataset_file_is_not_read_again(tmp_path, monkeypatch):
     assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 6 and PartitionedDataset(first).nparts == 2
 
 
+def test_a_cached_planetoid_file_is_read_again_when_any_of_its_files_changes(tmp_path, monkeypatch):
+    """A Planetoid file is read with its seven ind.NAME.* siblings: the cache finds its folder from the sizes and
+    modification times of all eight (it looked at the named file alone, and served a changed graph's old
+    partition)."""
+    from spgnn import plan
+    from tests.test_datasets import write_planetoid
+
+    write_planetoid(tmp_path / "p", "tiny")
+    cfg = TrainConfig(dataset=str(tmp_path / "p" / "ind.tiny.graph"), partition="random", algo="1d",
+                      cache_dir=str(tmp_path / "cache"))
+    reads = []
+    real_load = plan.load_dataset
+    monkeypatch.setattr(plan, "load_dataset", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
+    first = plan.partition_to_cache(cfg, 2)
+    assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 1       # found, not read
+    index = tmp_path / "p" / "ind.tiny.test.index"
+    index.write_text("\n".join(index.read_text().split()[::-1]) + "\n")     # other nodes get tx's rows
+    changed = plan.partition_to_cache(cfg, 2)
+    assert len(reads) == 2 and changed != first
+    assert PartitionedDataset(changed).info.graph_hash == PartitionedDataset(first).info.graph_hash  # same edges
+
+
+def test_parts_of_two_partitions_of_one_graph_do_not_mix(tmp_path):
+    """A part folder copied in from another partition of the same graph (same sizes) was read: nodes twice, others
+    missing. Each write tags its parts with an id of its own; a folder written before, with none, still reads."""
+    g = GRAPHS["sym"]
+    a, b = (write_parts(tmp_path / f"seed{s}", InMemoryParts(g, make_partition("random", g.adj, 2, seed=s)))
+            for s in (0, 1))
+    assert not np.array_equal(PartitionedDataset(a).share(1).node_ids, PartitionedDataset(b).share(1).node_ids)
+    shutil.rmtree(a / "part-00001")
+    shutil.copytree(b / "part-00001", a / "part-00001")
+    assert PartitionedDataset(a).share(0).part == 0
+    with pytest.raises(SpgnnError, match="part-00001 holds part 1 of another partition of this graph"):
+        PartitionedDataset(a).share(1)
+    meta = json.loads((b / "meta.json").read_text())
+    del meta["partition"]["id"]
+    (b / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(SpgnnError, match="another partition"):             # an old meta.json, a new part
+        PartitionedDataset(b).share(0)
+    for p in range(2):
+        tag = b / f"part-{p:05d}" / "part.json"
+        tag.write_text(json.dumps({k: v for k, v in json.loads(tag.read_text()).items() if k != "partition_id"}))
+    assert [PartitionedDataset(b).share(p).part for p in range(2)] == [0, 1]
+
+
+def test_a_partitioned_folder_under_home_is_one(tmp_path, monkeypatch):
+    """--dataset '~/parts' (quoted, so no shell expanded it) was not taken for a partitioned folder."""
+    from spgnn.partition.partitioned import is_partitioned
+    from spgnn.plan import given_folder
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    g = GRAPHS["sym"]
+    write_parts(tmp_path / "parts", InMemoryParts(g, make_partition("block", g.adj, 1)))
+    assert is_partitioned("~/parts") and given_folder(TrainConfig(dataset="~/parts")) == str(tmp_path / "parts")
+    report = Trainer(TrainConfig(dataset="~/parts", epochs=1, eval_every=0), Comm()).run(log=None)
+    assert report["partition"]["info"]["folder"] == str(tmp_path / "parts")
+
+
+def test_out_of_core_opens_a_file_at_a_time(tmp_path, monkeypatch):
+    """The bucket files were all open at once (one a part, one a stream block): 1000 parts or a small --chunk
+    died of OSError under the common limit of 1024 open files. Now a few dozen free descriptors do; the stream
+    blocks are capped, the parts unchanged; an OSError left is one SpgnnError line."""
+    import os
+    import resource
+
+    from spgnn.partition import ooc
+
+    rng, n = np.random.default_rng(5), 300
+    src = tmp_path / "graph"
+    src.mkdir()
+    np.save(src / "edges.npy", np.stack([rng.integers(0, n, 1500), rng.integers(0, n, 1500)], 1))
+    np.save(src / "features.npy", rng.standard_normal((n, 5)).astype(np.float32))
+    np.save(src / "labels.npy", rng.integers(0, 3, n))
+    counts = []
+
+    class Counted(ooc.Buckets):
+        def __init__(self, count, *args):
+            counts.append(count)
+            super().__init__(count, *args)
+
+    monkeypatch.setattr(ooc, "Buckets", Counted)
+    monkeypatch.setattr(ooc, "MAX_BLOCKS", 40)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+    try:
+        many = partition_edge_folder(src, tmp_path / "many", 200, "block", chunk=101)
+        streamed = partition_edge_folder(src, tmp_path / "streamed", 4, "fennel", seed=3, chunk=8)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert PartitionedDataset(many).nparts == 200 and counts[0] == 200 and counts[1:] == [38, 4]   # not 300 of 1
+    g = read_edge_list(src, seed=3)
+    mem = make_partition("fennel", g.adj, 4, seed=3)
+    assert np.array_equal(np.sort(PartitionedDataset(streamed).share(2).node_ids), np.flatnonzero(mem.parts == 2))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(SpgnnError, match="^cannot partition .* out of core: .*a-file"):
+        partition_edge_folder(src, tmp_path / "a-file" / "out", 2, "block")
+
+
 def test_split_graph_refuses_a_folder_not_in_natural_order(tmp_path):
     """--split-graph needs a block partition whose renumbering is the identity: not one in rcm order."""
     from types import SimpleNamespace

@@ -188,11 +188,36 @@ def load_path(path: str | os.PathLike, seed: int = 0, split: int | None = None) 
         raise e if str(path) in str(e) else SpgnnError(f"{path}: {e}") from None
 
 
+def source_files(spec: str | os.PathLike) -> list[Path] | None:
+    """The files `load_dataset(spec)` reads when `spec` names a dataset file: a Planetoid file's eight
+    ``ind.NAME.*`` files (the graph is read from all of them), an archive alone; None for any other spec (a name,
+    a synthetic graph, a folder, a split ``PATH:K``), whose files are not known without reading it."""
+    spec = str(spec).strip() if isinstance(spec, (str, os.PathLike)) else ""
+    if not spec or spec.partition(":")[0].lower() in KNOWN_DATASETS:
+        return None
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        return None
+    prefix = _planetoid_prefix(path.name)
+    return [path.parent / f"ind.{prefix}.{part}" for part in _PLANETOID_PARTS] if prefix else [path]
+
+
+def check_not_partitioned(path: Path) -> None:
+    """SpgnnError when `path` is a partitioned dataset folder (`spgnn partition --output` wrote it), which no reader
+    of whole graphs reads: it is trained on as it is."""
+    from ..partition.partitioned import is_partitioned
+
+    if is_partitioned(path):
+        raise SpgnnError(f"{path} is a partitioned dataset folder already: train on it directly (spgnn train "
+                         f"--dataset {path}), or partition anew from the dataset it was made from")
+
+
 def _read_path(path: Path, seed: int, split: int | None) -> Graph:
     if split not in (None, 0) and (path.is_dir() or _planetoid_prefix(path.name)):
         raise SpgnnError(f"{path} has one fixed split (or a random one by --seed), so ':{split}' cannot pick "
                          "another: drop it (an OGB folder's other splits are FOLDER:TYPE)")
     if path.is_dir():
+        check_not_partitioned(path)
         if is_ogbl(path):
             return read_ogbl(path)
         if is_ogb(path):

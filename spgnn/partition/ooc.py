@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import mmap
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -31,7 +32,7 @@ import scipy.sparse as sp
 from ..errors import SpgnnError
 from ..graph import validate
 from ..graph.build import class_labels, per_class_split, random_split, reading, split_masks
-from ..graph.datasets import edge_delimiter, edge_list_meta
+from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
@@ -40,6 +41,7 @@ from .partitioned import write
 from .share import SPLITS, GraphInfo, Share, gcn_degree
 
 METHODS = ("block", "random", "ldg", "fennel")
+MAX_BLOCKS = 1024       # stream blocks at most (a small --chunk makes larger ones): files in the temporary folder
 
 
 class EdgeFolder:
@@ -50,6 +52,7 @@ class EdgeFolder:
         if self.chunk < 1:
             raise SpgnnError(f"--chunk must be at least 1, got {chunk}")
         f = self.folder
+        check_not_partitioned(f)
         self.edge_file = next((f / e for e in ("edges.npy", "edges.txt", "edges.csv") if (f / e).is_file()), None)
         if self.edge_file is None:
             raise SpgnnError(f"{f}: no edges.npy, edges.txt or edges.csv in this folder")
@@ -59,15 +62,18 @@ class EdgeFolder:
         if self.x.ndim != 2:
             raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")
         self.n = self.x.shape[0]
-        self.y = class_labels(self._npy("labels.npy"), self.name)          # class ids, or n×t binary targets
+        y = self._npy("labels.npy")
+        try:
+            self.y = class_labels(y, self.name)          # class ids, or n×t binary targets
+        except SpgnnError as e:                         # it names the dataset: the file is what to mend
+            raise SpgnnError(f"{f / 'labels.npy'}: {str(e).removeprefix(f'dataset {self.name!r}: ')}") from None
         if self.y.shape[0] != self.n:
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
         self.targets = self.y.shape[1] if self.y.ndim == 2 else 0
         self.num_classes = self.targets or (int(self.y.max()) + 1 if self.y.size else 0)
         if not self.targets:
             validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
-        if self.x.shape[1] == 0:
-            raise SpgnnError(f"{f / 'features.npy'}: features have 0 columns; a model needs one at least")
+        validate.check_features(self.x[:0], str(f / "features.npy"))        # numbers, one column at least
 
     def _npy(self, name, mmap=False):
         try:
@@ -91,14 +97,19 @@ class EdgeFolder:
 
     def rows(self, ids: np.ndarray) -> np.ndarray:
         """Feature rows `ids` (sorted), read a stretch of the file's rows at a time (about `chunk`/16 rows: as
-        many bytes as a chunk of edges at 128 features), each stretch's pages released after it."""
+        many bytes as a chunk of edges at 128 features), each stretch's pages released after it. Bad values stop
+        it at the first stretch holding any, so the counts said are a lower bound for the file."""
         out = np.empty((len(ids), self.x.shape[1]), np.float32)
         stretch = max(1, self.chunk // 16)
         bounds = np.searchsorted(ids, np.arange(0, self.n + stretch, stretch))
         for a, b in zip(bounds[:-1], bounds[1:]):
             if b > a:
                 stretch = np.asarray(self.x[ids[a:b]])
-                validate.check_features(stretch, str(self.folder / "features.npy"), ids[a:b])
+                try:
+                    validate.check_features(stretch, str(self.folder / "features.npy"), ids[a:b])
+                except SpgnnError as e:
+                    raise SpgnnError(f"{e} (counted in nodes {ids[a]}..{ids[b - 1]} alone, the stretch read when "
+                                     "found: the file may hold more)") from None
                 out[a:b] = stretch
                 release(self.x)
         return out
@@ -173,26 +184,26 @@ def release(a: np.ndarray) -> None:
 
 class Buckets:
     """Append-only files of entries (row, col) packed as row·2³² + col (int64), one file per bucket, in a
-    temporary folder."""
+    folder of their own inside `where` (`close` deletes it). A file is open only while `add` appends to it:
+    thousands of buckets (parts) take one file descriptor, not one each (a limit of 1024 open files is common)."""
 
     def __init__(self, count: int, where: Path, n: int):
-        self.n = n
-        self.files = [open(where / f"bucket-{b}.bin", "wb") for b in range(count)]
-        self.paths = [Path(f.name) for f in self.files]
+        self.n, self.folder = n, Path(tempfile.mkdtemp(prefix="buckets-", dir=where))
+        self.paths = [self.folder / f"bucket-{b}.bin" for b in range(count)]
 
     def add(self, bucket: np.ndarray, rows: np.ndarray, cols: np.ndarray) -> None:
         """Append each entry (rows[k], cols[k]) to the file of bucket[k]."""
         order = np.argsort(bucket, kind="stable")
-        bounds = np.searchsorted(bucket[order], np.arange(len(self.files) + 1))
+        bounds = np.searchsorted(bucket[order], np.arange(len(self.paths) + 1))
         key = (rows[order] << 32) | cols[order]
         for b in np.flatnonzero(np.diff(bounds)):
-            key[bounds[b]:bounds[b + 1]].tofile(self.files[b])
+            with open(self.paths[b], "ab") as f:
+                key[bounds[b]:bounds[b + 1]].tofile(f)
 
     def read(self, b: int, rows_of: np.ndarray) -> sp.csr_matrix:
         """Bucket b as an m×n CSR pattern (duplicates merged, columns sorted) whose row i is vertex rows_of[i]
         (`rows_of` sorted, m of them); built from the sorted keys: a few bytes a nonzero beyond the result."""
-        self.files[b].flush()
-        key = np.fromfile(self.paths[b], np.int64)
+        key = np.fromfile(self.paths[b], np.int64) if self.paths[b].is_file() else np.empty(0, np.int64)
         key.sort()
         key = key[np.concatenate([[True], key[1:] != key[:-1]])] if key.size else key
         m = len(rows_of)
@@ -202,9 +213,9 @@ class Buckets:
         cols = (key & 0xFFFFFFFF).astype(np.int32)
         return sp.csr_matrix((np.ones(key.size, np.float32), cols, indptr), shape=(m, self.n))
 
-    def close(self):
-        for f in self.files:
-            f.close()
+    def close(self) -> None:
+        """Delete the files (their disk space is free for the next pass's)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: dict) -> np.ndarray:
@@ -217,7 +228,7 @@ def _parts(src: EdgeFolder, P: int, method: str, seed: int, tmp: Path, params: d
     order = np.random.default_rng(seed).permutation(n)
     position = np.empty(n, np.int64)
     position[order] = np.arange(n)
-    per_block = max(1, src.chunk // 8)
+    per_block = max(1, src.chunk // 8, -(-n // MAX_BLOCKS))
     blocks = -(-n // per_block)
     buckets = Buckets(blocks, tmp, n)
     for rows, cols in src.entries("stream order"):     # the undirected pattern: each entry both ways
@@ -257,33 +268,44 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
         raise SpgnnError(f"{folder}: {src.n} nodes; out-of-core partitioning handles fewer than 2^31")
     if not 1 <= P <= src.n:
         raise SpgnnError(f"--nparts must lie in [1, {src.n}] (the nodes of {src.name}), got {P}")
-    Path(output).resolve().parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="spgnn-ooc-", dir=Path(output).resolve().parent) as tmp:
-        parts = _parts(src, P, method, seed, Path(tmp), params)
-        offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=P))])
-        perm = np.argsort(parts, kind="stable")
-        inv = np.empty(src.n, np.int64)
-        inv[perm] = np.arange(src.n)
-        buckets, digest = Buckets(P, Path(tmp), src.n), hashlib.sha256(str(src.n).encode())
-        for rows, cols in src.entries("bucketing by part", digest):
-            r = inv[rows]
-            buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
+    where = Path(output).resolve().parent
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="spgnn-ooc-", dir=where) as tmp:
+            return _write(src, output, P, method, seed, params, Path(tmp))
+    except OSError as e:            # the temporary bucket files: no room, no permission
+        raise SpgnnError(f"cannot partition {folder} out of core: {e} (its temporary files go beside --output, "
+                         f"in {where})") from None
+
+
+def _write(src: EdgeFolder, output, P: int, method: str, seed: int, params: dict, tmp: Path) -> Path:
+    """`partition_edge_folder`'s work, its temporary files in `tmp`: the parts, the bucket of each part's block row,
+    the partitioned dataset written from them."""
+    parts = _parts(src, P, method, seed, tmp, params)
+    offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=P))])
+    perm = np.argsort(parts, kind="stable")
+    inv = np.empty(src.n, np.int64)
+    inv[perm] = np.arange(src.n)
+    buckets, digest = Buckets(P, tmp, src.n), hashlib.sha256(str(src.n).encode())
+    for rows, cols in src.entries("bucketing by part", digest):
+        r = inv[rows]
+        buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
+        trim()
+    masks = src.masks(seed)
+    info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
+                     {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest(),
+                     src.targets, validate.label_counts(src.y, masks, src.num_classes))
+
+    def shares():
+        for p in range(P):
             trim()
-        masks = src.masks(seed)
-        info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
-                         {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest(),
-                         src.targets, validate.label_counts(src.y, masks, src.num_classes))
+            first, m = int(offsets[p]), int(offsets[p + 1] - offsets[p])
+            a = buckets.read(p, np.arange(first, first + m))
+            ids = perm[first:first + m]
+            yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data,
+                        gcn_degree(a, first), src.rows(ids), src.y[ids],
+                        {s: masks[s][ids] for s in SPLITS}, ids.astype(np.int64))
 
-        def shares():
-            for p in range(P):
-                trim()
-                first, m = int(offsets[p]), int(offsets[p + 1] - offsets[p])
-                a = buckets.read(p, np.arange(first, first + m))
-                ids = perm[first:first + m]
-                yield Share(info, p, a.indptr.astype(np.int64), a.indices.astype(np.int32), a.data,
-                            gcn_degree(a, first), src.rows(ids), src.y[ids],
-                            {s: masks[s][ids] for s in SPLITS}, ids.astype(np.int64))
-
-        path = write(output, info, shares(), {"method": method, "params": params, "seed": seed})
-        buckets.close()
+    path = write(output, info, shares(), {"method": method, "params": params, "seed": seed})
+    buckets.close()
     return path

@@ -3,10 +3,10 @@
 Layout (plain .npy files, memory-mappable; reading one part touches no other part's files):
 
     DIR/meta.json           format, graph (name, n, nnz, features, classes, symmetric, hash, split counts),
-                            partition (B, method, parameters, seed, rows per part, metrics), library versions
+                            partition (id, B, method, parameters, seed, rows per part, metrics), library versions
     DIR/block_stats.npz     halo[i, j] = |R_ij|, block_nnz[i, j], diagonal[p] (self-loops) of the raw A: the
                             cost model's block statistics, B×B
-    DIR/part-00000/         part.json (part, graph hash), indptr.npy, indices.npy, data.npy (the block row
+    DIR/part-00000/         part.json (part, graph hash, partition id), indptr.npy, indices.npy, data.npy (the block row
                             of A: n_p×n CSR, columns in the partitioned ids, int32 below 2^31 nodes),
                             degree.npy (GCN's d of its rows), x.npy, y.npy, train_mask.npy, val_mask.npy,
                             test_mask.npy, node_ids.npy (original ids)
@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ import numpy as np
 from ..comm.halo import owner
 from ..cost import BlockStats
 from ..errors import SpgnnError
+from ..graph.datasets import source_files
 from ..graph.validate import check_features, check_labels, check_masks, check_targets
 from ..progress import each
 from ..sparse.csr import row_ids
@@ -106,7 +108,7 @@ class PartitionedDataset:
     """A partitioned dataset folder (see the module docstring); `share(p)` reads part p's files only."""
 
     def __init__(self, path):
-        self.path = Path(path)
+        self.path = Path(path).expanduser()
         meta_file = self.path / "meta.json"
         try:
             meta = json.loads(meta_file.read_text())
@@ -116,7 +118,7 @@ class PartitionedDataset:
         if meta.get("format") != FORMAT:
             raise SpgnnError(f"{meta_file} is of format {meta.get('format')!r}, this spgnn reads {FORMAT!r}: "
                              f"{REMAKE}")
-        self.meta = meta
+        self.meta, self._block_stats = meta, None
         try:
             g, p = meta["graph"], meta["partition"]
             self.nparts = int(p["nparts"])
@@ -148,8 +150,12 @@ class PartitionedDataset:
         except (OSError, ValueError) as e:
             raise SpgnnError(f"cannot read {folder / 'part.json'}: {e}; {REMAKE}") from None
         if tag.get("graph_hash") != self.info.graph_hash or tag.get("part") != part:
-            raise SpgnnError(f"{folder} holds part {tag.get('part')} of another graph or partition than "
+            raise SpgnnError(f"{folder} holds part {tag.get('part')} of another graph than "
                              f"{self.path / 'meta.json'} describes: {REMAKE}")
+        if tag.get("partition_id") != self.meta["partition"].get("id"):     # both None in a folder written before ids
+            raise SpgnnError(f"{folder} holds part {part} of another partition of this graph than "
+                             f"{self.path / 'meta.json'} describes (written by another spgnn partition run): the "
+                             f"parts of two partitions do not mix; {REMAKE}")
         arrays = {}
         for name, dtype in ARRAYS.items():
             f = folder / f"{name}.npy"
@@ -175,14 +181,26 @@ class PartitionedDataset:
         return Share(self.info, part, arrays["indptr"], arrays["indices"], arrays["data"], arrays["degree"],
                      arrays["x"], arrays["y"], {s: arrays[f"{s}_mask"] for s in SPLITS}, arrays["node_ids"])
 
+    def block_stats(self) -> tuple:
+        """(halo, block_nnz, diagonal) of block_stats.npz, read once and checked: B×B, B×B and B counts ≥ 0;
+        else SpgnnError (`spgnn.plan` opens a folder through this on every rank, so all stop alike)."""
+        if self._block_stats is None:
+            f, B = self.path / "block_stats.npz", self.nparts
+            try:
+                with np.load(f, allow_pickle=False) as s:
+                    arrays = s["halo"], s["block_nnz"], s["diagonal"]
+            except (OSError, ValueError, KeyError, EOFError) as e:
+                raise SpgnnError(f"cannot read {f}: {e}; {REMAKE}") from None
+            for name, a, shape in zip(("halo", "block_nnz", "diagonal"), arrays, ((B, B), (B, B), (B,))):
+                if a.shape != shape or a.dtype.kind not in "iu" or (a < 0).any():
+                    raise SpgnnError(f"{f}: {name} is a {a.dtype} array of shape {a.shape}, expected counts of "
+                                     f"shape {shape} ({B} parts): the folder is damaged; {REMAKE}")
+            self._block_stats = arrays
+        return self._block_stats
+
     def stats(self, norm: str) -> BlockStats:
-        f = self.path / "block_stats.npz"
-        try:
-            with np.load(f, allow_pickle=False) as s:
-                halo, nnz, diag = s["halo"], s["block_nnz"], s["diagonal"]
-        except (OSError, ValueError, KeyError, EOFError) as e:
-            raise SpgnnError(f"cannot read {f}: {e}; {REMAKE}") from None
-        return BlockStats.of_raw(np.diff(self.info.offsets), halo, nnz, diag, self.info.symmetric, norm,
+        """Block statistics of A normalised by `norm` ("gcn", "mean", "self-loops")."""
+        return BlockStats.of_raw(np.diff(self.info.offsets), *self.block_stats(), self.info.symmetric, norm,
                                  self.partition_info["node_order"] == "rcm")
 
     def metrics(self) -> dict | None:
@@ -219,9 +237,10 @@ def check_share_values(arrays: dict, folder: Path, info: GraphInfo) -> None:
 
 
 def is_partitioned(path) -> bool:
-    """Whether `path` is a partitioned dataset folder (holds a meta.json of ours)."""
+    """Whether `path` (~ expanded) is a partitioned dataset folder (holds a meta.json of ours)."""
     try:
-        return (Path(path) / "meta.json").is_file() and '"spgnn-partitioned/' in (Path(path) / "meta.json").read_text()
+        meta = Path(path).expanduser() / "meta.json"
+        return meta.is_file() and '"spgnn-partitioned/' in meta.read_text()
     except (OSError, TypeError, ValueError):
         return False
 
@@ -250,6 +269,7 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
     filling the same cache folder at once each end with the one complete folder."""
     path = check_output(path)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    ident = uuid.uuid4().hex            # this write's: a part folder copied in from another partition differs
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
         tmp.mkdir(parents=True, exist_ok=False)
@@ -261,7 +281,8 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
                 kind = index_dtype(info.n) if name == "indices" else (np.float32 if info.targets else np.int64) \
                     if name == "y" else dtype
                 np.save(folder / f"{name}.npy", np.ascontiguousarray(a, dtype=kind))
-            (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash}))
+            (folder / "part.json").write_text(json.dumps({"part": share.part, "graph_hash": info.graph_hash,
+                                                          "partition_id": ident}))
             tally.add(share)
         np.savez(tmp / "block_stats.npz", halo=tally.halo, block_nnz=tally.block_nnz, diagonal=tally.diagonal)
         g = info.as_dict() | {"nnz": int(tally.block_nnz.sum()), "split_hash": split_hash(tally.split)}
@@ -269,7 +290,7 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
                 "graph": {k: g[k] for k in ("name", "n", "nnz", "num_features", "num_classes", "symmetric",
                                             "counts", "graph_hash", "targets", "label_counts", "split_hash",
                                             "source")},
-                "partition": {"nparts": len(sizes), "method": str(partition.get("method")),
+                "partition": {"id": ident, "nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "node_order": partition.get("node_order", "natural"),
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
@@ -333,14 +354,14 @@ def _file_stat(path) -> list | None:
 
 
 def _source_entry(dataset, options: dict, cache_dir=None) -> Path | None:
-    """The index file of the cache that maps a dataset file as it lies on disk (path, size, modification time) and
-    the `options` that choose its partition (method, its file's or its code's `fingerprint`, seed, B, ...) to its
-    cache folder; None where the dataset is not one regular file (a named, generated or folder dataset is read to
-    find its folder)."""
+    """The index file of the cache that maps a dataset file as it lies on disk (path, size, modification time of
+    each file its reader opens: all eight of a Planetoid file's) and the `options` that choose its partition
+    (method, its file's or its code's `fingerprint`, seed, B, ...) to its cache folder; None where the dataset is
+    not given as a file (a named, generated or folder dataset is read to find its folder)."""
     from .partition import fingerprint, get_partitioner
 
-    source = _file_stat(dataset)
-    if source is None:
+    source = [_file_stat(f) for f in source_files(dataset) or [None]]
+    if None in source:
         return None
     name = options.get("partition")
     fn = get_partitioner(name) if isinstance(name, str) else None
