@@ -576,7 +576,7 @@ def cost_command(args, argv) -> int:
             parts = partitioned.PartitionedDataset(args.dataset)
             model, stats_of = model_cost(cfg, parts.info), parts_stats(parts)
         else:
-            graph = plan(cfg, 1).graph
+            graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
             model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit,
                             strict=False)

@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import get_partitioner, make_partition, saved_meta
+from .partition.partition import fixed_parts, get_partitioner, make_partition, saved_meta
 from .progress import stage
 
 
@@ -67,12 +67,14 @@ def model_cost(cfg: TrainConfig, info, costs_of=None) -> cost.ModelCost:
 def graph_stats(cfg: TrainConfig, g: Graph):
     """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks, in cfg's
     node order (each count of blocks partitioned and each normalisation measured once, however many layouts share
-    it); None for a layout of more row blocks than nodes (not compared)."""
-    stats, partitions = {}, {}
+    it); None for a layout of more row blocks than nodes, or than a partition given already has (not compared)."""
+    stats, partitions, given = {}, {}, []
 
     def stats_of(cls, shape, adjacencies):
         B = cls.num_parts(shape)
-        if B > g.n:
+        if not given:
+            given.append(fixed_parts(cfg.partition))
+        if B > g.n or given[0] not in (None, B):
             return None
         if B not in partitions:
             partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed, cfg.node_order)

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spgnn import cli
+from spgnn import cli, plan, spmm
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.partition import streaming
@@ -295,6 +296,13 @@ def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
     assert cli.main(["partition", "--nparts", "3", "--method", str(out)]) == 2
     assert "2-way partition but 3 parts" in capsys.readouterr().err
     assert cli.main(["partition", "--nparts", "2", "--compare", "block,ldg", "--output", str(out)]) == 2
+    # spgnn cost and --algo auto compare the layouts of as many row blocks as the file has parts; they partitioned
+    # into every other count with the file ("holds a 2-way partition but 1 parts"), and cost into 1 part first
+    assert cli.main(["cost", "--dataset", "cora", "--partition", str(out), "--nprocs", "2,4"]) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines() if line.split()[:1] in (["2"], ["4"])]
+    assert {r[1] for r in table} == {"1d", "1d-halo", "sar", "1.5d", "2d"} and ["4", "2d", "2x2"] == table[-1][:3]
+    picked = plan.plan(TrainConfig(algo="auto", partition=str(out)), 4)
+    assert spmm.get(picked.cfg.algo).num_parts(picked.shape) == 2 and picked.partition.info["file"] == str(out)
     for empty in (",", "block,,ldg", ""):       # read as partition file '.': "Is a directory"
         assert cli.main(["partition", "--nparts", "2", "--compare", empty]) == 2
         assert "names no method between commas" in capsys.readouterr().err

@@ -306,6 +306,19 @@ def make_partition(method, adj, P: int, seed: int = 0, node_order: str = "natura
                                        "peak_rss_growth_bytes": mem.get("bytes")}, order)
 
 
+def fixed_parts(method) -> int | None:
+    """How many parts a partition given already has (a `Partition`, an array, a saved partition file: its
+    nparts, else its largest id + 1); None for a partitioner, which makes any number."""
+    if isinstance(method, Partition):
+        return method.P
+    if isinstance(method, (str, Path)):
+        if isinstance(method, str) and get_partitioner(method) is not None:
+            return None
+        parts, meta = load_parts(method)
+        return int(meta["nparts"]) if "nparts" in meta else int(np.max(parts)) + 1 if np.size(parts) else None
+    return int(np.max(method)) + 1 if np.size(method) else None
+
+
 def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dict]:
     n = adj.shape[0]
     if P < 1:
