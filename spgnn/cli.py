@@ -31,7 +31,7 @@ from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.order import ORDERS
 from .partition.partition import available, make_partition, save_partition
-from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, parts_stats, plan
+from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, parts_stats
 from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
