@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from . import cost, spmm
+from . import cost, progress, spmm
 from .comm.agree import agree, on_rank0
 from .comm.comm import Comm
 from .comm.grid import format_grid
@@ -277,4 +277,7 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
                       beat_s=min(30.0, cfg.timeout / 4))
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
+    if given_folder(cfg) and cfg.seed != ds.partition_info.get("seed", 0):
+        progress.say(f"{folder} keeps the split it was partitioned with (seed {ds.partition_info.get('seed', 0)}, "
+                     f"where the dataset has no fixed split): --seed {cfg.seed} seeds the weights and dropout only")
     return cfg, ds, shape, compared
