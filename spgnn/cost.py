@@ -111,6 +111,8 @@ class ModelCost:
     dropped: tuple = ()         # per layer, whether training drops out its input (none where not given)
     in_place: tuple = ()        # per layer, whether its bias and activation change its result in place (no new
                                 # result after its products: `spgnn.layers.stack.in_place`)
+    saves: tuple = ()           # per layer, whether its backward keeps its input beyond what its dense products take
+                                # (`Layer.saves_input`)
 
     @classmethod
     def of(cls, model, precompute: bool = True) -> ModelCost:
@@ -167,7 +169,7 @@ class ModelCost:
                     for i, layer in enumerate(layers))
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         return cls(tuple(out), layers[-1].f_out, trained, needs, sum(p.numel() for p in model.parameters()) - trained,
-                   layers[0].f_in, dropped_inputs(model, layers), own)
+                   layers[0].f_in, dropped_inputs(model, layers), own, tuple(layer.saves_input for layer in layers))
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
@@ -584,7 +586,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              the rank's own block in a locality order (`LocalShare.ordered_nnz`) and their rows at
 #                              `spmm_ordered_nnz_s`, `spmm_ordered_bytes_per_s`
 #     dense H·W, W f_in×f_out  2·rows·f_in,r·f_out flops at `flops_per_s` and 4·rows·(f_in,r + f_out) bytes read and
-#                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0, each the same; where
+#                              written at `dense_bytes_per_s` (backward: dW, and dX past layer 0 or where the layer
+#                              makes the product's input from its parameters, `Dense.grad_in`, each the same; where
 #                              dW goes by blocks through oneDNN, `spgnn.dense.blocked`, also the transposed copies of
 #                              the narrower operand's blocks, 8·rows·min(f_in,r, f_out) bytes at the same rate, and
 #                              oneDNN's packing of the wider one as its weight, 8·rows·max(f_in,r, f_out) bytes at
@@ -603,8 +606,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              the kernel page-faults and zeroes it: glibc's mmap threshold is at most 32 MiB) is
 #                              also touched at `fresh_bytes_per_s`: an SpMM's output (backward: its dH), a dense
 #                              product's and the elementwise result after it (none where the layer's bias and
-#                              activation work in place, `ModelCost.in_place`; backward: their gradients, and dX past
-#                              layer 0), a hidden input's dropout (backward: its gradient), the loss's, an
+#                              activation work in place, `ModelCost.in_place`; backward: their gradients, and dX
+#                              where it runs), a hidden input's dropout (backward: its gradient), the loss's, an
 #                              attention's results of the size of V and of X (the layout's `attend_fresh`); not the
 #                              features' dropout, whose block is kept (`spgnn.memory.empty`)
 #
@@ -842,8 +845,8 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 own = layer < len(model.in_place) and model.in_place[layer]
                 add(("forward", "eval"), flops=flops, dense_bytes=dense, elementwise_bytes=out, ops=1,
                     fresh_bytes=fresh_bytes(out, 0 if own else out))
-                k = 2 if layer else 1
-                dx = 4 * first.rows * f_in if layer else 0
+                k = 2 if layer or op.grad_in else 1                 # dW, and dX where its input needs it
+                dx = 4 * first.rows * f_in if k == 2 else 0
                 copies, pack = (8 * first.rows * min(f_in, op.f_out), 8 * first.rows * max(f_in, op.f_out)) \
                     if blocked(f_in, op.f_out) else (0, 0)
                 add(("backward",), flops=flops * k, dense_bytes=dense * k + copies, pack_bytes=pack,
@@ -951,7 +954,9 @@ def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, ra
 # `spgnn.DistGraph.graph_bytes` counts them, and its node data), the products of its features it keeps (``--precompute
 # on``), what autograd keeps for the backward at the end of the forward (less the features and kept products among it,
 # held already), the parameters with their gradients and Adam's two moments, the exchange buffers of its widest SpMM
-# or attention, and beside them the largest of: one gradient of the widest activation (a layer's output), an
+# or attention, and beside them the largest of: one gradient of the widest activation (a layer's output, or an input
+# a layer makes from its parameters, `Dense.grad_in`), two tensors of a layer's input's width where it keeps its input
+# (`Layer.saves_input`: GIN's Â·H and (1 + ε)·H before their sum, dZ and dZ ⊙ H in the backward), an
 # attention's working set (the layout's `attend_memory`: the gradients of its edges' tensors, rematerialized shards),
 # a column-split layout's (2d, 3d on C > 1 columns) dense product in the forward: its full-width partial sum H_j·W_j,
 # the contiguous copy the reduce-scatter takes and the column block it returns (rmat:20, 2d on 2x2: 320 MiB against
@@ -1004,16 +1009,17 @@ def _widths(ops) -> tuple[int, int]:
 
 def saved_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     """Bytes autograd keeps for the backward at the end of a training forward (`spgnn.memory.SavedTensorMeter`'s
-    peak): per layer each dense product's input (once for products of the same input; a layer with kept products
-    of its input, `Spmm.once`, multiplies them and the input itself: up to one input more a kept product) and
-    weight, what each attention keeps (`attend_memory`), the activation's output (all but the last layer), and the
-    log-softmax output. A dropout keeps no mask (`spgnn.hashing.dropout` makes it again in the backward)."""
+    peak): per layer each dense product's input (`_inputs`: once for products of the same input, the layer's
+    input where it keeps it, `Layer.saves_input`; each input the layer makes from its parameters, `Dense.grad_in`,
+    apart) and weight, what each attention keeps (`attend_memory`), the activation's output (all but the last layer),
+    and the log-softmax output. A dropout keeps no mask (`spgnn.hashing.dropout` makes it again in the backward)."""
     s = local_share(cls, next(iter(stats.values())), shape, rank)
     total = 4 * s.rows * s.width(model.classes)
     for layer, ops in enumerate(model.layers):
         f_in, f_out = _widths(ops)
         dense = [op for op in ops if isinstance(op, Dense)]
-        total += sum(4 * s.rows * s.width(f) * k for f, k in _inputs(ops).items())
+        total += sum(4 * s.rows * s.width(f) * k for f, k in _inputs(ops, _saves(model, layer)).items())
+        total += sum(4 * s.rows * s.width(op.f_in) for op in dense if op.grad_in)
         total += sum(4 * op.f_in * op.f_out for op in dense)
         total += sum(attend_memory(cls, stats, shape, rank, op)["saved"] for op in ops if isinstance(op, Attend))
         total += 4 * s.rows * s.width(f_out) if layer < len(model.layers) - 1 else 0
@@ -1033,22 +1039,30 @@ def kept_bytes(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
     return sum(4 * s.rows * s.width(op.width) for ops in model.layers for op in ops if once(op))
 
 
-def _inputs(ops) -> dict:
-    """{width: how many distinct inputs of that width} of a layer's dense products: products of one H share it;
-    a layer with kept products of its input (`Spmm.once`) multiplies them and the input itself."""
-    dense = [op.f_in for op in ops if isinstance(op, Dense)]
+def _inputs(ops, saves: bool = False) -> dict:
+    """{width: how many distinct tensors of that width} a layer keeps of its input and its input's products: its
+    dense products' inputs but those it makes (`Dense.grad_in`), products of one H sharing it (a layer with kept
+    products of its input, `Spmm.once`, multiplies them and the input itself), and its input where it `saves` it
+    (`Layer.saves_input`)."""
+    dense = [op.f_in for op in ops if isinstance(op, Dense) and not op.grad_in]
     kept = [op.width for op in ops if once(op)]
-    return {f: min(dense.count(f), 1 + kept.count(f)) for f in set(dense)}
+    out = {f: min(dense.count(f), 1 + kept.count(f)) for f in set(dense)}
+    f_in = _widths(ops)[0]
+    return out | ({f_in: out.get(f_in, 0) + 1} if saves else {})
+
+
+def _saves(model: ModelCost, layer: int) -> bool:
+    """Whether `layer` keeps its input beyond what its dense products take (`ModelCost.saves`)."""
+    return layer < len(model.saves) and model.saves[layer]
 
 
 def held_inputs(cls, stats: dict, shape, rank: int, model: ModelCost) -> int:
-    """Of `saved_bytes`, what the rank holds anyway: where training does not drop out the features, the first
-    layer's dense products of their width take the features and their kept products (in `graph_bytes` and
-    `kept_bytes`), not copies."""
+    """Of `saved_bytes`, what the rank holds anyway: where training does not drop out the features, what the first
+    layer keeps of them and their kept products (`_inputs`; in `graph_bytes` and `kept_bytes`), not copies."""
     if not model.layers or (model.dropped and model.dropped[0]):
         return 0
     s = local_share(cls, next(iter(stats.values())), shape, rank)
-    return 4 * s.rows * s.width(model.features) * _inputs(model.layers[0]).get(model.features, 0)
+    return 4 * s.rows * s.width(model.features) * _inputs(model.layers[0], _saves(model, 0)).get(model.features, 0)
 
 
 def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: bool = True) -> int:
@@ -1067,10 +1081,14 @@ def buffer_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, overlap: 
 
 def working_bytes(s: LocalShare, model: ModelCost, widest: int) -> int:
     """The largest transient beside what autograd keeps (module section above) for a rank of `LocalShare` s: one
-    gradient of the `widest` activation, or a column-split dense product's partial sum, copy and block."""
+    gradient of the `widest` activation or of an input a layer makes (`Dense.grad_in`), two of a layer's input's
+    width where it keeps its input (`Layer.saves_input`: GIN's Â·H and (1 + ε)·H before their sum, dZ and dZ ⊙ H
+    in the backward), or a column-split dense product's partial sum, copy and block."""
     split = max((4 * s.rows * (2 * op.f_out + s.width(op.f_out)) for ops in model.layers for op in ops
                  if isinstance(op, Dense)), default=0) if s.C > 1 else 0
-    return max(4 * s.rows * s.width(widest), split)
+    made = [s.width(op.f_in) for ops in model.layers for op in ops if isinstance(op, Dense) and op.grad_in]
+    saves = [2 * s.width(_widths(ops)[0]) for layer, ops in enumerate(model.layers) if _saves(model, layer)]
+    return max(4 * s.rows * max([s.width(widest), *made, *saves]), split)
 
 
 def memory_bytes(cls, stats: dict, shape, rank: int, model: ModelCost, rates: Rates = None,

@@ -17,6 +17,7 @@ class GINConv(Layer):
 
     name, summary, adjacency = "gin", "graph isomorphism network, sum aggregation and an MLP (Xu et al.)", "sum"
     shift = "bias2"
+    saves_input = True                      # (1 + ε)·H keeps H for ε's gradient
 
     def __init__(self, f_in: int, f_out: int, init: str = "auto"):
         super().__init__(f_in, f_out)
@@ -33,4 +34,5 @@ class GINConv(Layer):
         return g.linear(torch.relu(g.linear(z, self.weight1, self.bias1)), self.weight2, self.bias2)
 
     def costs(self, grad_in):
-        return [Spmm(self.f_in, self.adjacency, grad_in), Dense(self.f_in, self.f_out), Dense(self.f_out, self.f_out)]
+        return [Spmm(self.f_in, self.adjacency, grad_in), Dense(self.f_in, self.f_out, grad_in=True),
+                Dense(self.f_out, self.f_out, grad_in=True)]

@@ -15,6 +15,8 @@ layout `g` gives this rank: a `spgnn.DistGraph`, a sampled block, or the single-
     options         its `spgnn.Option`s: TrainConfig fields and ``spgnn train`` flags
     activation      what a stack applies after it but the last (ReLU; None: nothing); with ``fresh_output`` (its
                     forward returns a tensor of its own that no backward keeps) a ReLU is applied in place
+    saves_input     its backward keeps its input H beyond what its dense products take (GIN's (1 + ε)·H, for ε's
+                    gradient Σ dZ ⊙ H): the cost model counts it among what autograd keeps
     stack(...)      the layers of the model ``--model NAME`` builds (default: L layers of this kind)
 
 It is registered with the ``@register_layer`` decorator, or published by another package under the entry-point
@@ -54,10 +56,13 @@ class Spmm:
 
 @dataclass(frozen=True)
 class Dense:
-    """One dense product H·W with W f_in×f_out (its backward always runs: W needs a gradient)."""
+    """One dense product H·W with W f_in×f_out (its backward always runs: W needs a gradient); `grad_in`: H is made
+    from the layer's parameters (GIN's (1 + ε)·H + Â·H, its MLP's hidden layer), so dH = dY·Wᵀ runs even where the
+    layer's input needs no gradient, and H is a tensor of its own, not the features or their kept products."""
 
     f_in: int
     f_out: int
+    grad_in: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class Layer(nn.Module):
     fresh_output = False                    # forward returns a tensor of its own that no backward keeps, so a stack
                                             # may apply the activation to it in place (`spgnn.layers.stack.in_place`)
     dropout_before = True                   # a stack's dropout applies to this layer's input
+    saves_input = False                     # its backward keeps its input beyond what its dense products take
     keyed = False                           # forward takes key= (a hash key for its own random draws)
     initial = False                         # forward takes h0= (the stack's first layer's output)
     shift: str | None = None                # the parameter forward adds to every output row last (a bias), which
