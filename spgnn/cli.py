@@ -524,6 +524,7 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
     a("--memory-per-rank", default=None, help="leave out the layouts whose predicted peak memory per rank exceeds "
       "this (e.g. 4GB)")
     a("--output", default=None, help="write the table as JSON here")
+    a("--quiet", action="store_true", help="no stage lines or progress bars")
     return p
 
 

@@ -21,6 +21,7 @@ figures measured on a 2-core machine (`DEFAULT_ALPHA_BETA` below). Time is a mod
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -30,7 +31,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from . import spmm
+from . import progress, spmm
 from .comm.comm import OPS, Ledger, ring_words
 from .comm.grid import format_grid
 from .comm.halo import Halo
@@ -306,6 +307,11 @@ def setup_cost(cls, stats, shape, rank, norm) -> list:
 def group_size(cls, shape, group: str, rank: int) -> int | None:
     """The members of `rank`'s group `group` in the layout of `cls` on grid `shape`; None for a group that is not
     one of the grid's (the size matters only to a broadcast's charge, and broadcasts run in the grid's groups)."""
+    return _group_size(cls, tuple(shape), group, rank)
+
+
+@functools.lru_cache(maxsize=1 << 16)       # asked once a collective a rank records: millions at P in the thousands
+def _group_size(cls, shape: tuple, group: str, rank: int) -> int | None:
     return cls.member(shape, group, rank)[0] if group == "world" or group in cls.grid_names else None
 
 
@@ -473,9 +479,10 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     its communication alone ("comm_seconds"), the largest peak memory and bytes received of a rank, over `ranks`
     (default all)."""
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
-    ledgers = [epoch_ledger(cls, stats, shape, r, model, evals=0, setup=False) for r in ranks]
-    rates = rates or DEFAULT_RATES
-    t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node)
+    ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in ranks]    # built once: at P = 1024
+    rates = rates or DEFAULT_RATES                                                      # a minute of spgnn cost
+    t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node, ledgers)
+    ledgers = [Ledger({k: v for k, v in led.rows.items() if k[0] != "eval"}, led.sizes) for led in ledgers]  # a step's
     return {"epoch_s": t["epoch_s"],
             "comm_seconds": max(comm_seconds(led, shape, alpha_beta, rates, ranks_per_node) for led in ledgers),
             "memory_bytes": max(memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in ranks),
@@ -540,7 +547,7 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
     rows = []
     for P in Ps:
         table = []
-        for option in candidates(P):
+        for option in progress.each(candidates(P), "predicting", f"the layouts at P = {P}"):
             cls = spmm.get(option["algo"])
             if not model.modelled_on(cls):
                 continue
@@ -901,17 +908,18 @@ def compute_seconds(work: dict, rates: Rates, cores: float) -> float:
 
 
 def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_beta=None, rates: Rates = None,
-                  overlap: bool = True, ranks_per_node: int | None = None) -> dict:
+                  overlap: bool = True, ranks_per_node: int | None = None, ledger: Ledger | None = None) -> dict:
     """{phase: {"comm_s", "compute_s", "hidden_s", "seconds"}} of `rank` in one training step and one
     evaluation: its ledger's seconds per phase (α-β for `ranks_per_node` processes sharing a machine, default all
     of the grid's), its compute, and what ``overlap`` hides (each SpMM: the lesser of its exchange's latencies and
     waits, the α terms, and its product's seconds computed meanwhile, times C/P where P ranks share C < P cores: the
     machine is busy with the other ranks' work during a wait anyway; the β terms stay, the transport's copies being
-    the cores' work); seconds = comm + compute − hidden."""
+    the cores' work); seconds = comm + compute − hidden. `ledger`: the rank's `epoch_ledger` (setup=False), where
+    the caller has it already."""
     rates = rates or DEFAULT_RATES
     local, ab, wait, sync = _transport(rates, alpha_beta, shape, ranks_per_node)
     rates, cores = rates.on(local), rates.cores_each(local)
-    ledger = epoch_ledger(cls, stats, shape, rank, model, setup=False)
+    ledger = ledger or epoch_ledger(cls, stats, shape, rank, model, setup=False)
     work = compute_work(cls, stats, shape, rank, model)
     hidden = dict.fromkeys(PHASES, 0.0)
     if overlap:
@@ -938,12 +946,14 @@ def phase_seconds(cls, stats: dict, shape, rank: int, model: ModelCost, alpha_be
 
 
 def epoch_seconds(cls, stats: dict, shape, model: ModelCost, alpha_beta=None, rates: Rates = None,
-                  overlap: bool = True, ranks=None, ranks_per_node: int | None = None) -> dict:
+                  overlap: bool = True, ranks=None, ranks_per_node: int | None = None, ledgers=None) -> dict:
     """The predicted seconds of a training step and an evaluation: per phase the slowest rank's (ranks wait
     for each other at the collectives), over `ranks` (default all); "epoch_s" = forward + backward + optimizer,
-    "eval_s"; and per phase the slowest rank's communication and compute."""
+    "eval_s"; and per phase the slowest rank's communication and compute. `ledgers`: those ranks' `epoch_ledger`s
+    (setup=False), where the caller has them."""
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
-    per_rank = [phase_seconds(cls, stats, shape, r, model, alpha_beta, rates, overlap, ranks_per_node) for r in ranks]
+    per_rank = [phase_seconds(cls, stats, shape, r, model, alpha_beta, rates, overlap, ranks_per_node,
+                              ledgers[i] if ledgers else None) for i, r in enumerate(ranks)]
     phases = {ph: {k: max(p[ph][k] for p in per_rank) for k in per_rank[0][ph]} for ph in PHASES}
     return {"phases": phases, "epoch_s": sum(phases[ph]["seconds"] for ph in PHASES[:3]),
             "eval_s": phases["eval"]["seconds"]}
