@@ -375,14 +375,14 @@ def load_calibration(path) -> dict:
     there); a collective the file did not measure (``spgnn calibrate --ops`` names fewer) keeps its
     `DEFAULT_ALPHA_BETA` figures. Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured
     in a group of g, that is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
-    data = json.loads(open(path).read())
+    data = _calibration(path)
     for op, v in data["collectives"].items():
         if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
             raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate again "
                              "with at least two --sizes")
-        if not all(isinstance(v.get(k), int | float) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
+        if not all(_figure(v.get(k)) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
             raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must be "
-                             "numbers of at least 0: calibrate again")
+                             "finite numbers of at least 0: calibrate again")
     g = max(int(data.get("world_size", 2)), 2)
     old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
     return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
@@ -398,7 +398,7 @@ def load_rates(path=None) -> Rates:
     no path: the defaults."""
     if path is None:
         return DEFAULT_RATES
-    data = json.loads(open(path).read())
+    data = _calibration(path)
     try:
         rates = replace(DEFAULT_RATES, cores=data.get("cores", DEFAULT_RATES.cores), comm_ranks=data["world_size"])
         if "compute" in data:
@@ -413,12 +413,29 @@ def load_rates(path=None) -> Rates:
     return rates
 
 
+def _calibration(path) -> dict:
+    """The JSON of a calibration file, SpgnnError where its schema is none this spgnn reads (a later version's)."""
+    from .comm.calibrate import SCHEMA
+
+    data = json.loads(open(path).read())
+    (name, _, version), (ours, _, latest) = str(data.get("schema", SCHEMA)).rpartition("/"), SCHEMA.rpartition("/")
+    if name != ours or not version.isdigit() or not 1 <= int(version) <= int(latest):
+        raise SpgnnError(f"{path} is of schema {data.get('schema')!r}, which this spgnn does not read (it reads "
+                         f"{SCHEMA} and earlier): calibrate again with this version's spgnn calibrate --output")
+    return data
+
+
+def _figure(v) -> bool:
+    """Whether `v` is a finite number (not a bool, which JSON's true would be)."""
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
 def implausible(rates: Rates) -> str | None:
     """The first figure of `rates` (not its `alone`) no machine could have ("flops_per_s 0"), else None: rates
-    (bytes or flops a second, bytes) must be positive numbers, seconds (a field ending ``_s``) at least 0."""
+    (bytes or flops a second, bytes) must be positive finite numbers, seconds (a field ending ``_s``) at least 0."""
     for k, v in vars(rates).items():
         seconds = k.endswith("_s") and not k.endswith("_per_s")
-        if k != "alone" and v is not None and (not isinstance(v, int | float) or not (v >= 0 if seconds else v > 0)
+        if k != "alone" and v is not None and (not _figure(v) or not (v >= 0 if seconds else v > 0)
                                                or k == "cores" and v < 1):
             return f"{k} {v!r}"
     return None
@@ -443,16 +460,17 @@ def candidates(P: int) -> list[dict]:
 
 
 def memory_limit(text) -> int | None:
-    """Bytes of a ``--memory-per-rank`` value ("4G", "4GiB", "512M", "1000B"; K, M, G powers of 2¹⁰, as `spgnn cost`
-    prints GiB), None for none; a number without its unit ("4": bytes, surely not meant) is refused."""
-    from .comm.calibrate import parse_sizes
-
+    """Bytes of a ``--memory-per-rank`` value ("4G", "1.5G", "4GiB", "512M", "2T", "1000B"; K, M, G, T powers of
+    2¹⁰, as `spgnn cost` prints GiB), None for none; a number without its unit ("4": bytes, surely not meant) is
+    refused."""
     if text is None:
         return None
-    sizes = parse_sizes(str(text), "--memory-per-rank")
-    if len(sizes) != 1 or not re.search(r"[KMGB]\s*$", str(text).upper()):
-        raise SpgnnError(f"--memory-per-rank takes one size with its unit, like 4G, 4GiB, 512M or 1000B, got {text!r}")
-    return sizes[0]
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:([KMGT])I?B?|B)\s*", str(text).upper())
+    size = float(m[1]) * 1024 ** " KMGT".index(m[2] or " ") if m else 0
+    if not 1 <= size < math.inf:
+        raise SpgnnError(f"--memory-per-rank takes one size with its unit, like 4G, 1.5G, 4GiB, 512M or 1000B, got "
+                         f"{text!r}")
+    return int(size)
 
 
 def under_memory(table: list, limit: int | None, what: str, strict: bool = True) -> list:

@@ -70,6 +70,11 @@ def test_one_message_size_fits_no_latency(tmp_path, capsys):
     (lambda d: d["compute"].update(flops_per_s=0), "flops_per_s 0 is no figure a machine could have"),
     (lambda d: d.update(cores=0), "cores 0 is no figure a machine could have"),
     (lambda d: d["collectives"]["broadcast"].update(beta_s_per_byte=-1), "broadcast's α 0.0001 and β -1 must be"),
+    (lambda d: d["collectives"]["broadcast"].update(beta_s_per_byte=float("inf")), "and β inf must be finite"),
+    (lambda d: d["collectives"]["broadcast"].update(alpha_s=True), "broadcast's α True and β"),
+    (lambda d: d["compute"].update(flops_per_s=float("inf")), "flops_per_s inf is no figure a machine could have"),
+    (lambda d: d.update(schema="spgnn.calibration/99"), "of schema 'spgnn.calibration/99', which this spgnn does "
+                                                        "not read"),
 ])
 def test_a_calibration_no_run_can_use_is_refused_before_any_work(change, needle, tmp_path, capsys):
     """Each passed the start's check and ended the run after its last epoch (KeyError, TypeError,

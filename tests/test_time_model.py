@@ -421,9 +421,10 @@ def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, caps
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("spgnn: error: --memory-per-rank") and "no layout fits" in err[-1]
     assert cli.main(argv + ["--memory-per-rank", "lots"]) == 2
-    assert "bad --memory-per-rank" in capsys.readouterr().err
+    assert "--memory-per-rank takes one size with its unit" in capsys.readouterr().err
     assert cli.main(argv + ["--memory-per-rank", "1GiB"]) == 0      # GiB, as spgnn cost prints memory
     capsys.readouterr()
+    assert [cost.memory_limit(t) for t in ("1.5GB", "0.25g", "2T")] == [3 << 29, 1 << 28, 2 << 40]   # were "bad"
     for bare in ("4", ""):                              # bytes, surely not meant; nothing: both were taken
         assert cli.main(argv + ["--memory-per-rank", bare]) == 2
         assert "--memory-per-rank" in capsys.readouterr().err
