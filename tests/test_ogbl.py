@@ -213,6 +213,16 @@ def test_report_names_the_metric(tmp_path):
     assert report["graph"]["edges"] == {"train": EDGES - 2 * HELD, "val": HELD, "test": HELD}
 
 
+def test_ogbl_vessel_is_judged_by_roc_auc(tmp_path):
+    """An edge_neg folder was judged by Hits@50 whatever its name; OGB judges ogbl-vessel by ROC-AUC (its positives
+    against the file's negatives), which picks the best epoch there."""
+    folder = write_folder(tmp_path, "hits").rename(tmp_path / "ogbl_vessel")
+    report = LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2), Comm(0, 1)).run(log=None)
+    assert report["task"] == {"name": "link", "metric": "rocauc", "label": "ROC-AUC", "higher_is_better": True}
+    assert report["link"]["ogb"]["metric"] == "rocauc" and "val_rocauc" in report["best"]
+    assert not any(k.startswith("val_hits") for k in report["final"])
+
+
 def test_split_files_in_both_torch_formats_and_as_tensors(tmp_path):
     d = {"source_node": np.arange(4), "target_node_neg": np.arange(12).reshape(4, 3)}
     for i, save in enumerate([lambda o, p: torch.save(o, p, pickle_protocol=4),

@@ -38,6 +38,7 @@ from .ogb import _counts, _csv, _file, _name
 
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 HITS_K = {"ogbl-ppa": 100, "ppassoc": 100, "ogbl-ddi": 20, "ddi": 20}     # OGB's master.csv; every other: 50
+ROCAUC = {"ogbl-vessel", "vessel"}          # edge_neg folders OGB judges by ROC-AUC (its master.csv), not Hits@K
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C      # the first pickle of torch.save's format before the zip one
 
 
@@ -161,8 +162,8 @@ class HeldOut:
 
     @property
     def label(self) -> str:
-        """The figure's key: "hits@K" or "mrr"."""
-        return f"hits@{self.k}" if self.metric == "hits" else "mrr"
+        """The figure's key: "hits@K", "mrr" or "rocauc"."""
+        return f"hits@{self.k}" if self.metric == "hits" else self.metric
 
     def share(self, split: str, keep=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(src, dst, negatives' src, negatives' dst) of `split`'s pairs whose source `keep` (original ids → bool
@@ -211,6 +212,7 @@ def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut
         raise SpgnnError(f"{where}: valid.pt and test.pt hold negatives of different kinds ({sorted(kinds)})")
     name = _name(folder)
     metric, k = kinds.pop()
+    metric = "rocauc" if name in ROCAUC else metric         # its positives against the file's negatives
     return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs, files)
 
 

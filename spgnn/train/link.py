@@ -233,8 +233,11 @@ class LinkTrainer(Run):
         return out
 
     def ogb_figures(self, s: np.ndarray, label: np.ndarray, code: np.ndarray) -> dict:
-        """{"val_<metric>", "test_<metric>"}: OGB's Hits@K or MRR of the folder's pairs, from their scores `s`."""
+        """{"val_<metric>", "test_<metric>"}: OGB's Hits@K or MRR of the folder's pairs, from their scores `s` (none for
+        a ROC-AUC folder, ogbl-vessel: `ranking`'s val and test ROC-AUC are of the file's pairs already)."""
         out, given, group = {}, self.given, self.g.rows_group()
+        if given.metric == "rocauc":
+            return out
         for k, split in enumerate(SPLITS[1:], 1):
             pos, neg = s[(code == k) & (label == 1)], s[(code == k) & (label == 0)]
             out[f"{split}_{given.label}"] = hits_at_k(pos, neg, given.k, self.comm, group) \
