@@ -200,9 +200,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _published(cfg) -> None:
+def _published(cfg, picked: str = "") -> None:
     """SpgnnError naming a plug-in cfg chooses that this program registered but the --nprocs processes (``python -m
-    spgnn``, which load spgnn's own and the published ones) would not have: neither spgnn's nor under its group."""
+    spgnn``, which load spgnn's own and the published ones) would not have: neither spgnn's nor under its group
+    (`picked`: what the message says of an --algo that --algo auto chose)."""
     from importlib import metadata
 
     from .layers import registry as layers
@@ -217,7 +218,8 @@ def _published(cfg) -> None:
                                          partition.ENTRY_POINT_GROUP)):
         module = getattr(registry.get(name), "__module__", None) or "spgnn"
         if module.split(".")[0] != "spgnn" and name not in {ep.name for ep in metadata.entry_points(group=group)}:
-            raise SpgnnError(f"{flag} {name} is registered by this program ({module}), which the --nprocs processes "
+            raise SpgnnError(f"{flag} {name}{picked if flag == '--algo' else ''} is registered by this program "
+                             f"({module}), which the --nprocs processes "
                              f"(python -m spgnn) do not run: publish it under the entry-point group {group}, or "
                              "launch this program under mpirun or torchrun")
 
@@ -310,7 +312,7 @@ def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:
     """For --nprocs: partition the dataset here, once, into the cache (unless it is a partitioned folder),
     check that the run fits it, and return the command line that has the processes read its parts."""
     folder = cfg.dataset if partitioned.is_partitioned(cfg.dataset) else str(partition_to_cache(cfg, P))
-    fit_parts(cfg, P, partitioned.PartitionedDataset(folder))
+    _published(fit_parts(cfg, P, partitioned.PartitionedDataset(folder))[0], " (--algo auto's pick)")
     ogb = ["--ogb-split", cfg.dataset] if cfg.task == "link" and not cfg.ogb_split and ogbl_folder(cfg.dataset) else []
     return argv + ["--dataset", folder, "--given-dataset", cfg.dataset] + ogb
 

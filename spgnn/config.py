@@ -121,7 +121,8 @@ def _rebuild(values: dict) -> TrainConfig:
 FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
 CLI_ONLY = ("nprocs", "sampler", "batch_size", "bulk", "split_graph", "replicate_graph", "quiet", "allow_overlap",
             "given_dataset", "help")                    # spgnn train's flags that are no TrainConfig field
-plugins.RESERVED.update(FIELD_NAMES, CLI_ONLY, ("options",))
+plugins.RESERVED.update(FIELD_NAMES, CLI_ONLY, ("options",),
+                        (n for n in vars(_Config) if not n.startswith("_")))      # and its methods: cfg.validate
 TrainConfig = dataclass(init=False, eq=False, repr=False)(type("TrainConfig", (_Config,), {
     "__annotations__": {name: kind for name, kind, _ in FIELDS} | {"options": dict},
     **{name: default for name, _, default in FIELDS}, "options": field(default_factory=dict),

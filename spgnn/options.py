@@ -55,11 +55,15 @@ RESERVED: set = set()       # the names TrainConfig and spgnn train hold themsel
 REGISTRIES: list = []       # every registry of plug-ins: their options share TrainConfig and the command line
 
 
-def admit(registry: dict, cls, what: str, flag: str) -> None:
-    """SpgnnError unless plug-in class `cls` may join `registry` under ``cls.name``: it has a name, no other class
+def admit(registry: dict, cls, what: str, flag: str, base: type) -> None:
+    """SpgnnError unless plug-in class `cls` may join `registry` under ``cls.name``: it is a subclass of `base` (as
+    a decorator of a class: an instance, or another class, failed at its first use), it has a name, no other class
     holds that name, its options are a tuple of `Option`s whose names are not spgnn's own (`RESERVED`) nor another
     kind of plug-in's, and they agree with those of its kind (`merged`); so that a clash is reported where the
     plug-in is registered, not when a command line is parsed (or never). `what` names the kind ("layer")."""
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise SpgnnError(f"{what} {cls!r} is not a subclass of spgnn.{base.__name__}: register a subclass of it, "
+                         "with the decorator above its class statement")
     if not cls.name:
         raise SpgnnError(f"{what} {cls.__qualname__} has no name: set the class attribute `name`")
     held = registry.get(cls.name)
@@ -99,10 +103,14 @@ def declaring(registry: dict, name: str) -> list[str]:
 
 def load_entry_points(group: str, registry: dict, register, what: str) -> None:
     """Register with `register` the classes other packages publish under the entry-point `group` (``name =
-    module:Class``, the class's `name` equal to the entry's); a broken one is skipped with a warning that names
-    it, so that it cannot stop the built-in ones."""
+    module:Class``, the class's `name` equal to the entry's); a broken one, or one whose name another class holds
+    (spgnn's own ``sar``, say), is skipped with a warning that names it, so that it cannot stop the built-in ones."""
     for ep in metadata.entry_points(group=group):
-        if ep.name in registry:
+        if ep.name in registry:         # loaded before (or imported, registering itself), else another's name
+            held = registry[ep.name] if isinstance(registry[ep.name], type) else type(registry[ep.name])
+            if f"{held.__module__}:{held.__qualname__}" != ep.value.replace(" ", ""):
+                warnings.warn(f"spgnn: {what} {ep.name!r} (entry point {ep.value}) was not loaded: the name is "
+                              f"{held.__module__}.{held.__qualname__}'s", stacklevel=3)
             continue
         try:
             cls = ep.load()

@@ -214,12 +214,18 @@ def test_an_adjacency_of_ones_own():
     try:
         with pytest.raises(SpgnnError, match="adjacency 'random-walk' is registered already"):
             register_adjacency(RandomWalk())
+        with pytest.raises(SpgnnError, match="adjacency 'random-walk' is registered already"):
+            register_adjacency(RandomWalk)               # as a class decorator: the same name
+        with pytest.raises(SpgnnError, match="^register_adjacency takes an spgnn.Adjacency"):
+            register_adjacency(normalize)               # it was registered, then refused as 'unknown adjacency'
         g = DistGraph(Comm(0, 1), graph=G, algo="1d-halo", adjacency="random-walk", feature_norm="none")
         x = torch.as_tensor(G.x)
         ours = g.spmm(g.x, "random-walk").numpy()
         theirs = normalize(G.adj, "random-walk") @ x.numpy()
         assert_close(ours, theirs[g.node_ids.numpy()], "Â·X with a registered adjacency")
         assert not np.allclose(theirs, normalize(G.adj, "mean") @ x.numpy())     # not another normalisation
+        ADJACENCIES.pop("random-walk")
+        assert register_adjacency(RandomWalk) is RandomWalk and isinstance(ADJACENCIES["random-walk"], RandomWalk)
     finally:
         ADJACENCIES.pop("random-walk")
 

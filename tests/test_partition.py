@@ -487,3 +487,27 @@ def test_warm_up_pays_the_node_orders_first_use_too():
     seen = [subprocess.run([sys.executable, "-c", code.format(order)], capture_output=True, text=True,
                            check=True).stdout.strip() for order in ("natural", "rcm")]
     assert seen == ["False", "True"]
+
+
+def test_a_partitioner_is_registered_as_layers_and_algorithms_are():
+    """@spgnn.register("block") replaced spgnn's block (which --split-graph relies on) without a word; a class, or
+    a partitioner returning None, failed later with 'partition vector has length 1 but the graph has n nodes'."""
+    import spgnn
+
+    with pytest.raises(SpgnnError, match=r"^partitioner 'block' is registered already \(by spgnn.partition"):
+        spgnn.register("block")(lambda adj, P, seed: None)
+    with pytest.raises(SpgnnError, match="register a function"):
+        spgnn.register("a-class")(dict)
+    with pytest.raises(SpgnnError, match="a partitioner's name is a non-empty string"):
+        spgnn.register(lambda adj, P, seed: None)
+
+    def nothing(adj, P, seed):
+        return None
+
+    try:
+        spgnn.register("nothing")(nothing)
+        spgnn.register("nothing")(nothing)                     # the same function again: fine
+        with pytest.raises(SpgnnError, match=r"^partitioner 'nothing' returned NoneType \(\), not the part of each"):
+            make_partition("nothing", small_graph(n=20).adj, 2)
+    finally:
+        PARTITIONERS.pop("nothing", None)

@@ -161,6 +161,22 @@ def test_a_published_plugin_may_use_the_top_level_api(tmp_path):
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr[-2000:]
 
 
+def test_a_plugin_published_under_a_name_spgnn_holds_is_said_not_loaded(tmp_path):
+    """A package publishing 'sar' (an algorithm) or 'block' (a partitioner) was ignored without a word."""
+    installed(tmp_path, "my_sar", "import spgnn\n\nclass MySAR(spgnn.ALGORITHMS['sar']):\n    name = 'sar'\n",
+              "spgnn.algorithms", "sar = my_sar:MySAR")
+    installed(tmp_path, "my_block", "def block(adj, P, seed):\n    return None\n", "spgnn.partitioners",
+              "block = my_block:block")
+    code = ("import warnings; warnings.simplefilter('always'); import spgnn\n"
+            "from spgnn.partition.partition import get_partitioner\n"
+            "print(spgnn.ALGORITHMS['sar'].__module__, get_partitioner('block').__module__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
+    assert done.returncode == 0 and done.stdout.split() == ["spgnn.spmm.sar", "spgnn.partition.partition"]
+    for what, name, ep in (("algorithm", "sar", "my_sar:MySAR"), ("partitioner", "block", "my_block:block")):
+        assert f"spgnn: {what} '{name}' (entry point {ep}) was not loaded: the name is spgnn." in done.stderr
+
+
 def test_an_algorithm_without_its_products_is_refused_where_it_registers():
     """One without _backward trained its forward and then raised an empty NotImplementedError in the backward."""
     base = algorithms.DistSpMM
@@ -226,3 +242,47 @@ def test_a_plugin_this_program_registered_is_refused_under_nprocs(plugin, monkey
     assert cli.main(["train", "--algo", plugin.name, "--nprocs", "2", "--epochs", "1"]) != 0
     err = capsys.readouterr().err
     assert f"--algo {plugin.name} is registered by this program (tests.plugin_algorithm), which the --nprocs " in err
+
+
+def test_auto_picking_a_plugin_this_program_registered_is_refused_under_nprocs(monkeypatch, capsys, tmp_path):
+    """--algo auto in the --nprocs parent weighed the program's own plug-in and partitioned for it; the processes,
+    which never load it, picked another in silence."""
+    from spgnn import cli
+    from spgnn.comm import launch
+
+    @algorithms.register
+    class Free(algorithms.ALGORITHMS["1d-halo"]):
+        name, summary = "free-halo", "1d-halo that claims to move nothing"
+
+        @classmethod
+        def spmm_cost(cls, stats, shape, rank, f):
+            return {"forward": [], "backward": []}
+
+    try:
+        monkeypatch.setattr(launch, "spawn", lambda *a: pytest.fail("processes were started"))
+        assert cli.main(["train", "--algo", "auto", "--nprocs", "2", "--epochs", "1", "--cache-dir",
+                         str(tmp_path)]) != 0
+        assert "--algo free-halo (--algo auto's pick) is registered by this program" in capsys.readouterr().err
+    finally:
+        algorithms.ALGORITHMS.pop("free-halo")
+
+
+def test_what_is_no_plugin_class_is_refused_where_it_registers():
+    """A class of another kind, or an instance, was registered, then failed at its first use with an
+    AttributeError ('type object has no attribute check_values'); an option named as a TrainConfig method
+    (validate) was admitted, and cfg.validate stayed the method."""
+    import spgnn
+
+    class NotAlgo:
+        name = "not-algo"
+
+    for register, what, base in ((spgnn.register_algorithm, "algorithm", "DistSpMM"),
+                                 (spgnn.register_layer, "layer", "Layer"), (spgnn.register_task, "task", "Task")):
+        for thing in (NotAlgo, NotAlgo()):
+            with pytest.raises(SpgnnError, match=f"^{what} .* is not a subclass of spgnn.{base}"):
+                register(thing)
+    assert "not-algo" not in spgnn.ALGORITHMS
+    shadow = type("Shadow", (spgnn.ALGORITHMS["1d"],), {"name": "shadow", "options": (
+        spgnn.Option("validate", int, 1, "shadows TrainConfig.validate"),)})
+    with pytest.raises(SpgnnError, match="option --validate of --algo shadow is spgnn's own"):
+        spgnn.register_algorithm(shadow)                # cfg.validate was the method, not the value

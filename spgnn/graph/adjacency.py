@@ -55,8 +55,15 @@ class Adjacency:
         return f"Adjacency({self.name!r})"
 
 
-def register_adjacency(adjacency: Adjacency) -> Adjacency:
-    """Register an `Adjacency` instance under its name (a name registered twice is an error)."""
+def register_adjacency(adjacency):
+    """Register an `Adjacency` under its name (a name registered twice is an error): an instance, or a subclass
+    (as a class decorator, like `register_layer`: an instance of it is registered and the class returned)."""
+    if isinstance(adjacency, type) and issubclass(adjacency, Adjacency):
+        register_adjacency(adjacency())
+        return adjacency
+    if not isinstance(adjacency, Adjacency):
+        raise SpgnnError(f"register_adjacency takes an spgnn.Adjacency (a subclass or an instance of one), got "
+                         f"{adjacency!r}")
     if not adjacency.name:
         raise SpgnnError(f"adjacency {adjacency!r} has no name: set the class attribute `name`")
     if adjacency.name in ADJACENCIES:

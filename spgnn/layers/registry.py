@@ -182,7 +182,7 @@ def adjacencies_of(model: nn.Module) -> list[str]:
 def register_layer(cls):
     """Class decorator: register layer `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, or
     an option that disagrees with another layer's, is an error)."""
-    plugins.admit(LAYERS, cls, "layer", "--model")
+    plugins.admit(LAYERS, cls, "layer", "--model", Layer)
     if cls.adjacency is not None:
         get_adjacency(cls.adjacency)
     if isinstance(cls.needs, str):

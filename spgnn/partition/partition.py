@@ -15,6 +15,7 @@ import inspect
 import json
 import platform
 import time
+import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
 from importlib import metadata
@@ -35,22 +36,54 @@ _LIBRARIES = ("numpy", "scipy", "pymetis", "kahip", "kaminpar")
 
 
 def register(name: str):
-    """Decorator: register ``fn(adj, P, seed, **params) -> parts`` as partitioner `name`."""
+    """Decorator: register ``fn(adj, P, seed, **params) -> parts`` as partitioner `name`. A name another function
+    holds (spgnn's ``block``, say, which ``--split-graph`` relies on) is refused; the same function defined again (a
+    notebook cell run twice) replaces it."""
+    if not isinstance(name, str) or not name.strip():
+        raise SpgnnError(f"spgnn.register(name): a partitioner's name is a non-empty string, got {name!r} (write "
+                         "@spgnn.register(\"mine\") above the function)")
 
     def wrap(fn):
+        if not callable(fn) or isinstance(fn, type):
+            raise SpgnnError(f"partitioner {name!r}: register a function fn(adj, P, seed, **params) -> parts, got "
+                             f"{fn!r}")
+        held = PARTITIONERS.get(name)
+        if held is not None and _where(held) != _where(fn):
+            raise SpgnnError(f"partitioner {name!r} is registered already (by {'.'.join(_where(held))}): choose "
+                             "another name")
         PARTITIONERS[name] = fn
         return fn
 
     return wrap
 
 
+def _where(fn) -> tuple[str, str]:
+    return getattr(fn, "__module__", "?") or "?", getattr(fn, "__qualname__", repr(fn))
+
+
 def _entry_points() -> dict:
     return {ep.name: ep for ep in metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+_taken_checked = False
+
+
+def _warn_taken() -> None:
+    """Once a process: warn of each partitioner another package publishes under a name a function here holds
+    already (spgnn's ``block``, say), which is never loaded."""
+    global _taken_checked
+    if not _taken_checked:
+        _taken_checked = True
+        for name, ep in _entry_points().items():
+            if name in PARTITIONERS and ":".join(_where(PARTITIONERS[name])) != ep.value.replace(" ", ""):
+                warnings.warn(f"spgnn: partitioner {name!r} (entry point {ep.value}) was not loaded: the name is "
+                              f"{'.'.join(_where(PARTITIONERS[name]))}'s", stacklevel=3)
 
 
 def get_partitioner(name: str):
     """The partitioner registered as `name`, loading an entry point of that name on first use; None if
     there is none."""
+    _warn_taken()
     if name not in PARTITIONERS and (ep := _entry_points().get(name)) is not None:
         try:
             obj = ep.load()
@@ -344,6 +377,9 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
     if fn is not None:
         params = partitioner_params(fn, **params)
         parts, info = fn(adj, P, seed, **params), {"method": method, "params": params, "seed": seed}
+        if np.ndim(parts) != 1:
+            raise SpgnnError(f"partitioner {method!r} returned {type(parts).__name__} {np.shape(parts)}, not the part "
+                             f"of each of the {n} nodes (an integer array of {n})")
     elif saved:
         parts, meta = load_parts(method, adj, P)
         info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}

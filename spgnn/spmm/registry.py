@@ -21,8 +21,9 @@ ENTRY_POINT_GROUP = "spgnn.algorithms"
 def register(cls):
     """Class decorator: register algorithm `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice,
     or an option that disagrees with another algorithm's, is an error)."""
-    plugins.admit(ALGORITHMS, cls, "algorithm", "--algo")
     from .base import DistSpMM  # here: base imports this module
+
+    plugins.admit(ALGORITHMS, cls, "algorithm", "--algo", DistSpMM)
 
     needs = {"_forward": "Z = A·H on its local blocks", "_backward": "Aᵀ·G"}
     needs |= {"attend": "the attention its `attention = True` promises"} if cls.attention else {}

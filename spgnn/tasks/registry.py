@@ -76,9 +76,9 @@ class Task:
 def register_task(cls):
     """Class decorator: register task `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, or an
     option that disagrees with another task's, is an error)."""
+    plugins.admit(TASKS, cls, "task", "--task", Task)
     if cls.name == "auto":
         raise SpgnnError("'auto' is not a task name: --task auto means the task the data describe")
-    plugins.admit(TASKS, cls, "task", "--task")
     TASKS[cls.name] = cls()
     return cls
 
