@@ -92,20 +92,34 @@ def inverse(perm: np.ndarray) -> np.ndarray:
     return inv
 
 
+def _entries(share, perm: np.ndarray, split: EdgeSplit) -> tuple:
+    """(row, column, original u, original v, split code) of each entry of `share`'s block row."""
+    rows, cols = row_ids(share.adj.indptr).astype(np.int64), share.adj.indices.astype(np.int64)
+    ou, ov = np.asarray(share.node_ids, np.int64)[rows], perm[cols]
+    return rows, cols, ou, ov, split.code(np.minimum(ou, ov), np.maximum(ou, ov))
+
+
+def message_passing(share, perm: np.ndarray, split: EdgeSplit):
+    """`share` without the held-out entries of `split` (its degrees recomputed): the graph the encoder runs on."""
+    a, (_, _, ou, ov, code) = share.adj, _entries(share, perm, split)
+    keep = (code == 0) | (ou == ov)
+    indptr = np.concatenate([[0], np.cumsum(keep)])[a.indptr]
+    kept = sp.csr_matrix((a.data[keep], a.indices[keep], indptr.astype(np.int64)), shape=a.shape)
+    return replace(share, indptr=kept.indptr, indices=kept.indices, data=kept.data,
+                   degree=gcn_degree(kept, share.rows.start))
+
+
 class LinkShare:
     """The edges of one rank's rows (see the module docstring): candidates `src` (local rows), `dst` (new ids),
-    `code` (0 train, 1 val, 2 test), the entries `kept` of the block row in the message-passing graph, and the
-    blocks `held` (src, dst, label, code) of the pairs of `given` (an OGB folder's `HeldOut`) whose source it holds;
-    `self_pairs`: whether each row's pair with itself trains as a positive."""
+    `code` (0 train, 1 val, 2 test), and the blocks `held` (src, dst, label, code) of the pairs of `given` (an OGB
+    folder's `HeldOut`) whose source it holds; `self_pairs`: whether each row's pair with itself trains as a
+    positive. It keeps of `share` its part, rows and their original ids, not its block row."""
 
     def __init__(self, share, perm: np.ndarray, split: EdgeSplit, given=None, self_pairs: bool = False):
-        a = share.adj
-        self.share, self.perm, self.split, self.n, self.first = share, perm, split, share.info.n, share.rows.start
-        self.self_pairs = self_pairs
-        rows, cols = row_ids(a.indptr).astype(np.int64), a.indices.astype(np.int64)
-        ou, ov = np.asarray(share.node_ids, np.int64)[rows], perm[cols]
-        code = split.code(np.minimum(ou, ov), np.maximum(ou, ov))
-        self.kept = (code == 0) | (ou == ov)
+        self.perm, self.split, self.n, self.first = perm, split, share.info.n, share.rows.start
+        self.part, self.n_rows, self.node_ids = share.part, share.n_rows, np.asarray(share.node_ids, np.int64)
+        self.offsets, self.self_pairs = share.info.offsets, self_pairs
+        rows, cols, ou, ov, code = _entries(share, perm, split)
         cand = ou < ov if share.info.symmetric else ou != ov
         self.src, self.dst, self.code = rows[cand], cols[cand], code[cand]
         self.keys = rows * self.n + cols            # sorted: CSR rows in order, columns sorted in each
@@ -116,7 +130,7 @@ class LinkShare:
         (src local rows, dst new ids, label 1/0, split code), in the order `given` lists them."""
         def here(a):
             u = self.inv[a] - self.first
-            return (u >= 0) & (u < self.share.n_rows)
+            return (u >= 0) & (u < self.n_rows)
 
         blocks = []
         for split in given.pairs:
@@ -125,15 +139,6 @@ class LinkShare:
                 blocks.append((self.inv[a] - self.first, self.inv[b], label, SPLITS.index(split)))
         return blocks
 
-    def message_passing(self):
-        """The share without the held-out entries (its degrees recomputed): the graph the encoder runs on."""
-        a = self.share.adj
-        keep = self.kept
-        indptr = np.concatenate([[0], np.cumsum(keep)])[a.indptr]
-        kept = sp.csr_matrix((a.data[keep], a.indices[keep], indptr.astype(np.int64)), shape=a.shape)
-        return replace(self.share, indptr=kept.indptr, indices=kept.indices, data=kept.data,
-                       degree=gcn_degree(kept, self.first))
-
     def positives(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         """(src local rows, dst new ids) of the split's positive pairs."""
         mine = self.code == SPLITS.index(split)
@@ -141,7 +146,7 @@ class LinkShare:
 
     def negatives(self, src: np.ndarray, dst: np.ndarray, epoch: int) -> np.ndarray:
         """The new id of the negative w drawn for each positive (src, dst) at `epoch` (−1: evaluation's)."""
-        ou, ov = np.asarray(self.share.node_ids, np.int64)[src], self.perm[dst]
+        ou, ov = self.node_ids[src], self.perm[dst]
         w, todo = np.empty(src.size, np.int64), np.arange(src.size)
         for t in range(TRIES):
             drawn = np.minimum((hash_uniform_array(mix_key(self.split.seed, TAG, epoch, t), ou[todo], ov[todo])
@@ -174,7 +179,7 @@ class LinkShare:
         positives (the self pairs last, when trained)."""
         src, dst = self.positives("train")
         if self.self_pairs:
-            rows = np.arange(self.share.n_rows, dtype=np.int64)
+            rows = np.arange(self.n_rows, dtype=np.int64)
             src, dst = np.concatenate([src, rows]), np.concatenate([dst, rows + self.first])
         return np.concatenate([src, src]), np.concatenate([dst, self.negatives(src, dst, epoch)]), src.size
 
@@ -190,7 +195,7 @@ class LinkShare:
 
 class TrainEdges(Adjacency):
     """Adjacency `base` of the message-passing graph: A without the held-out pairs of `split`, which the block
-    row drops (`LinkShare.message_passing`) before `base` normalises it. Registered per split and node order
+    row drops (`message_passing`) before `base` normalises it. Registered per split and node order
     (`train_edges`)."""
 
     def __init__(self, base: Adjacency, split: EdgeSplit, perm: np.ndarray, name: str):
@@ -205,7 +210,7 @@ class TrainEdges(Adjacency):
         return self.base.of(sp.csr_matrix((a.data[keep], (a.row[keep], a.col[keep])), shape=a.shape))
 
     def block_row(self, share, halo=None):
-        return self.base.block_row(LinkShare(share, self.perm, self.split).message_passing(), halo)
+        return self.base.block_row(message_passing(share, self.perm, self.split), halo)
 
     def block_nnz(self, block_nnz, sizes, diagonal):
         return self.base.block_nnz(block_nnz, sizes, diagonal)
@@ -242,7 +247,7 @@ def predict_edges(parts, cls, shape: tuple, split: EdgeSplit, width: int, epochs
     Computed from every part's share (one process; for tests and small graphs)."""
     perm = node_order(parts)
     shares = [LinkShare(parts.share(p), perm, split, given, self_pairs) for p in range(parts.nparts)]
-    offsets = shares[0].share.info.offsets
+    offsets = shares[0].offsets
     train = [[s.training(e) for s in shares] for e in range(start, start + epochs)]
     evaluation = [s.evaluation() for s in shares]
     R_train = [halo_rows([t[1] for t in epoch], offsets) for epoch in train]

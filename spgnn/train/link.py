@@ -160,7 +160,7 @@ class LinkTrainer(Run):
         if group.size == 1:
             return None
         with self.comm.phase("edges"):
-            return Halo(dst, self.g.info.offsets, self.edges.share.part, self.comm, group)
+            return Halo(dst, self.g.info.offsets, self.edges.part, self.comm, group)
 
     def endpoints(self, z: torch.Tensor, dst: np.ndarray, halo: Halo | None) -> torch.Tensor:
         """z_v of each pair's end v: local rows, or remote ones fetched from their owners (differentiable; the
@@ -252,10 +252,13 @@ class LinkTrainer(Run):
         return mine
 
     def edges_bytes(self) -> int:
-        """Bytes of the link task's own arrays on this rank: node order and its inverse, pairs, block-row keys."""
+        """Bytes of the link task's own arrays on this rank: node order and its inverse, its rows' ids, pairs,
+        block-row keys, and the evaluation's pairs once made."""
         e = self.edges
-        return sum(a.nbytes for a in (e.perm, e.inv, e.src, e.dst, e.code, e.keys)) + sum(
-            b[0].nbytes + b[1].nbytes for b in e.held)
+        kept = [e.perm, e.inv, e.node_ids, e.offsets, e.src, e.dst, e.code, e.keys,
+                *(b[k] for b in e.held for k in (0, 1))]
+        kept += list(self._eval[:4]) if self._eval is not None else []
+        return sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in kept)
 
     def graph_report(self) -> dict:
         return super().graph_report() | {"symmetric": self.g.info.symmetric, "edges": self.counts}
