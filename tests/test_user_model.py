@@ -180,6 +180,19 @@ def test_layouts_refuse_what_they_cannot_do():
         spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
 
 
+def _steps(g, model, opt, epochs) -> list[float]:
+    """The user's training step (the guide's loop) for each of `epochs`: their losses."""
+    losses = []
+    for _ in epochs:
+        opt.zero_grad()
+        loss = g.cross_entropy(model(g, g.x))
+        loss.backward()
+        g.sync_gradients(model)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def _train(comm, folder, epochs, resume):
     """The user's loop with checkpoints through the public API: resume from `folder` when asked, train to
     `epochs` in all, save at the end; returns the losses of the epochs run here."""
@@ -189,14 +202,7 @@ def _train(comm, folder, epochs, resume):
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     model = g.prepare(model, opt)
     start = g.load_checkpoint(folder, model, opt)[0] + 1 if resume else 0
-    losses = []
-    for _ in range(start, epochs):
-        opt.zero_grad()
-        loss = g.cross_entropy(model(g, g.x))
-        loss.backward()
-        g.sync_gradients(model)
-        opt.step()
-        losses.append(loss.item())
+    losses = _steps(g, model, opt, range(start, epochs))
     g.save_checkpoint(folder, model, opt, epochs - 1, note="user loop")
     return losses
 
@@ -355,14 +361,7 @@ def _dropping_losses(folder, seed, start, stop):
     model = g.prepare(model, opt)
     if start:
         assert g.load_checkpoint(folder, model, opt)[0] == start - 1
-    losses = []
-    for _ in range(start, stop):
-        opt.zero_grad()
-        loss = g.cross_entropy(model(g, g.x))
-        loss.backward()
-        g.sync_gradients(model)
-        opt.step()
-        losses.append(loss.item())
+    losses = _steps(g, model, opt, range(start, stop))
     g.save_checkpoint(folder, model, opt, stop - 1)
     return losses
 
