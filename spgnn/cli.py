@@ -58,8 +58,9 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
             with reading(calibration):
                 load_calibration(calibration)
                 load_rates(calibration)
-        except SpgnnError as e:
-            raise SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
+        except SpgnnError as e:         # one remedy: the loaders' own ("calibrate again"), else this one
+            raise e if "calibrate" in str(e) else \
+                SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
     if resume:
         checkpoint.readable(resume)
     if checkpoint_dir:
