@@ -614,7 +614,7 @@ class DistGraph:
             raise SpgnnError(f"{folder}'s optimizer state does not fit {type(optimizer).__qualname__} "
                              f"({type(e).__name__}: {e}): resume with the optimizer, and parameter groups, it was "
                              "saved with") from None
-        checkpoint.load_model(model, state["model"])
+        model.load_state_dict(state["model"])
         self._checkpoints.add(Path(folder).resolve())
         return state["epoch"], state["progress"].get("extra", {})
 

@@ -103,14 +103,14 @@ def declaring(registry: dict, name: str) -> list[str]:
 
 def load_entry_points(group: str, registry: dict, register, what: str) -> None:
     """Register with `register` the classes other packages publish under the entry-point `group` (``name =
-    module:Class``, the class's `name` equal to the entry's); a broken one, or one whose name another class holds
-    (spgnn's own ``sar``, say), is skipped with a warning that names it, so that it cannot stop the built-in ones."""
+    module:Class``, the class's `name` equal to the entry's); a broken one, or one under a name of spgnn's own
+    (``sar``, say), is skipped with a warning that names it, so that it cannot stop the built-in ones."""
     for ep in metadata.entry_points(group=group):
-        if ep.name in registry:         # loaded before (or imported, registering itself), else another's name
+        if ep.name in registry:         # loaded before (or imported, registering itself), or spgnn's own name
             held = registry[ep.name] if isinstance(registry[ep.name], type) else type(registry[ep.name])
-            if f"{held.__module__}:{held.__qualname__}" != ep.value.replace(" ", ""):
+            if held.__module__.split(".")[0] == "spgnn" and not ep.value.startswith("spgnn"):
                 warnings.warn(f"spgnn: {what} {ep.name!r} (entry point {ep.value}) was not loaded: the name is "
-                              f"{held.__module__}.{held.__qualname__}'s", stacklevel=3)
+                              f"spgnn's own ({held.__module__}.{held.__qualname__})", stacklevel=3)
             continue
         try:
             cls = ep.load()

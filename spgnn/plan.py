@@ -278,6 +278,7 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
     if given_folder(cfg) and cfg.seed != ds.partition_info.get("seed", 0):
-        progress.say(f"{folder} keeps the split it was partitioned with (seed {ds.partition_info.get('seed', 0)}, "
-                     f"where the dataset has no fixed split): --seed {cfg.seed} seeds the weights and dropout only")
+        progress.say(f"{folder} keeps its split (the dataset's own, or, where it has none, the random one of the "
+                     f"seed it was partitioned with, {ds.partition_info.get('seed', 0)}): --seed {cfg.seed} seeds the "
+                     "weights and dropout only")
     return cfg, ds, shape, compared

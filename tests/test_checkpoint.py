@@ -319,20 +319,19 @@ def test_a_set_in_a_checkpoints_extra_reads_back_whole(tmp_path):
 
 
 def test_a_checkpoint_without_the_dropout_counts_loads():
-    """Checkpoints written before GNN and GATConv kept their dropout counts (buffers ``forwards``, ``salt``) still
-    load, those counts left as they are; any other key missing or unexpected is refused as before."""
-    from spgnn.train.checkpoint import load_model
-
+    """States saved before GNN and GATConv kept their dropout counts (buffers ``forwards``, ``salt``) still load,
+    in plain load_state_dict too, those counts left as they are; any other key missing or unexpected is refused
+    as before."""
     model = spgnn.build_model("gat", 5, 3, hidden=4, dropout=0.5)
     model.forwards += 7
     old = {k: v for k, v in model.state_dict().items() if k.rpartition(".")[2] not in ("forwards", "salt")}
     assert len(old) < len(model.state_dict())
     fresh = spgnn.build_model("gat", 5, 3, hidden=4, dropout=0.5)
-    load_model(fresh, old)
+    fresh.load_state_dict(old)
     assert fresh.forwards == 0 and all(torch.equal(v, fresh.state_dict()[k]) for k, v in old.items())
-    load_model(fresh, model.state_dict())
+    fresh.load_state_dict(model.state_dict())
     assert fresh.forwards == 7
     with pytest.raises(RuntimeError, match="Unexpected key"):
-        load_model(fresh, old | {"stray": torch.zeros(1)})
+        fresh.load_state_dict(old | {"stray": torch.zeros(1)})
     with pytest.raises(RuntimeError, match="Missing key"):
-        load_model(fresh, {k: v for k, v in old.items() if k != "layers.0.weight"})
+        fresh.load_state_dict({k: v for k, v in old.items() if k != "layers.0.weight"})

@@ -291,3 +291,14 @@ def test_a_rank_stalled_before_mpi_starts_does_not_hang_the_job(tmp_path):
     err = job.stderr.decode()
     assert job.returncode != 0 and "not every process of the mpirun job reached MPI's set-up within --timeout 5 s" \
         in err, err[-2000:]
+
+
+def test_mpirun_without_mpi4py_is_one_line():
+    """detect() reads mpirun's rank from its variables, so mpi4py is first imported at the join: a missing mpi4py
+    was a ModuleNotFoundError traceback there."""
+    code = ("import sys; sys.modules['mpi4py'] = None\nfrom spgnn.cli import main\n"
+            "sys.exit(main(['train', '--dataset', 'sbm:200:4', '--epochs', '1', '--timeout', '5']))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env(OMPI_COMM_WORLD_RANK="0", OMPI_COMM_WORLD_SIZE="2"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "launched by an MPI launcher but mpi4py is not importable: pip install 'spgnn[mpi]'" in done.stderr

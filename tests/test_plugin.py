@@ -167,6 +167,11 @@ def test_a_plugin_published_under_a_name_spgnn_holds_is_said_not_loaded(tmp_path
               "spgnn.algorithms", "sar = my_sar:MySAR")
     installed(tmp_path, "my_block", "def block(adj, P, seed):\n    return None\n", "spgnn.partitioners",
               "block = my_block:block")
+    (tmp_path / "two_impl.py").write_text(              # two algorithms a package re-exports: loading one
+        "import spgnn\n\n"                               # registers both, and neither clashes
+        "@spgnn.register_algorithm\nclass A(spgnn.ALGORITHMS['1d']):\n    name = 'two-a'\n\n"
+        "@spgnn.register_algorithm\nclass B(spgnn.ALGORITHMS['1d']):\n    name = 'two-b'\n")
+    installed(tmp_path, "two", "from two_impl import A, B\n", "spgnn.algorithms", "two-a = two:A\ntwo-b = two:B")
     code = ("import warnings; warnings.simplefilter('always'); import spgnn\n"
             "from spgnn.partition.partition import get_partitioner\n"
             "print(spgnn.ALGORITHMS['sar'].__module__, get_partitioner('block').__module__)")
@@ -174,7 +179,8 @@ def test_a_plugin_published_under_a_name_spgnn_holds_is_said_not_loaded(tmp_path
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), str(ROOT)])))
     assert done.returncode == 0 and done.stdout.split() == ["spgnn.spmm.sar", "spgnn.partition.partition"]
     for what, name, ep in (("algorithm", "sar", "my_sar:MySAR"), ("partitioner", "block", "my_block:block")):
-        assert f"spgnn: {what} '{name}' (entry point {ep}) was not loaded: the name is spgnn." in done.stderr
+        assert f"spgnn: {what} '{name}' (entry point {ep}) was not loaded: the name is spgnn's own" in done.stderr
+    assert "two-" not in done.stderr
 
 
 def test_an_algorithm_without_its_products_is_refused_where_it_registers():

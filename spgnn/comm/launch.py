@@ -1,10 +1,11 @@
 """Where rank and world size come from, and torch.distributed set-up.
 
-Launchers understood: ``mpirun``/``mpiexec`` (Open MPI, MPICH: rank from mpi4py, the rendezvous address chosen
-by rank 0 and broadcast over MPI), ``torchrun`` and `spawn` below (the ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``,
-``MASTER_PORT`` environment), Slurm's ``srun`` (rank, size and local rank from ``SLURM_PROCID``,
-``SLURM_NTASKS``, ``SLURM_LOCALID``; the rendezvous at ``MASTER_ADDR``:``MASTER_PORT`` when set, else at the
-step's first host and a port derived from the job id), and a plain single process.
+Launchers understood: ``mpirun``/``mpiexec`` (Open MPI, MPICH: rank and size from their variables, else from
+mpi4py; the rendezvous address chosen by rank 0 and broadcast over MPI, MPI's set-up given --timeout),
+``torchrun`` and `spawn` below (the ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` environment),
+Slurm's ``srun`` (rank, size and local rank from ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``; the
+rendezvous at ``MASTER_ADDR``:``MASTER_PORT`` when set, else at the step's first host and a port derived from the
+job id), and a plain single process.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch.distributed as dist
 from ..errors import SpgnnError
 from ..memory import keep_freed_memory
 from .comm import Comm, TorchTransport
+from .mpi import mpi
 from .staged import Staged
 
 MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -76,12 +78,7 @@ def detect() -> Launch:
         if pair is not None:
             rank, world = (_int_env(k) for k in pair)
         else:
-            try:
-                from mpi4py import MPI
-            except ImportError as e:
-                raise SpgnnError("launched by an MPI launcher but mpi4py is not importable: "
-                                 "pip install 'spgnn[mpi]' (or mpi4py)") from e
-            rank, world = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+            rank, world = mpi().COMM_WORLD.Get_rank(), mpi().COMM_WORLD.Get_size()
         local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", world)))
         local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", rank)))
         return Launch("mpirun", rank, world, local, local_rank)
@@ -136,9 +133,7 @@ def _mpi_rendezvous() -> str:
     every rank is on this machine (same host name and network namespace), else MASTER_ADDR when set, else
     rank 0's host name when it resolves to an address other than loopback, else the first address of rank 0's
     interfaces that every rank has a route to."""
-    from mpi4py import MPI
-
-    comm = MPI.COMM_WORLD
+    comm = mpi().COMM_WORLD
     hosts = comm.allgather(_machine())
     if len(set(hosts)) == 1:
         addr = "127.0.0.1"
@@ -246,8 +241,8 @@ TRANSPORTS = ("auto", "torch", "mpi")
 
 
 def resolve_transport(name: str, launched: Launch, device: str = "cpu") -> str:
-    """The transport `name` stands for in this launch: ``auto`` is mpi when mpirun started the job (then
-    `detect` has imported mpi4py) and the device is the CPU, else torch. SpgnnError where mpi cannot work."""
+    """The transport `name` stands for in this launch: ``auto`` is mpi when mpirun started the job and the device
+    is the CPU, else torch. SpgnnError where mpi cannot work."""
     if name not in TRANSPORTS:
         raise SpgnnError(f"--transport must be one of {', '.join(TRANSPORTS)}, got {name!r}")
     if name == "auto":

@@ -30,15 +30,23 @@ import torch
 from ..errors import SpgnnError
 
 
+def mpi():
+    """mpi4py's MPI module (its import starts MPI), or SpgnnError saying how to install it."""
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise SpgnnError("launched by an MPI launcher but mpi4py is not importable: pip install 'spgnn[mpi]' (or "
+                         "mpi4py)") from e
+    return MPI
+
+
 class MPITransport:
     """Moves CPU tensors with mpi4py collectives over the communicator of each `Group`."""
 
     name = "mpi"
 
     def __init__(self, timeout_s: float = 300.0):
-        from mpi4py import MPI
-
-        self.MPI = MPI
+        self.MPI = MPI = mpi()
         self._comms = {tuple(range(MPI.COMM_WORLD.Get_size())): MPI.COMM_WORLD}
         self.timeout_s = timeout_s
         self._waiting: tuple[float, str] | None = None      # (when, what) of the call under way

@@ -42,6 +42,15 @@ plugins.REGISTRIES.append(LAYERS)
 ENTRY_POINT_GROUP = "spgnn.layers"
 
 
+DRAWS = ("forwards", "salt")    # buffers that key dropout masks (GNN's, GATConv's), absent from older state_dicts
+
+
+def forgive_draws(prefix: str, missing_keys: list) -> None:
+    """Of a module's `_load_from_state_dict`: a state saved before it kept its `DRAWS` buffers loads, those keeping
+    their values (a resumed run then draws from its own count), in plain ``load_state_dict`` too."""
+    missing_keys[:] = [k for k in missing_keys if k not in {prefix + d for d in DRAWS}]
+
+
 @dataclass(frozen=True)
 class Spmm:
     """One sparse product Z = Â·H of `width` columns over adjacency `adjacency`; `backward`: its input needs a

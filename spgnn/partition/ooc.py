@@ -273,9 +273,10 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="spgnn-ooc-", dir=where) as tmp:
             return _write(src, output, P, method, seed, params, Path(tmp))
-    except OSError as e:            # the temporary bucket files: no room, no permission
-        raise SpgnnError(f"cannot partition {folder} out of core: {e} (its temporary files go beside --output, "
-                         f"in {where})") from None
+    except OSError as e:            # the input read, the temporary bucket files, the output written
+        temporary = str(e.filename or "").startswith(str(where / "spgnn-ooc-"))
+        raise SpgnnError(f"cannot partition {folder} out of core: {e}" + (
+            f" (its temporary files go beside --output, in {where})" if temporary else "")) from None
 
 
 def _write(src: EdgeFolder, output, P: int, method: str, seed: int, params: dict, tmp: Path) -> Path:

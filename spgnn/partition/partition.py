@@ -69,15 +69,16 @@ _taken_checked = False
 
 
 def _warn_taken() -> None:
-    """Once a process: warn of each partitioner another package publishes under a name a function here holds
-    already (spgnn's ``block``, say), which is never loaded."""
+    """Once a process: warn of each partitioner another package publishes under a name of spgnn's own (``block``,
+    say), which is never loaded."""
     global _taken_checked
     if not _taken_checked:
         _taken_checked = True
         for name, ep in _entry_points().items():
-            if name in PARTITIONERS and ":".join(_where(PARTITIONERS[name])) != ep.value.replace(" ", ""):
+            module, qualname = _where(PARTITIONERS.get(name))
+            if module.split(".")[0] == "spgnn" and not ep.value.startswith("spgnn"):
                 warnings.warn(f"spgnn: partitioner {name!r} (entry point {ep.value}) was not loaded: the name is "
-                              f"{'.'.join(_where(PARTITIONERS[name]))}'s", stacklevel=3)
+                              f"spgnn's own ({module}.{qualname})", stacklevel=3)
 
 
 def get_partitioner(name: str):

@@ -252,20 +252,11 @@ def _beyond(path, state: dict, epochs: int | None) -> None:
                          f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")
 
 
-DRAWS = frozenset({"forwards", "salt"})     # buffers that key dropout masks (GNN's, GATConv's): since format 1
-
-
-def load_model(model, state: dict) -> None:
-    """``model.load_state_dict(state)``, where a checkpoint of an earlier spgnn may lack the buffers that key
-    dropout masks (`DRAWS`): those keep their values. Any other key missing or unexpected is refused as torch
-    refuses it."""
-    own = model.state_dict().keys()
-    draws = {k for k in own if k.rpartition(".")[2] in DRAWS}
-    model.load_state_dict(state, strict=not (set(state) <= set(own) and set(own) - set(state) <= draws))
-
-
 def model_shapes(model) -> dict:
-    """{name: shape} of `model`'s state, but `DRAWS` (`load_model`): what a checkpoint of it must match."""
+    """{name: shape} of `model`'s state, but the buffers that key dropout masks (`spgnn.layers.registry.DRAWS`,
+    absent from older checkpoints, which load without them): what a checkpoint of it must match."""
+    from ..layers.registry import DRAWS
+
     return {k: list(p.shape) for k, p in model.state_dict().items() if k.rpartition(".")[2] not in DRAWS}
 
 

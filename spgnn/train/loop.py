@@ -69,7 +69,7 @@ class Run:
             if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
             state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
-            checkpoint.load_model(self.model, state["model"])
+            self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
             self.restore(state["progress"]["counters"])
