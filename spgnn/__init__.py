@@ -26,6 +26,7 @@ from .layers import (
                      Attend,
                      BatchNorm,
                      Dense,
+                     Elementwise,
                      GATConv,
                      GCN2Conv,
                      GCNConv,
@@ -68,9 +69,9 @@ def _load_plugins() -> None:
 _load_plugins()
 
 __all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "Attend", "BatchNorm", "Comm", "Dense", "DistGraph",
-           "DistSpMM", "EdgeSplit", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group", "Layer",
-           "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset",
-           "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer",
-           "average_precision", "build_model", "from_pyg", "launch", "make_partition", "make_parts",
+           "DistSpMM", "EdgeSplit", "Elementwise", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph",
+           "Group", "Layer", "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition",
+           "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig",
+           "Trainer", "average_precision", "build_model", "from_pyg", "launch", "make_partition", "make_parts",
            "partition_metrics", "register", "register_adjacency", "register_algorithm", "register_layer",
            "register_task", "roc_auc", "run", "save_partition", "to_pyg"]

@@ -39,7 +39,7 @@ from .dense import blocked
 from .errors import SpgnnError
 from .graph import graph as graphs
 from .graph.adjacency import get_adjacency
-from .layers.registry import AllReduce, Attend, Dense, Spmm
+from .layers.registry import AllReduce, Attend, Dense, Elementwise, Spmm
 from .memory import LARGE_BYTES
 
 # Seconds per latency step and per byte for torch.distributed/gloo over loopback at P = 2 on the 2-core development
@@ -99,9 +99,9 @@ class BlockStats:
 @dataclass(frozen=True)
 class ModelCost:
     """What the cost model needs of a model: per layer (in ledger-layer order) the operations its layers declare
-    (`spgnn.layers.Layer.costs`: `Spmm`, `Dense`, `Attend`, `AllReduce`), the width of its output (the classes), its
-    trained parameters' count (the gradient all-reduce, Adam) and its frozen ones' (``requires_grad=False``: held,
-    with no gradient nor optimizer state)."""
+    (`spgnn.layers.Layer.costs`: `Spmm`, `Dense`, `Attend`, `AllReduce`, `Elementwise`), the width of its output
+    (the classes), its trained parameters' count (the gradient all-reduce, Adam) and its frozen ones'
+    (``requires_grad=False``: held, with no gradient nor optimizer state)."""
 
     layers: tuple
     classes: int
@@ -146,9 +146,10 @@ class ModelCost:
                                  "spgnn cost need a model whose layers declare theirs; name an --algo to train it")
             ops = tuple(ops)
             what = f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''})"
-            if bad := next((op for op in ops if not isinstance(op, (Spmm, Dense, Attend, AllReduce))), None):
+            if bad := next((op for op in ops if not isinstance(op, (Spmm, Dense, Attend, AllReduce, Elementwise))),
+                           None):
                 raise SpgnnError(f"{what} declares {bad!r} in costs(): each cost is a spgnn.layers Spmm, Dense, "
-                                 "Attend or AllReduce")
+                                 "Attend, AllReduce or Elementwise")
             own = getattr(layer, "adjacency", None)
             if other := next((op for op in ops if isinstance(op, (Spmm, Attend))
                               and (own is None or get_adjacency(op.adjacency).name != get_adjacency(own).name)), None):
@@ -222,6 +223,8 @@ def epoch_ledger(cls, stats, shape, rank, model: ModelCost, epochs=1, evals=1, s
                 memo[op] = exchange(cls, stats, shape, rank, op)
             elif isinstance(op, Dense):
                 memo[op] = cls.dense_cost(first, shape, rank, "linear", op.f_in, op.f_out)
+            elif isinstance(op, Elementwise):                   # moves nothing
+                memo[op] = {"forward": [], "backward": []}
             else:
                 call = reduce_calls(op.words, op.itemsize)
                 memo[op] = {"forward": call, "backward": call if op.backward else [], "eval": [] if op.train_only
@@ -625,6 +628,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              softmax, gathers of per-row terms), bytes a feature of the weighted sum gathers at
 #                              `spmm_bytes_per_s`; in training with attention dropout also `attend_dropout_work`
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
+#     elementwise passes       4·rows·width_r·words bytes forward, ·backward_words backward, at the same rate
+#     (`Elementwise`)          (GIN's (1 + ε)·H + Â·H); their results' first touch is not charged
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #     a fresh block            each result of LARGE_BYTES or more (the C allocator maps it anew at every step, and
@@ -879,6 +884,10 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
             elif isinstance(op, Attend):
                 for ph, amounts in attend_work(cls, stats, shape, rank, op).items():
                     add((ph,), **amounts)
+            elif isinstance(op, Elementwise):
+                b = 4 * first.rows * first.width(op.width)
+                add(("forward", "eval"), elementwise_bytes=b * op.words, ops=1)
+                add(("backward",), elementwise_bytes=b * op.backward_words, ops=1)
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)

@@ -2,6 +2,7 @@
 evaluation, for every algorithm and grid, P = 1…4, symmetric and directed graphs, GCN and GraphSAGE."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -205,5 +206,14 @@ def test_gin_keeps_its_input_and_makes_its_products_inputs():
         memory, features = cost.memory_bytes(cls, stats, shape, 0, model), 4 * graph.n * graph.num_features
         assert memory["saved"] == predicted - (0 if dropout else features) and memory["working"] >= 2 * features
     work = cost.compute_work(cls, stats, shape, 0, model)["backward"]
-    (_, first, second), rest = model.layers[0], [op for op in model.layers[1] if isinstance(op, cost.Dense)]
-    assert work["flops"] == 2 * 2 * graph.n * sum(op.f_in * op.f_out for op in (first, second, *rest))
+    dense = [op for ops in model.layers for op in ops if isinstance(op, cost.Dense)]
+    assert work["flops"] == 2 * 2 * graph.n * sum(op.f_in * op.f_out for op in dense)
+    # its elementwise passes (1 + ε)·H + Â·H, declared: 5 words an element forward, 4 (ε's) + 5 (dH) backward
+    passes = [op for ops in model.layers for op in ops if isinstance(op, cost.Elementwise)]
+    assert [(op.words, op.backward_words) for op in passes] == [(5, 4), (5, 9)]
+    without = replace(model, layers=tuple(tuple(op for op in ops if not isinstance(op, cost.Elementwise))
+                                          for ops in model.layers))
+    with_, less = (cost.compute_work(cls, stats, shape, 0, m) for m in (model, without))
+    added = {ph: with_[ph]["elementwise_bytes"] - less[ph]["elementwise_bytes"] for ph in ("forward", "backward")}
+    assert added == {"forward": 4 * graph.n * sum(5 * op.width for op in passes),
+                     "backward": 4 * graph.n * sum(op.backward_words * op.width for op in passes)}

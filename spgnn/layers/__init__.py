@@ -10,10 +10,10 @@ from .gcnii import GCN2Conv
 from .gin import GINConv
 from .linear import Linear, spmm_width
 from .norm import BatchNorm
-from .registry import CHOSEN, LAYERS, AllReduce, Attend, Dense, Layer, Spmm, get_layer, register_layer
+from .registry import CHOSEN, LAYERS, AllReduce, Attend, Dense, Elementwise, Layer, Spmm, get_layer, register_layer
 from .sage import SAGEConv
 from .stack import GNN, build_model
 
-__all__ = ["APPNP", "CHOSEN", "AllReduce", "Attend", "BatchNorm", "Dense", "GATConv", "GCN2Conv", "GCNConv", "GINConv",
-           "GNN", "LAYERS", "Layer", "Linear", "SAGEConv", "Spmm", "build_model", "get_layer", "register_layer",
-           "spmm_width"]
+__all__ = ["APPNP", "CHOSEN", "AllReduce", "Attend", "BatchNorm", "Dense", "Elementwise", "GATConv", "GCN2Conv",
+           "GCNConv", "GINConv", "GNN", "LAYERS", "Layer", "Linear", "SAGEConv", "Spmm", "build_model", "get_layer",
+           "register_layer", "spmm_width"]

@@ -89,6 +89,18 @@ class Attend:
 
 
 @dataclass(frozen=True)
+class Elementwise:
+    """A layer's elementwise passes over an n×`width` tensor beyond its products' bias and activation, which the
+    cost model charges at the elementwise rate: `words` words read and written an element in the forward (and in
+    evaluation), `backward_words` in the backward. GIN's (1 + ε)·H + Â·H: 5 forward (a scale, 2; a sum, 3); Σ dZ ⊙ H
+    for ε (4) and, where H needs a gradient, (1 + ε)·dZ added to Âᵀ·dZ (5) backward."""
+
+    width: int
+    words: int
+    backward_words: int = 0
+
+
+@dataclass(frozen=True)
 class AllReduce:
     """One all-reduce of `words` words of `itemsize` bytes over the rows group (a global sum); `backward`: its
     adjoint all-reduce runs too; `train_only`: not run in evaluation."""
