@@ -628,8 +628,11 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
 #                              softmax, gathers of per-row terms), bytes a feature of the weighted sum gathers at
 #                              `spmm_bytes_per_s`; in training with attention dropout also `attend_dropout_work`
 #     after each dense         4·rows·f_out,r bytes (bias, activation) at `elementwise_bytes_per_s`, both ways
-#     elementwise passes       4·rows·width_r·words bytes forward, ·backward_words backward, at the same rate
-#     (`Elementwise`)          (GIN's (1 + ε)·H + Â·H); their results' first touch is not charged
+#     elementwise passes       4·rows·width_r bytes a tensor read or written at `dense_bytes_per_s`, and each
+#     (`Elementwise`)          written a fresh block (GIN's (1 + ε)·H + Â·H: plain passes stream at a dense
+#                              product's operands' rate; `elementwise_bytes_per_s` times a dropout mask's hashing,
+#                              bias and ReLU together: a scale of citeseer's features ran at 47 GB/s on one core,
+#                              against 5.9)
 #     loss, Adam               4·rows·classes_r·2 bytes, 4·params·ADAM_WORDS bytes at the same bandwidth
 #     every operation          `op_s` seconds (Python, autograd, dispatch)
 #     a fresh block            each result of LARGE_BYTES or more (the C allocator maps it anew at every step, and
@@ -885,9 +888,11 @@ def compute_work(cls, stats: dict, shape, rank: int, model: ModelCost) -> dict:
                 for ph, amounts in attend_work(cls, stats, shape, rank, op).items():
                     add((ph,), **amounts)
             elif isinstance(op, Elementwise):
-                b = 4 * first.rows * first.width(op.width)
-                add(("forward", "eval"), elementwise_bytes=b * op.words, ops=1)
-                add(("backward",), elementwise_bytes=b * op.backward_words, ops=1)
+                b = 4 * first.rows * first.width(op.width)                       # they stream, as products'
+                add(("forward", "eval"), dense_bytes=b * (op.reads + op.writes), ops=op.writes,     # operands do
+                    fresh_bytes=fresh_bytes(*[b] * op.writes))
+                add(("backward",), dense_bytes=b * (op.backward_reads + op.backward_writes), ops=op.backward_writes,
+                    fresh_bytes=fresh_bytes(*[b] * op.backward_writes))
             else:
                 add(("forward", "eval") if not op.train_only else ("forward",), ops=1)
                 add(("backward",) if op.backward else (), ops=1)

@@ -208,12 +208,15 @@ def test_gin_keeps_its_input_and_makes_its_products_inputs():
     work = cost.compute_work(cls, stats, shape, 0, model)["backward"]
     dense = [op for ops in model.layers for op in ops if isinstance(op, cost.Dense)]
     assert work["flops"] == 2 * 2 * graph.n * sum(op.f_in * op.f_out for op in dense)
-    # its elementwise passes (1 + ε)·H + Â·H, declared: 5 words an element forward, 4 (ε's) + 5 (dH) backward
+    # its elementwise passes (1 + ε)·H + Â·H, declared: 3 tensors read and 2 written forward; 3 and 1 backward for
+    # ε, 3 and 2 more for dH past layer 0
     passes = [op for ops in model.layers for op in ops if isinstance(op, cost.Elementwise)]
-    assert [(op.words, op.backward_words) for op in passes] == [(5, 4), (5, 9)]
+    assert [(op.reads, op.writes, op.backward_reads, op.backward_writes) for op in passes] == [(3, 2, 3, 1),
+                                                                                              (3, 2, 6, 3)]
     without = replace(model, layers=tuple(tuple(op for op in ops if not isinstance(op, cost.Elementwise))
                                           for ops in model.layers))
     with_, less = (cost.compute_work(cls, stats, shape, 0, m) for m in (model, without))
-    added = {ph: with_[ph]["elementwise_bytes"] - less[ph]["elementwise_bytes"] for ph in ("forward", "backward")}
+    added = {ph: with_[ph]["dense_bytes"] - less[ph]["dense_bytes"] for ph in ("forward", "backward")}
     assert added == {"forward": 4 * graph.n * sum(5 * op.width for op in passes),
-                     "backward": 4 * graph.n * sum(op.backward_words * op.width for op in passes)}
+                     "backward": 4 * graph.n * sum((op.backward_reads + op.backward_writes) * op.width
+                                                   for op in passes)}

@@ -34,5 +34,6 @@ class GINConv(Layer):
         return g.linear(torch.relu(g.linear(z, self.weight1, self.bias1)), self.weight2, self.bias2)
 
     def costs(self, grad_in):
-        return [Spmm(self.f_in, self.adjacency, grad_in), Elementwise(self.f_in, 5, 4 + 5 * grad_in),
+        return [Spmm(self.f_in, self.adjacency, grad_in),
+                Elementwise(self.f_in, 3, 2, 3 + 3 * grad_in, 1 + 2 * grad_in),     # (1 + ε)·H + Â·H
                 Dense(self.f_in, self.f_out, grad_in=True), Dense(self.f_out, self.f_out, grad_in=True)]

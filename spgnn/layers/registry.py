@@ -90,14 +90,18 @@ class Attend:
 
 @dataclass(frozen=True)
 class Elementwise:
-    """A layer's elementwise passes over an n×`width` tensor beyond its products' bias and activation, which the
-    cost model charges at the elementwise rate: `words` words read and written an element in the forward (and in
-    evaluation), `backward_words` in the backward. GIN's (1 + ε)·H + Â·H: 5 forward (a scale, 2; a sum, 3); Σ dZ ⊙ H
-    for ε (4) and, where H needs a gradient, (1 + ε)·dZ added to Âᵀ·dZ (5) backward."""
+    """A layer's elementwise passes over n×`width` tensors beyond its products' bias and activation, which the cost
+    model charges as streamed bytes (at a dense product's operands' rate) and, for each tensor written, its first
+    touch where it is mapped anew: `reads` and `writes` tensors read and written in the forward (and in
+    evaluation), `backward_reads` and `backward_writes` in the backward. GIN's (1 + ε)·H + Â·H reads 3 and writes 2
+    (a scale, a sum); its backward reads 3 and writes 1 for ε's gradient Σ dZ ⊙ H, and where H needs a gradient
+    reads 3 and writes 2 more for (1 + ε)·dZ added to Âᵀ·dZ."""
 
     width: int
-    words: int
-    backward_words: int = 0
+    reads: int
+    writes: int
+    backward_reads: int = 0
+    backward_writes: int = 0
 
 
 @dataclass(frozen=True)
