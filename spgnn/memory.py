@@ -63,6 +63,27 @@ LARGE_BYTES = 32 << 20          # glibc's largest mmap threshold: larger blocks 
 _KEPT: list = []                # the large blocks `empty` handed out, most recently used last
 
 
+def held_bytes(*objs) -> int:
+    """Bytes of the arrays among `objs` (numpy arrays, tensors, scipy sparse matrices; anything else counts 0),
+    each buffer once however many of them view it."""
+    seen, total = set(), 0
+    for a in objs:
+        parts = (a.data, a.indices, a.indptr) if hasattr(a, "indptr") and hasattr(a, "indices") else (a,)
+        for p in parts:
+            if isinstance(p, torch.Tensor):
+                key, size = p.untyped_storage().data_ptr(), p.untyped_storage().nbytes()
+            elif isinstance(p, np.ndarray):
+                while isinstance(p.base, np.ndarray):            # a view: the array it views
+                    p = p.base
+                key, size = p.__array_interface__["data"][0], p.nbytes
+            else:
+                continue
+            if key not in seen:
+                seen.add(key)
+                total += size
+    return total
+
+
 def empty(shape, dtype=np.float32) -> torch.Tensor:
     """An uninitialised CPU tensor of `shape` for a kernel to write, on numpy's memory (madvised to huge pages).
     A block of `LARGE_BYTES` or more is kept once the last tensor on it is freed, and handed out again to the

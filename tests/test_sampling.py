@@ -512,6 +512,11 @@ def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, c
         assert report["config"]["dataset"] == dataset             # not the cache folder the processes read
         losses.append([e["loss"] for e in report["epochs"]])
     assert losses[0] == losses[1]
+    # the report's graph bytes a rank (they were missing): split, each rank holds about its half of replicated's
+    assert main([*run, "--dataset", "cora", "--output", str(tmp_path / "replicated.json")]) == 0
+    held = {name: [r["graph_bytes"] for r in json.loads((tmp_path / f"{name}.json").read_text())["memory"]["per_rank"]]
+            for name in ("0", "replicated")}
+    assert all(0 < split < 0.75 * whole for split, whole in zip(held["0"], held["replicated"])), held
     capsys.readouterr()
     assert main([*run, "--dataset", str(folder)]) == 2
     assert "is a partitioned folder: a replicated graph (--sampler without --split-graph)" in capsys.readouterr().err

@@ -44,12 +44,13 @@ from ..graph.graph import row_normalize
 from ..graph.pyg import as_graph
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
+from ..memory import held_bytes
 from ..partition import partitioned
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
 from ..sampling.sampler import Minibatch, make_sampler, parse_sampler
 from ..spmm import options as algorithm_options
-from ..spmm.base import Block
+from ..spmm.base import Block, DistSpMM
 from ..spmm.halo import OneDHalo
 from ..spmm.local import LocalSpMM
 from .loop import Run
@@ -283,8 +284,21 @@ class MinibatchTrainer(Run):
             raise SpgnnError("the checkpoint is of a full-batch run: resume it without --sampler")
         self.steps_done = counters["steps_done"]
 
+    def graph_bytes(self) -> int:
+        """Bytes of the graph this rank holds: the sampler's N (replicated: and the normalised A it was made from;
+        split: its block row, the frontier rows it fetches from, the evaluation's layout), the feature rows, labels,
+        training ids and, split, its rows' ids and masks."""
+        sampler = self.sampler
+        fetched = vars(sampler.frontier_rows).values() if "frontier_rows" in vars(sampler) else ()
+        local = [*self.local.values(), *self.local["masks"].values()] if self.layout is not None else []
+        full = self.full if isinstance(self.full, DistSpMM) else None      # its layout's own blocks, else N whole
+        mine = vars(self.full).values() if self.full is not None and full is None else ()
+        return held_bytes(self.x, self.y, self.train_ids, getattr(self, "adj", None), *vars(sampler).values(),
+                          *fetched, *local, *mine) + (full.graph_bytes() if full is not None else 0)
+
     def rank_report(self) -> dict:
         mine = super().rank_report()
+        mine["memory"] |= {"graph_bytes": self.graph_bytes()}
         led = self.comm.ledger
         mine["comm"] |= {"sampling_s": led.total("seconds", phase="sampling"), "minibatches": self.sampled,
                          "peak_rss_bytes": mine["memory"]["peak_rss_bytes"]}
