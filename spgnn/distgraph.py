@@ -154,12 +154,14 @@ class DistGraph:
         return sum(a.graph_bytes() for a in self.layouts.values()) + sum(t.numel() * t.element_size() for t in kept)
 
     def _built(self, info=None) -> torch.nn.Module:
-        """The model given at construction (built by its function, torch's random state left as it was)."""
-        if not isinstance(self._model, torch.nn.Module):
-            info = info or self.info
-            with torch.random.fork_rng():
-                self._model = self._model(info.num_features, resolve_task(self.cfg.task, info).out_dim(info))
-        return self._model
+        """The model given at construction, or one built by the function given (torch's random state left as it
+        was), not kept: its costs and adjacencies are (`model_cost`, `_adjacencies`), and a second copy of the
+        trained model's weights would be held for nothing."""
+        if isinstance(self._model, torch.nn.Module):
+            return self._model
+        info = info or self.info
+        with torch.random.fork_rng():
+            return self._model(info.num_features, resolve_task(self.cfg.task, info).out_dim(info))
 
     def model_cost(self, info=None):
         """The `spgnn.cost.ModelCost` of the model given at construction."""
