@@ -178,7 +178,7 @@ class ModelCost:
         """The costs of the built-in model `cfg` describes (``--model``, widths, options)."""
         from .layers.stack import config_model
 
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(devices=[]):
             return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")
 
     @property

@@ -124,7 +124,7 @@ def transposed(x: torch.Tensor) -> torch.Tensor:
     float32 on the CPU (module docstring), else torch's copy."""
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.stride(1) != 1 or not native.available():
         return x.t().contiguous()
-    out = torch.empty(x.shape[1], x.shape[0])
+    out = torch.empty(x.shape[1], x.shape[0], dtype=torch.float32, device="cpu")     # not torch's defaults
     if out.numel():
         native.function("transpose_f32", native.i64, native.i64, native.i64, native.addr, native.addr)(
             x.shape[0], x.shape[1], x.stride(0), x.data_ptr(), out.data_ptr())

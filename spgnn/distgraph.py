@@ -160,7 +160,7 @@ class DistGraph:
         if isinstance(self._model, torch.nn.Module):
             return self._model
         info = info or self.info
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(devices=[]):     # the CPU's state: CUDA's would be initialised on every GPU
             return self._model(info.num_features, resolve_task(self.cfg.task, info).out_dim(info))
 
     def model_cost(self, info=None):

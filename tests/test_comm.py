@@ -392,3 +392,13 @@ def test_local_ranks_inside_a_spawned_rank_watch_their_own_parent(monkeypatch):
     monkeypatch.setenv("SPGNN_LAUNCHER", "spawn")
     monkeypatch.setenv("SPGNN_PARENT_PID", str(os.getpid()))
     assert run_local(_outlives_a_beat, 2, timeout_s=60) == [0, 1]
+
+
+def _local_rank(comm):
+    return os.environ["LOCAL_RANK"]
+
+
+def test_run_local_gives_each_rank_its_local_rank(monkeypatch):
+    """A LOCAL_RANK in the caller's environment reached every rank, so each would pick the same GPU."""
+    monkeypatch.setenv("LOCAL_RANK", "5")
+    assert run_local(_local_rank, 2) == ["0", "1"]

@@ -76,15 +76,28 @@ def test_every_algorithm_computes_on_cuda_what_it_computes_on_cpu(P):
             assert ledger_g == ledger, what      # the same bytes and messages, whichever device moved them
 
 
-def _sampled(comm, device):
+def _sampled(comm, device, split):
     cfg = TrainConfig(dataset="cora", model="sage", epochs=2, hidden=32, eval_every=0, device=device)
-    final = MinibatchTrainer(cfg, comm, "sage:10,5", batch_size=64, bulk=2).run(log=None)["final"]
+    final = MinibatchTrainer(cfg, comm, "sage:10,5", batch_size=64, bulk=2, split_graph=split).run(log=None)["final"]
     return final["loss"], final["test_acc"]
 
 
+@pytest.mark.parametrize("split", [False, True])      # a split graph's evaluation compared CUDA and CPU tensors
 @pytest.mark.parametrize("P", [1, 2])
-def test_sampled_minibatches_train_alike_on_cuda(P):
-    cpu, cuda = (run_local(_sampled, P, device, device=device)[0] for device in ("cpu", "cuda"))
+def test_sampled_minibatches_train_alike_on_cuda(P, split):
+    cpu, cuda = (run_local(_sampled, P, device, split, device=device)[0] for device in ("cpu", "cuda"))
+    assert cuda == pytest.approx(cpu, rel=1e-4, abs=1e-4)
+
+
+def test_an_ogb_link_folder_trains_alike_on_cuda(tmp_path):
+    """Its Hits@K took the CUDA scores' .numpy()."""
+    from spgnn.comm.comm import Comm
+    from spgnn.train.link import LinkTrainer
+    from tests.test_ogbl import _cfg, write_folder
+
+    folder = write_folder(tmp_path, "hits")
+    cpu, cuda = (LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2, device=device), Comm(0, 1)).run(log=None)
+                 ["final"] for device in ("cpu", "cuda"))
     assert cuda == pytest.approx(cpu, rel=1e-4, abs=1e-4)
 
 

@@ -193,6 +193,19 @@ def test_an_addend_that_broadcasts_is_taken_with_its_gradient(shape, backend):
     assert c.grad.shape == c.shape and torch.allclose(c.grad.sum(), torch.tensor(120.0))
 
 
+def test_transposed_copies_are_float32_on_the_cpu_whatever_the_defaults():
+    """transposed allocated with torch's default dtype: under set_default_dtype(float64) the float32 kernel wrote
+    into a float64 buffer (a wrong result); under a CUDA default device the C kernel would get a GPU pointer."""
+    x = torch.randn(300, 70)
+    before = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float64)
+        out = dense.transposed(x)
+    finally:
+        torch.set_default_dtype(before)
+    assert out.dtype == torch.float32 and torch.equal(out, x.t())
+
+
 def test_a_product_with_a_bias_imports_nothing_more():
     """check_shapes called torch.broadcast_shapes, whose first call imports torch.fx's symbolic shapes: 31 MiB more
     in every process running GraphSAGE, APPNP or GCNII (their memory predicted 16-20% low) and 1.6 s."""

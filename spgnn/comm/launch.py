@@ -501,7 +501,7 @@ def _exit_on_signal(signum, frame):
 def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+                      LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.pop("SPGNN_PARENT_PID", None)     # a --nprocs rank's: this process's parent is the fork server
     stage = "join"
     try:

@@ -5,8 +5,9 @@ out_i = Σ_{e: rows[e] = i} X_e (`segment_sum`), each the other's backward; and 
 On the CPU, for float32 and float64, the sums and maxima are spgnn's C kernels (`spgnn/csrc/attention.c`): each row
 of the result is summed by one thread over its edges in their order, so the bits are those of torch's serial
 ``index_add_`` whatever the number of threads (torch's own ``index_add_`` and ``scatter_reduce_`` run on one thread
-here). Elsewhere they are torch's ``index_add_`` and ``scatter_reduce_``, which also sum in a fixed order (the
-backward of ``x[index]`` on the CPU adds with atomics, so repeated runs would differ in the last bits).
+here). Elsewhere they are torch's ``index_add_`` and ``scatter_reduce_``: on the CPU these also sum in a fixed
+order (the backward of ``x[index]`` there adds with atomics, so repeated runs would differ in the last bits); on
+CUDA they add with atomics, so a GPU's sums are equal to the CPU's, and to each other run to run, to rounding only.
 """
 
 from __future__ import annotations

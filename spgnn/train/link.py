@@ -229,7 +229,7 @@ class LinkTrainer(Run):
             figures = ranking(s, label, self.comm, self.g.rows_group(), code, len(SPLITS))
             out = {f"{split}_{m}": figures[m][k] for m in ("rocauc", "ap") for k, split in enumerate(SPLITS)}
             if self.given:
-                out |= self.ogb_figures(s.numpy(), label.numpy(), code.numpy())
+                out |= self.ogb_figures(s.detach().cpu().numpy(), label.numpy(), code.numpy())
         return out
 
     def ogb_figures(self, s: np.ndarray, label: np.ndarray, code: np.ndarray) -> dict:

@@ -261,7 +261,7 @@ class MinibatchTrainer(Run):
     def evaluate(self) -> dict:
         pred = self.logits().argmax(1)
         if self.layout is not None:
-            y, masks = self.local["y"], self.local["masks"]
+            y, masks, pred = self.local["y"], self.local["masks"], pred.cpu()     # the rank's rows, on the CPU
             correct = [float((pred[m] == y[m]).sum()) for m in masks.values()]
             with self.comm.phase("eval"):
                 totals = self.comm.all_sum(correct, self.layout.column)
