@@ -122,3 +122,5 @@ def test_command_line_on_cuda_with_processes_sharing_a_gpu(tmp_path):
         return [(r["rank"], r["sent_bytes"], r["recv_bytes"], r["messages"]) for r in report["comm"]["per_rank"]]
 
     assert counted(cuda) == counted(cpu) and counted(cpu)[0][2] > 0
+    assert all(r["cuda_peak_allocated_bytes"] > 0 for r in cuda["memory"]["per_rank"])          # GPU memory too
+    assert all("cuda_peak_allocated_bytes" not in r for r in cpu["memory"]["per_rank"])

@@ -126,12 +126,15 @@ class Run:
         """Set the counters `counters` from a checkpoint."""
 
     def rank_report(self) -> dict:
-        """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS, that of the set-up
-        and that of training (from the first epoch on)}; subclasses add to both."""
+        """This rank's figures: {"comm": its ledger summary, "memory": its peak RSS (host memory), that of the
+        set-up and that of training (from the first epoch on), and on a GPU the most the process allocated there};
+        subclasses add to both."""
+        gpu = {"cuda_peak_allocated_bytes": torch.cuda.max_memory_allocated()} \
+            if self.cfg.device.startswith("cuda") else {}
         return {"comm": {"rank": self.comm.rank} | self.comm.ledger.summary(),
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes(),
                            "setup_peak_rss_bytes": self.setup_peak_rss,
-                           "train_peak_rss_bytes": peak_rss_since_restart() if self.setup_peak_rss else None},
+                           "train_peak_rss_bytes": peak_rss_since_restart() if self.setup_peak_rss else None} | gpu,
                 "stages": progress.seconds()}
 
     def graph_report(self) -> dict:
