@@ -2,6 +2,7 @@
 the saved-tensor meter counts what autograd holds."""
 
 import os
+import sys
 import uuid
 
 import numpy as np
@@ -402,3 +403,14 @@ def test_run_local_gives_each_rank_its_local_rank(monkeypatch):
     """A LOCAL_RANK in the caller's environment reached every rank, so each would pick the same GPU."""
     monkeypatch.setenv("LOCAL_RANK", "5")
     assert run_local(_local_rank, 2) == ["0", "1"]
+
+
+def test_an_mpi_launch_without_size_variables_asks_mpi4py(monkeypatch):
+    """Where mpirun sets no rank and size variables spgnn reads (PMIX_RANK alone), detect() asks mpi4py: that
+    branch died of UnboundLocalError (a local named as the function it calls); without mpi4py it is one line."""
+    for var in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "MPI_LOCALRANKID", "SLURM_PROCID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PMIX_RANK", "0")
+    monkeypatch.setitem(sys.modules, "mpi4py", None)
+    with pytest.raises(SpgnnError, match="^launched by an MPI launcher but mpi4py is not importable"):
+        launch.detect()

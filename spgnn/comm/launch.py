@@ -56,11 +56,11 @@ def detect() -> Launch:
     if "RANK" in env and "WORLD_SIZE" in env:
         kind = "torchrun" if "TORCHELASTIC_RUN_ID" in env else env.get("SPGNN_LAUNCHER", "env")
         rank, world = (_int_env(k) for k in ("RANK", "WORLD_SIZE"))
-        mpi = next((k for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if k in env), None)   # the global MPI rank
+        var = next((k for k in ("OMPI_COMM_WORLD_RANK", "PMI_RANK") if k in env), None)   # the global MPI rank
         sizes = {env.get(k, str(world)) for k in ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE")}
-        if "SPGNN_LAUNCHER" not in env and kind == "env" and mpi and (_int_env(mpi) != rank or sizes != {str(world)}):
+        if "SPGNN_LAUNCHER" not in env and kind == "env" and var and (_int_env(var) != rank or sizes != {str(world)}):
             raise SpgnnError(f"RANK={rank} and WORLD_SIZE={world} in the environment disagree with mpirun's "
-                             f"{mpi}={env[mpi]}: unset RANK and WORLD_SIZE (left from another launch) under mpirun, "
+                             f"{var}={env[var]}: unset RANK and WORLD_SIZE (left from another launch) under mpirun, "
                              "or set SPGNN_LAUNCHER=env where they are meant")
         if not 0 <= rank < world:
             raise SpgnnError(f"RANK={rank} lies outside WORLD_SIZE={world}: the launcher's environment is wrong")
@@ -78,7 +78,8 @@ def detect() -> Launch:
         if pair is not None:
             rank, world = (_int_env(k) for k in pair)
         else:
-            rank, world = mpi().COMM_WORLD.Get_rank(), mpi().COMM_WORLD.Get_size()
+            world_comm = mpi().COMM_WORLD
+            rank, world = world_comm.Get_rank(), world_comm.Get_size()
         local = int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env.get("MPI_LOCALNRANKS", world)))
         local_rank = int(env.get("OMPI_COMM_WORLD_LOCAL_RANK", env.get("MPI_LOCALRANKID", rank)))
         return Launch("mpirun", rank, world, local, local_rank)
