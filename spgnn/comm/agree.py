@@ -14,39 +14,27 @@ def on_rank0(comm: Comm, fn, beat_s: float | None = None):
     """fn() run by rank 0 alone, its result (or its SpgnnError) handed to every rank. With `beat_s`, for work that
     may outlast the collectives' timeout (reading and partitioning a large graph): rank 0 runs fn in a thread and
     tells the others every `beat_s` seconds that it is still at it, so that they wait as long as it works, and no
-    longer than the timeout once it stops answering (a rank 0 that dies breaks their wait at once)."""
+    longer than the timeout once it stops answering (a rank 0 that dies breaks their wait at once); then `agree`
+    hands its result on."""
     if beat_s is None or comm.world_size == 1:
         return agree(comm, fn, everyone=False)
     if comm.rank != 0:
-        while (said := comm.all_gather_object(None)[0])[0] == "working":
+        while comm.all_gather_object(None)[0] == "working":
             pass
-        if said[0] == "error":
-            raise SpgnnError(said[1])
-        return said[1]
+        return agree(comm, fn, everyone=False)              # (fn not run here)
     work = concurrent.futures.Future()
 
     def run():
         try:
             work.set_result(fn())
-        except BaseException as e:  # handed to the main thread
+        except BaseException as e:  # handed to the main thread, by `agree`
             work.set_exception(e)
 
     threading.Thread(target=run, daemon=True, name="spgnn-rank0").start()    # a failed beat does not wait for it
-    while True:
-        try:
-            said = ("ok", work.result(timeout=beat_s))
-        except concurrent.futures.TimeoutError:
-            comm.all_gather_object(("working", None))
-            continue
-        except SpgnnError as e:
-            said = ("error", str(e))
-        except Exception as e:
-            comm.all_gather_object(("error", f"rank 0 failed: {type(e).__name__}: {e}"))
-            raise
-        comm.all_gather_object(said)
-        if said[0] == "error":
-            raise SpgnnError(said[1])
-        return said[1]
+    while not concurrent.futures.wait([work], timeout=beat_s).done:
+        comm.all_gather_object("working")
+    comm.all_gather_object("done")
+    return agree(comm, work.result, everyone=False)
 
 
 def agree(comm: Comm, fn, everyone: bool = True):
