@@ -51,6 +51,16 @@ from .tasks.node import target_counts
 SPLITS = ("train", "val", "test")
 
 
+def _scalar(x) -> bool:
+    """Whether `x` is a one-element tensor (a loss, a partial sum)."""
+    return isinstance(x, torch.Tensor) and x.numel() == 1
+
+
+def _described(x) -> str:
+    """What `x` is, for a refusal: "a tensor of shape (…)" or its type's name."""
+    return f"a tensor of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
 def _registered(adjacency) -> str:
     """The registered name of `adjacency` (a name, or the instance registered under its name: another instance of
     that name would be laid out as the registered one)."""
@@ -372,9 +382,9 @@ class DistGraph:
     def globally(self, local: torch.Tensor) -> torch.Tensor:
         """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
         `local`'s: a global loss from per-rank partial sums (one small all-reduce)."""
-        if not isinstance(local, torch.Tensor) or local.numel() != 1:
-            got = f"a tensor of shape {tuple(local.shape)}" if isinstance(local, torch.Tensor) else type(local).__name__
-            raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {got}: sum it first")
+        if not _scalar(local):
+            raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {_described(local)}: "
+                             "sum it first")
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
 
@@ -429,10 +439,9 @@ class DistGraph:
     def loss(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """The task's global mean loss over `mask` (cross-entropy, or BCE over the known targets)."""
         loss = self.task.loss(self, logits, mask)
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-            got = f"a tensor of shape {tuple(loss.shape)}" if isinstance(loss, torch.Tensor) else type(loss).__name__
-            raise SpgnnError(f"task {self.task.name!r}'s loss returned {got}: a loss is a one-element tensor, the "
-                             "global mean (g.globally of this rank's partial sum)")
+        if not _scalar(loss):
+            raise SpgnnError(f"task {self.task.name!r}'s loss returned {_described(loss)}: a loss is a one-element "
+                             "tensor, the global mean (g.globally of this rank's partial sum)")
         return loss
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
