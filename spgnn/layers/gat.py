@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from ..hashing import mix_key
 from ..options import Option
 from . import init as inits
-from .registry import Attend, Dense, Layer, forgive_draws, register_layer
+from .registry import Attend, Dense, KeepsDraws, Layer, register_layer
 
 
 @register_layer
-class GATConv(Layer):
+class GATConv(KeepsDraws, Layer):
     """W is f_in×(H·f_out) (PyG's ``lin.weight`` transposed), a_src and a_dst are H×f_out; heads concatenated
     (H·f_out columns) or averaged (f_out); attention dropout `dropout`, drawn from the hash key the stack gives (in
     a model of one's own, without a key: from a digest of the layer's initial W and the count of its training
@@ -49,12 +49,6 @@ class GATConv(Layer):
             self.forwards += 1
         out = self.attend(g, g.linear(h, self.weight).view(-1, self.heads, self.channels), key or 0)
         return (out.flatten(1) if self.concat else out.mean(1)) + self.bias
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        forgive_draws(prefix, missing_keys)
 
     def attend(self, g, v, key: int = 0):
         """The layer's `Attend`: out (n×H×f_out) of V (n×H×f_out) by `g.attend`, with the scores' terms

@@ -45,10 +45,16 @@ ENTRY_POINT_GROUP = "spgnn.layers"
 DRAWS = ("forwards", "salt")    # buffers that key dropout masks (GNN's, GATConv's), absent from older state_dicts
 
 
-def forgive_draws(prefix: str, missing_keys: list) -> None:
-    """Of a module's `_load_from_state_dict`: a state saved before it kept its `DRAWS` buffers loads, those keeping
-    their values (a resumed run then draws from its own count), in plain ``load_state_dict`` too."""
-    missing_keys[:] = [k for k in missing_keys if k not in {prefix + d for d in DRAWS}]
+class KeepsDraws:
+    """Mixin of a module with `DRAWS` buffers (`spgnn.GNN`, `spgnn.GATConv`): a state saved before it kept them
+    loads, those keeping their values (a resumed run then draws from its own count), in plain ``load_state_dict``
+    too."""
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+        missing_keys[:] = [k for k in missing_keys if k not in {prefix + d for d in DRAWS}]
 
 
 @dataclass(frozen=True)

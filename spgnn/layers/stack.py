@@ -15,7 +15,7 @@ from ..errors import SpgnnError
 from ..hashing import dropout, mix_key
 from ..memory import release_kept
 from .norm import BatchNorm
-from .registry import adjacencies_of, forgive_draws, get_layer
+from .registry import KeepsDraws, adjacencies_of, get_layer
 from .registry import options as layer_options
 
 IN_PLACE = {torch.relu: torch.relu_, F.relu: torch.relu_}     # activations with an in-place form
@@ -31,7 +31,7 @@ def in_place(layer, last: bool = False, norm: bool = False) -> bool:
             and (last or layer.activation is None or layer.activation in IN_PLACE))
 
 
-class GNN(nn.Module):
+class GNN(KeepsDraws, nn.Module):
     """Layers `layers` (`spgnn.layers.Layer`s) in order: dropout (probability `dropout`) before each that takes it
     (`Layer.dropout_before`), the layer's `activation` after each but the last, global batch norm after each
     hidden layer when `batch_norm`. Layer i runs in ledger layer i; a layer with `initial` gets the first layer's
@@ -54,12 +54,6 @@ class GNN(nn.Module):
         # training forwards made without an epoch, the key of the next one's masks: a buffer (as BatchNorm1d's
         # num_batches_tracked), so that a checkpoint keeps it and a resumed run's masks continue
         self.register_buffer("forwards", torch.zeros((), dtype=torch.int64))
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
-        forgive_draws(prefix, missing_keys)
 
     def train(self, mode: bool = True):
         """nn.Module's train(mode); leaving training releases the dropout's kept blocks (`spgnn.memory.empty`)."""
