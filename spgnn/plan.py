@@ -68,13 +68,11 @@ def graph_stats(cfg: TrainConfig, g: Graph):
     """`cost.choose`'s statistics for graph `g` in memory: cfg's partition into the layout's row blocks, in cfg's
     node order (each count of blocks partitioned and each normalisation measured once, however many layouts share
     it); None for a layout of more row blocks than nodes, or than a partition given already has (not compared)."""
-    stats, partitions, given = {}, {}, []
+    stats, partitions, given = {}, {}, fixed_parts(cfg.partition)
 
     def stats_of(cls, shape, adjacencies):
         B = cls.num_parts(shape)
-        if not given:
-            given.append(fixed_parts(cfg.partition))
-        if B > g.n or given[0] not in (None, B):
+        if B > g.n or given not in (None, B):
             return None
         if B not in partitions:
             partitions[B] = make_partition(cfg.partition, g.adj, B, cfg.seed, cfg.node_order)
