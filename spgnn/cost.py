@@ -500,8 +500,9 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
     its communication alone ("comm_seconds"), the largest peak memory and bytes received of a rank, over `ranks`
     (default all)."""
     ranks = range(int(np.prod(shape))) if ranks is None else ranks
-    ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in ranks]    # built once: at P = 1024
-    rates = rates or DEFAULT_RATES                                                      # a minute of spgnn cost
+    # each rank's ledger built once, for the seconds and the figures below (twice, spgnn cost took twice as long)
+    ledgers = [epoch_ledger(cls, stats, shape, r, model, setup=False) for r in ranks]
+    rates = rates or DEFAULT_RATES
     t = epoch_seconds(cls, stats, shape, model, alpha_beta, rates, overlap, ranks, ranks_per_node, ledgers)
     ledgers = [Ledger({k: v for k, v in led.rows.items() if k[0] != "eval"}, led.sizes) for led in ledgers]  # a step's
     return {"epoch_s": t["epoch_s"],
