@@ -240,8 +240,12 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
             with progress.handed_on():
                 return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
+            # a program that started MPI (Open MPI 4 alone, say) leaves mpirun's variables to the commands it runs
+            left = [k for k in launch.MPI_RANK_VARS if k in os.environ] if launched.kind == "mpirun" else []
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
-                             f"{launched.kind} started: drop --nprocs")
+                             f"{launched.kind} started: drop --nprocs"
+                             + (f"; outside mpirun, unset {', '.join(left)}, left by a program that started MPI"
+                                if left else ""))
     return launch.init(device, timeout, transport)
 
 

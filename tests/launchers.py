@@ -4,6 +4,7 @@ when it is not activated) before PATH, and an environment in which they find the
 import os
 import shutil
 import sys
+from importlib.util import find_spec
 
 BIN = os.path.dirname(sys.executable)
 
@@ -16,6 +17,10 @@ def find(name: str) -> str | None:
 
 MPIRUN, TORCHRUN = find("mpirun"), find("torchrun")
 MPIRUN_ARGS = [MPIRUN or "mpirun", "--allow-run-as-root"]
+# found, not imported: importing mpi4py.MPI starts MPI in the test process, and Open MPI 4's singleton start leaves
+# OMPI_COMM_WORLD_SIZE=1 in the environment of every command a test starts after it (`spgnn train --nprocs 2`
+# then reads as a launch by mpirun of one process)
+MPI4PY = find_spec("mpi4py") is not None
 
 
 def env(**extra) -> dict:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.launchers import MPIRUN, MPIRUN_ARGS, env
+from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS, env
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCHS = 40
@@ -91,9 +91,7 @@ def mpirun_with_mpi4py() -> str:
     mpirun = MPIRUN
     if mpirun is None:
         pytest.skip(f"mpirun is neither beside {sys.executable} nor on PATH (pip install 'spgnn[mpi]')")
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    if not MPI4PY:
         pytest.skip("mpi4py is not installed (pip install 'spgnn[mpi]')")
     return mpirun
 

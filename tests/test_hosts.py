@@ -129,9 +129,7 @@ exec ip netns exec "$ns" unshare --uts sh -c "hostname $ns; $*"
 
 
 def test_mpirun_with_a_host_file_trains_as_one(hosts, one_host, tmp_path):
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
+    if not launchers.MPI4PY:
         pytest.skip("needs mpi4py (pip install 'spgnn[mpi]')")
     if not launchers.MPIRUN or not shutil.which("unshare"):
         pytest.skip("needs mpirun (pip install 'spgnn[mpi]') and util-linux's unshare")

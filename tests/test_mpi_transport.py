@@ -17,15 +17,9 @@ from spgnn import plan
 from spgnn.config import TrainConfig
 from tests import launchers, mpi_helper
 from tests.graphs import small_graph
-from tests.launchers import MPIRUN, MPIRUN_ARGS
+from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS
 
-try:
-    import mpi4py.MPI  # noqa: F401
-    HAVE_MPI4PY = True
-except ImportError:
-    HAVE_MPI4PY = False
-
-pytestmark = pytest.mark.skipif(not (MPIRUN and HAVE_MPI4PY), reason=f"needs {'mpi4py' if MPIRUN else 'mpirun'} "
+pytestmark = pytest.mark.skipif(not (MPIRUN and MPI4PY), reason=f"needs {'mpi4py' if MPIRUN else 'mpirun'} "
                                 "(pip install 'spgnn[mpi]')")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,7 +13,6 @@ Under mpirun this module is the rank program: ``mpirun -np 4 python -m tests.tes
 """
 
 import pickle
-import shutil
 import sys
 from collections import defaultdict
 from dataclasses import replace
@@ -31,7 +30,8 @@ from spgnn.graph.graph import gcn_norm, mean_norm
 from spgnn.partition.partition import Partition, make_parts
 from spgnn.sparse import attention, kernels
 from tests.graphs import small_graph
-from tests.test_mpi_transport import HAVE_MPI4PY, mpirun
+from tests.launchers import MPI4PY, MPIRUN
+from tests.test_mpi_transport import mpirun
 
 P, F = 4, 6
 MATRICES = {"sym": gcn_norm(small_graph(n=47, seed=31).adj),
@@ -257,7 +257,7 @@ def test_overlap_on_and_off_match_reference_and_cost_model():
     _check(run_local(_rank, P, timeout_s=300), "torch")
 
 
-@pytest.mark.skipif(not (shutil.which("mpirun") and HAVE_MPI4PY),
+@pytest.mark.skipif(not (MPIRUN and MPI4PY),
                     reason="needs mpirun and mpi4py (pip install 'spgnn[mpi]')")
 def test_overlap_on_and_off_on_the_mpi_transport(tmp_path):
     out = tmp_path / "overlap.pkl"

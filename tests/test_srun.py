@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from spgnn import cli
 from spgnn.comm.launch import detect, run_local, slurm_first_host, slurm_rendezvous, slurm_tasks_per_node
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
@@ -114,3 +115,17 @@ def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
         for k, v in {"RANK": "1", "WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}.items():
             m.setenv(k, v)
         assert (detect().rank, detect().world_size) == (1, 2)
+
+
+def test_mpiruns_variables_left_by_a_program_that_started_mpi_are_named(monkeypatch, capsys):
+    """Open MPI 4 started alone (a program's `from mpi4py import MPI`) leaves OMPI_COMM_WORLD_SIZE=1 to the commands
+    it runs: `spgnn train --nprocs 2` there said only "drop --nprocs", which cannot help outside mpirun."""
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE") or k.startswith(("OMPI_", "PMI", "SLURM_", "MPI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    assert cli.main(["train", "--nprocs", "2", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "spgnn: error: --nprocs 2 disagrees with the 1 processes mpirun started: drop --nprocs; outside mpirun, unset "
+        "OMPI_COMM_WORLD_RANK, left by a program that started MPI"]
