@@ -1,4 +1,5 @@
-"""Reports as files: valid JSON (no NaN tokens), whatever numbers numpy computed."""
+"""Files written whole (`replace_whole`), and reports as such files: valid JSON (no NaN tokens), whatever numbers
+numpy computed."""
 
 from __future__ import annotations
 
@@ -28,6 +29,21 @@ def json_safe(obj):
     return obj
 
 
+def replace_whole(path: Path, write) -> None:
+    """`write(tmp)` to a temporary file beside `path` (``.NAME.PID.tmp``: two writers never share one), then that
+    file renamed over `path`, keeping the mode of a file already there: it is replaced whole or not at all. The
+    temporary file is removed where either step fails, and the error raised again."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        if path.exists():
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_json(path, obj, default=None) -> Path:
     """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing (`default`
     as json.dumps takes it); returns where it was written. Atomic: a file already at `path` is replaced whole or
@@ -36,19 +52,14 @@ def write_json(path, obj, default=None) -> Path:
     text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
     path = Path(path)
     real = path.resolve()                           # a link's target is written, not replaced by a file
-    tmp = real.with_name(f".{real.name}.{os.getpid()}.tmp")
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         if real.exists() and not real.is_file():    # /dev/null, a pipe: written to, never replaced
             real.write_text(text)
-            return path
-        tmp.write_text(text)
-        if real.exists():
-            os.chmod(tmp, stat.S_IMODE(real.stat().st_mode))
-        os.replace(tmp, real)
+        else:
+            replace_whole(real, lambda tmp: tmp.write_text(text))
         return path
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         why = e.strerror or str(e)
     fd, kept = tempfile.mkstemp(prefix=f"{path.stem}-", suffix=path.suffix or ".json")
     with os.fdopen(fd, "w") as f:

@@ -238,7 +238,7 @@ def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "saved"
-        tmp = tmp_path / f"{checkpoint.FILE}.{writer.pid}.tmp"
+        tmp = tmp_path / f".{checkpoint.FILE}.{writer.pid}.tmp"
         writer.stdin.write("\n")
         writer.stdin.flush()
         while not (tmp.exists() and tmp.stat().st_size > 0):

@@ -33,6 +33,7 @@ from ..cost import BlockStats
 from ..errors import SpgnnError
 from ..graph.datasets import source_files
 from ..graph.validate import check_features, check_labels, check_masks, check_targets
+from ..jsonfile import replace_whole
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
@@ -390,9 +391,7 @@ def remember_source(dataset, options: dict, folder, cache_dir=None) -> None:
         return
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".{entry.name}.tmp-{os.getpid()}")
-        tmp.write_text(json.dumps({"folder": Path(folder).name}))
-        os.replace(tmp, entry)
+        replace_whole(entry, lambda tmp: tmp.write_text(json.dumps({"folder": Path(folder).name})))
     except OSError:
         pass
 

@@ -16,7 +16,7 @@
     config      the run's TrainConfig
     digest      SHA-256 of all of the above (`digest`), checked when it is read: a file changed since is refused
 
-A write goes to ``checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
+A write goes to ``.checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
 previous checkpoint, so a crash mid-write leaves the previous one intact. Nothing depends on P, the algorithm or
 the grid: a checkpoint resumes under another P, algorithm or grid (to float rounding; under the same ones, bit for
 bit).
@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ..errors import SpgnnError
+from ..jsonfile import replace_whole
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -96,17 +97,15 @@ def loadable(obj, what: str) -> None:
 
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
-    path, tmp = Path(folder) / FILE, Path(folder) / f"{FILE}.{os.getpid()}.tmp"
-    for old in Path(folder).glob(f"{FILE}.*.tmp"):     # a writer killed mid-write left its file: gone with it
-        pid = old.name[len(FILE) + 1:-len(".tmp")]
+    path = Path(folder) / FILE
+    for old in Path(folder).glob(f".{FILE}.*.tmp"):    # a writer killed mid-write left its file: gone with it
+        pid = old.name[len(FILE) + 2:-len(".tmp")]
         if pid.isdigit() and not _alive(int(pid)):
             old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        replace_whole(path, lambda tmp: torch.save(state, tmp))
     except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
-        tmp.unlink(missing_ok=True)
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
                          "unchanged; free space or give another folder") from None
