@@ -20,7 +20,6 @@ from .comm.agree import agree, on_rank0
 from .config import TrainConfig, plugin_options
 from .errors import SpgnnError
 from .graph import validate
-from .graph.build import reading
 from .graph.datasets import load_dataset
 from .graph.ogbl import ogbl_folder
 from .jsonfile import write_json
@@ -54,13 +53,8 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
     if calibration:
         from .cost import load_calibration, load_rates
 
-        try:
-            with reading(calibration):
-                load_calibration(calibration)
-                load_rates(calibration)
-        except SpgnnError as e:         # one remedy: the loaders' own ("calibrate again"), else this one
-            raise e if "calibrate" in str(e) else \
-                SpgnnError(f"{e}; give --calibration a file written by spgnn calibrate --output") from None
+        load_calibration(calibration)
+        load_rates(calibration)
     if resume:
         checkpoint.readable(resume)
     if checkpoint_dir:

@@ -26,7 +26,9 @@ import inspect
 import json
 import math
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -379,18 +381,20 @@ def load_calibration(path) -> dict:
     `DEFAULT_ALPHA_BETA` figures. Schemas 1 and 2 fitted a broadcast's β to the b bytes a member receives; measured
     in a group of g, that is β·g/(2(g−1)) a byte of today's `charged_bytes` (the same at g = 2)."""
     data = _calibration(path)
-    for op, v in data["collectives"].items():
-        if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
-            raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate again "
-                             "with at least two --sizes")
-        if not all(_figure(v.get(k)) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
-            raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must be "
-                             "finite numbers of at least 0: calibrate again")
-    g = max(int(data.get("world_size", 2)), 2)
-    old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
-    return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
-                                      v["beta_s_per_byte"] * (g / (2 * (g - 1)) if old and op == "broadcast" else 1))
-                                 for op, v in data["collectives"].items()}
+    with _not_a_calibration(path):
+        for op, v in data["collectives"].items():
+            if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
+                raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate "
+                                 "again with at least two --sizes")
+            if not all(_figure(v.get(k)) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
+                raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must "
+                                 "be finite numbers of at least 0: calibrate again")
+        g = max(int(data.get("world_size", 2)), 2)
+        old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
+        return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
+                                          v["beta_s_per_byte"] * (g / (2 * (g - 1)) if old and op == "broadcast"
+                                                                  else 1))
+                                     for op, v in data["collectives"].items()}
 
 
 def load_rates(path=None) -> Rates:
@@ -402,14 +406,11 @@ def load_rates(path=None) -> Rates:
     if path is None:
         return DEFAULT_RATES
     data = _calibration(path)
-    try:
+    with _not_a_calibration(path):
         rates = replace(DEFAULT_RATES, cores=data.get("cores", DEFAULT_RATES.cores), comm_ranks=data["world_size"])
         if "compute" in data:
             rates = with_measured(rates, {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None,
                                           "alone": None} | data["compute"])
-    except (KeyError, TypeError) as e:
-        raise SpgnnError(f"{path} is not a calibration spgnn reads ({type(e).__name__}: {e}): calibrate again with "
-                         "this version's spgnn calibrate --output") from None
     if bad := next((b for r in (rates, rates.alone) if r is not None for b in [implausible(r)] if b), None):
         raise SpgnnError(f"{path}: {bad} is no figure a machine could have (rates positive, seconds at least 0, "
                          "cores at least 1): calibrate again")
@@ -417,15 +418,34 @@ def load_rates(path=None) -> Rates:
 
 
 def _calibration(path) -> dict:
-    """The JSON of a calibration file, SpgnnError where its schema is none this spgnn reads (a later version's)."""
+    """The JSON of a calibration file, SpgnnError where it cannot be read, is no JSON object, or its schema is none
+    this spgnn reads (a later version's)."""
     from .comm.calibrate import SCHEMA
 
-    data = json.loads(open(path).read())
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:      # missing, unreadable, not text, not JSON
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+        raise SpgnnError(f"cannot read the calibration {path} ({why}): give a file written by spgnn calibrate "
+                         "--output") from None
+    if not isinstance(data, dict):
+        raise SpgnnError(f"{path} is not a calibration spgnn reads (JSON {type(data).__name__}, not an object): give "
+                         "a file written by spgnn calibrate --output")
     (name, _, version), (ours, _, latest) = str(data.get("schema", SCHEMA)).rpartition("/"), SCHEMA.rpartition("/")
     if name != ours or not version.isdigit() or not 1 <= int(version) <= int(latest):
         raise SpgnnError(f"{path} is of schema {data.get('schema')!r}, which this spgnn does not read (it reads "
                          f"{SCHEMA} and earlier): calibrate again with this version's spgnn calibrate --output")
     return data
+
+
+@contextmanager
+def _not_a_calibration(path):
+    """A calibration file of the wrong layout (a field missing, of the wrong type) as one SpgnnError."""
+    try:
+        yield
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise SpgnnError(f"{path} is not a calibration spgnn reads ({type(e).__name__}: {e}): calibrate again with "
+                         "this version's spgnn calibrate --output") from None
 
 
 def _figure(v) -> bool:

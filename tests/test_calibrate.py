@@ -95,6 +95,26 @@ def test_a_calibration_no_run_can_use_is_refused_before_any_work(change, needle,
     assert needle in err and not ("calibrate again" in err and "give --calibration a file" in err)   # one remedy
 
 
+@pytest.mark.parametrize("text, needle", [
+    (None, "cannot read the calibration {path} (No such file or directory): give a file written by spgnn calibrate"),
+    ("[1]", "{path} is not a calibration spgnn reads (JSON list, not an object): give a file written by spgnn"),
+    ("nope", "cannot read the calibration {path} (JSONDecodeError: Expecting value"),
+])
+def test_a_file_that_is_no_calibration_is_one_line_with_one_remedy(text, needle, tmp_path, capsys):
+    """The loaders say what is wrong and what to do themselves: the command line added its remedy where their
+    message lacked the word "calibrate", and a JSON list was "AttributeError: 'list' object has no attribute
+    'get'"."""
+    from spgnn.cli import main
+
+    path = tmp_path / "c.json"
+    if text is not None:
+        path.write_text(text)
+    for command in (["train", "--dataset", "sbm:60:3", "--epochs", "1", "--quiet"], ["cost", "--nprocs", "2"]):
+        assert main([*command, "--calibration", str(path)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert line.startswith(f"spgnn: error: {needle.format(path=path)}") and line.count("give") == 1, line
+
+
 def test_calibrate_refuses_what_train_refuses(capfd):
     """--device bogus started both ranks and failed in their collectives; --timeout 0 was blamed on the network;
     --sizes 1,2 are one message size once rounded to words, which fitted α = 0 and 1/β = 0 GB/s."""
