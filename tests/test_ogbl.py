@@ -223,6 +223,16 @@ def test_ogbl_vessel_is_judged_by_roc_auc(tmp_path):
     assert not any(k.startswith("val_hits") for k in report["final"])
 
 
+@pytest.mark.parametrize("split, label", [("throughput", "hits@100"), ("target", "hits@20"), ("spatial", "rocauc"),
+                                          ("time", "hits@50")])
+def test_a_renamed_folder_is_judged_by_its_split_type(tmp_path, split, label):
+    """A folder renamed away from OGB's name (ogbl_ppa to ppa-2025, say) was judged by Hits@50; the split types
+    throughput, target and spatial are ogbl-ppa's, ogbl-ddi's and ogbl-vessel's alone."""
+    folder = write_folder(tmp_path, "hits").rename(tmp_path / "my-graph")
+    (folder / "split" / "time").rename(folder / "split" / split)
+    assert read_held_out(folder).label == label
+
+
 def test_split_files_in_both_torch_formats_and_as_tensors(tmp_path):
     d = {"source_node": np.arange(4), "target_node_neg": np.arange(12).reshape(4, 3)}
     for i, save in enumerate([lambda o, p: torch.save(o, p, pickle_protocol=4),

@@ -16,8 +16,10 @@ A folder (the unzipped download, or ``ogbl_NAME`` under the ``ogb`` package's ro
 (`spgnn.graph.build.unpickle`; OGB writes numpy arrays, in torch's zip or its older format), or, when they hold
 tensors, by ``torch.load(weights_only=True)``: no code in them runs. The graph is symmetrised and its self-loops
 dropped, as every spgnn graph; every training edge must be one of its edges. The figure OGB judges a split by is
-Hits@K for the first kind (K = 100 for ogbl-ppa, 20 for ogbl-ddi, else 50, ogbl-collab's) and MRR for the second
-(`spgnn.metrics.hits_at_k`, `spgnn.metrics.mrr`).
+Hits@K for the first kind (K = 100 for ogbl-ppa, 20 for ogbl-ddi, else 50, ogbl-collab's; ROC-AUC for
+ogbl-vessel) and MRR for the second (`spgnn.metrics.hits_at_k`, `spgnn.metrics.mrr`). The dataset is known by its
+folder's name, or, in a folder renamed, by a split type only one dataset has (ppa's ``throughput``, ddi's
+``target``, vessel's ``spatial``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from .ogb import _counts, _csv, _file, _name
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 HITS_K = {"ogbl-ppa": 100, "ppassoc": 100, "ogbl-ddi": 20, "ddi": 20}     # OGB's master.csv; every other: 50
 ROCAUC = {"ogbl-vessel", "vessel"}          # edge_neg folders OGB judges by ROC-AUC (its master.csv), not Hits@K
+BY_SPLIT = {"throughput": "ogbl-ppa", "target": "ogbl-ddi", "spatial": "ogbl-vessel"}   # split types one dataset has
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C      # the first pickle of torch.save's format before the zip one
 
 
@@ -211,9 +214,10 @@ def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut
     if len(kinds) != 1:
         raise SpgnnError(f"{where}: valid.pt and test.pt hold negatives of different kinds ({sorted(kinds)})")
     name = _name(folder)
+    judged = name if name in HITS_K or name in ROCAUC else BY_SPLIT.get(where.name, name)   # a folder renamed
     metric, k = kinds.pop()
-    metric = "rocauc" if name in ROCAUC else metric         # its positives against the file's negatives
-    return HeldOut(name, where.name, n, metric, k or HITS_K.get(name, 50), pairs, files)
+    metric = "rocauc" if judged in ROCAUC else metric       # its positives against the file's negatives
+    return HeldOut(name, where.name, n, metric, k or HITS_K.get(judged, 50), pairs, files)
 
 
 def fingerprint(folder: str | os.PathLike) -> str:
