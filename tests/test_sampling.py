@@ -352,8 +352,18 @@ def test_bad_input():
                         ([-1], "holds int64 ids outside"), ([0.0, 1.0], "holds float64 ids outside")):  # sampled before
         with pytest.raises(SpgnnError, match=f"^sample: seed set 1 {what}"):
             NodeSampler(mean_norm(g.adj), [3]).sample([np.array([0]), np.array(seeds)], [0, 1])
+    for seeds, keys, what in (([np.array([[0, 1]])], [0], r"seed set 0 is an array of shape \(1, 2\)"),
+                              ([np.array(3)], [0], r"seed set 0 is an array of shape \(\)"),
+                              ([np.array([0])], [1.2], "key 1.2 is not an integer"),     # drew key 1's minibatch
+                              ([np.array([0])], [None], "key None is not an integer")):
+        with pytest.raises(SpgnnError, match=f"^sample: {what}"):
+            NodeSampler(mean_norm(g.adj), [3]).sample(seeds, keys)
     with pytest.raises(SpgnnError, match=r"sizes per layer must be positive integers, got \[3, 2.5\]"):
         NodeSampler(mean_norm(g.adj), [3, 2.5])                  # cut to 2 before
+    with pytest.raises(SpgnnError, match=r"sizes per layer must be positive integers, got \[\]"):
+        NodeSampler(mean_norm(g.adj), np.array([], int))        # "truth value of an array is ambiguous" before
+    empty = NodeSampler(mean_norm(g.adj)[:0], [3], first=g.n)   # a rank's empty block row: scipy's dtype error
+    assert empty.diag.shape == empty.row_sum.shape == (0,)
     with pytest.raises(SpgnnError, match="^make_sampler takes N whole"):
         make_sampler("sage:3", mean_norm(g.adj)[5:9])            # a block row taken as rows 0, 1, …
     with pytest.raises(SpgnnError, match="^make_distributed_sampler: replication 2 but the layout given has c = 1"):

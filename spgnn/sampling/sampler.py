@@ -19,7 +19,9 @@ frontier F_b of minibatch b starts as its seeds and grows by one hop per layer, 
 Both give each minibatch, per layer, a block B (|F_b| × |F_b ∪ new|): rows are the layer's output nodes,
 columns its input nodes, the output nodes first (so GraphSAGE's root term and GCN's self loop see them).
 Block values: the diagonal of N kept exactly; a sampled edge (i, j) weighted N_ij / π_j, π_j the inclusion
-probability (constant within a row for node-wise; ≈ min(1, s·p_j) for LADIES, 1 when s covers the support);
+probability (constant within a row for node-wise; for LADIES the paper's min(1, s·p_j), 1 when s covers the
+support: exact for s draws with replacement, while S_b is drawn without, whose inclusion probabilities are lower
+for the likeliest columns, so those are weighted down against the rest, by up to about 18% on a small graph);
 each row's off-diagonal part rescaled to N_off's row sum.
 With fanout ≥ degree the block is exactly the rows F_b of N (mean for SAGE, D^-½(A+I)D^-½ for GCN).
 
@@ -149,14 +151,14 @@ class Sampler:
     def __init__(self, norm_adj: sp.spmatrix, sizes, first: int = 0):
         """`norm_adj`: the normalised N (n×n), or rows first, first+1, … of it (a block row, m×n; then `diag`
         and `row_sum` hold those rows' only, `spgnn.sampling.distributed` completes them)."""
+        sizes = list(sizes)
         if not sizes or any(int(s) != s or s <= 0 for s in sizes):
-            raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {list(sizes)}")
-        sizes = [int(s) for s in sizes]
-        self.sizes = sizes
+            raise SpgnnError(f"{self.kind} sampler: sizes per layer must be positive integers, got {sizes}")
+        self.sizes = [int(s) for s in sizes]
         n_mat = sp.csr_matrix(norm_adj, dtype=np.float64)
         m, self.n = n_mat.shape
         at = (np.arange(m), first + np.arange(m))
-        self.diag = np.asarray(n_mat[at]).ravel()
+        self.diag = n_mat.diagonal(k=first)[:m]                 # N[first + i, first + i]: none in an empty block
         off = sp.csr_matrix(n_mat - sp.csr_matrix((self.diag, at), shape=n_mat.shape))
         off.eliminate_zeros()
         off.sort_indices()
@@ -167,8 +169,13 @@ class Sampler:
         """Minibatches for seed arrays `seeds[b]` (global ids, distinct) drawn with integer keys `keys[b]`."""
         if len(seeds) != len(keys):
             raise SpgnnError(f"sample: {len(seeds)} seed sets but {len(keys)} keys")
+        if bad := [k for k in keys if not isinstance(k, int | np.integer) or isinstance(k, bool)]:
+            raise SpgnnError(f"sample: key {bad[0]!r} is not an integer: each minibatch is drawn from an integer key")
         for b, s in enumerate(seeds):
             ids = np.asarray(s)
+            if ids.ndim != 1:
+                raise SpgnnError(f"sample: seed set {b} is an array of shape {ids.shape}: pass each minibatch's "
+                                 "seeds as one flat array of node ids")
             if ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= self.n):
                 raise SpgnnError(f"sample: seed set {b} holds {ids.dtype} ids outside [0, {self.n}): pass the global "
                                  "ids of the graph's nodes, as integers")
