@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import fixed_parts, get_partitioner, make_partition, saved_meta
+from .partition.partition import file_sha256, fixed_parts, get_partitioner, make_partition, saved_meta
 from .progress import stage
 
 
@@ -219,10 +219,11 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
         raise SpgnnError(f"{where} is partitioned already (by {method}): --partition {cfg.partition} does not apply "
                          "to it; drop --partition or partition anew with spgnn partition --output")
     folder = given_folder(cfg) is not None                  # given partitioned (else the cache made it from cfg)
-    if not named and folder:                                # is the file the folder's partition?
+    if not named and folder:                                # is the file the folder's partition (or its source)?
         meta = saved_meta(cfg.partition)
-        if not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] != \
-                [method, made.get("params", {}), made.get("seed", 0), K, parts.info.graph_hash]:
+        if (not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] !=
+                [method, made.get("params", {}), made.get("seed", 0), K, parts.info.graph_hash]) and \
+                made.get("file_sha256") != file_sha256(cfg.partition):
             raise SpgnnError(f"{where} is partitioned already (by {method}, seed {made.get('seed', 0)}, {K} parts): "
                              f"--partition {cfg.partition} is not that partition of this graph and does not apply "
                              "to it; drop --partition or partition anew with spgnn partition --output")

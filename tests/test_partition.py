@@ -315,6 +315,13 @@ def test_cli_partition_saves_and_train_uses_it(tmp_path, capsys):
     for key in ("edge_cut", "comm_volume", "nnz_imbalance"):                # the saved vector's cut, not block's
         assert used["metrics"][key] == rows[0][key], key
     np.testing.assert_allclose([e["loss"] for e in report["epochs"]], [e["loss"] for e in one["epochs"]], rtol=1e-5)
+    # a bare part vector under --nprocs: the processes were handed the cache folder made from it, and refused the
+    # file as "not that partition of this graph" (its folder did not record which file it was made from)
+    np.save(tmp_path / "bare.npy", np.arange(report["graph"]["n"]) % 2)
+    assert cli.main(train + [str(tmp_path / "bare.json"), "--partition", str(tmp_path / "bare.npy"),
+                             "--nprocs", "2"]) == 0, capsys.readouterr().err
+    bare = json.loads((tmp_path / "bare.json").read_text())
+    np.testing.assert_allclose([e["loss"] for e in bare["epochs"]], [e["loss"] for e in one["epochs"]], rtol=1e-5)
 
 
 # ---------------------------------------------------------------------------------------------- node order

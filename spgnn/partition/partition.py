@@ -304,6 +304,15 @@ def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
     return parts, meta
 
 
+def file_sha256(path) -> str:
+    """SHA-256 of a partition file's bytes: what a partition made from the file records of it."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 24):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def saved_meta(path) -> dict:
     """What a `save_partition` file records of its partition (its meta only is read: method, params, seed, nparts,
     graph_hash, ...); {} for a bare part vector (.npy or text). SpgnnError when there is no such file."""
@@ -383,7 +392,8 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
                              f"of each of the {n} nodes (an integer array of {n})")
     elif saved:
         parts, meta = load_parts(method, adj, P)
-        info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method)}
+        info = {k: meta[k] for k in ("method", "params", "seed") if k in meta} | {"file": str(method),
+                                                                                 "file_sha256": file_sha256(method)}
     else:
         parts, info = method, {"method": "array"}
     return check_parts(parts, n, P), info

@@ -128,7 +128,8 @@ class PartitionedDataset:
                                   np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
                                   dict(g.get("label_counts", {})), g.get("split_hash", ""), g.get("source", ""))
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
-                "node_order": p.get("node_order", "natural"), "folder": str(self.path)}
+                "node_order": p.get("node_order", "natural"), "folder": str(self.path)} | (
+                {"file_sha256": p["file_sha256"]} if "file_sha256" in p else {})       # made from a partition file
         except KeyError as e:
             raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: {REMAKE}") from None
         except (TypeError, ValueError) as e:
@@ -294,7 +295,8 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
                 "partition": {"id": ident, "nparts": len(sizes), "method": str(partition.get("method")),
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "node_order": partition.get("node_order", "natural"),
-                              "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)},
+                              "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)}
+                             | {k: partition[k] for k in ("file_sha256",) if k in partition},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         if overwrite and path.exists():
@@ -330,11 +332,11 @@ def cache_root(cache_dir=None) -> Path:
 def cache_folder(root, graph, method, params: dict, seed: int, nparts: int) -> Path:
     """The cache folder of `graph` partitioned by `method` (a name, a file or an array) into `nparts` parts; a named
     partitioner's folder is another once its code or the versions it runs on change (`fingerprint`)."""
-    from .partition import fingerprint, get_partitioner, graph_hash
+    from .partition import file_sha256, fingerprint, get_partitioner, graph_hash
 
     made_by = fingerprint(fn) if isinstance(method, str) and (fn := get_partitioner(method)) is not None else None
     if isinstance(method, (str, Path)) and Path(method).is_file():
-        method = "file:" + hashlib.sha256(Path(method).read_bytes()).hexdigest()
+        method = f"file:{file_sha256(method)}:recorded"     # (its folder records that digest, for `fit_parts`)
     elif not isinstance(method, str):
         method = "array:" + hashlib.sha256(np.ascontiguousarray(method, np.int64).tobytes()).hexdigest()
     key = json.dumps([FORMAT, graph_hash(graph.adj), hashlib.sha256(graph.x.tobytes()).hexdigest(),
