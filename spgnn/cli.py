@@ -257,9 +257,9 @@ def train(args, argv) -> int:
         raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
                          "training): add --sampler, or drop them to train full-batch")
     def files():
-        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset)
         if cfg.resume:                  # its epochs, and a full-batch model's fields (a sampler sets the layers)
-            checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None)
+            checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None)     # (before a folder is made)
+        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset)
 
     if launch.detect().kind == "single":     # the files rank 0 writes or reads, before any work, said once
         files()

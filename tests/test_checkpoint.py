@@ -161,13 +161,25 @@ def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
     ({"seed": 1}, "another run (seed 0 here 1)"),
     ({"dropout": 0.1}, "another run (dropout 0.5 here 0.1)"),
     ({"feature_norm": "none"}, "another run (feature_norm 'row' here 'none')"),
-    ({"partition": "random"}, "another run (partition 'block' here 'random')"),
-    ({"epochs": 2}, "has trained 2 epochs already, --epochs 2 leaves none to run"),
-    ({"epochs": 1}, "has trained 2 epochs already, --epochs 1 leaves none to run"),
+    ({"epochs": 1}, "has trained 2 epochs already, more than --epochs 1: give --epochs of at least 2"),
 ])
 def test_resume_refuses_what_would_change_the_run(written, change, needle):
     with pytest.raises(SpgnnError, match=re.escape(needle)):
         _resume(written, **change)
+
+
+def test_resume_under_another_partition_and_to_as_many_epochs(written):
+    """No result depends on the partition, yet a resume under another one was refused, so a checkpoint of a run on a
+    partition file resumed on no other P; and a run that died after its last checkpoint, in its final evaluation
+    or report, could not be finished: --epochs as many as it trained "left none to run"."""
+    whole = _resume(written, epochs=3)
+    other = _resume(written, epochs=3, partition="random")
+    np.testing.assert_allclose([e["loss"] for e in other["epochs"]], [e["loss"] for e in whole["epochs"]], rtol=1e-5)
+    finished = _resume(written, epochs=2)                                   # none ran: evaluated and reported
+    whole = Trainer(TrainConfig(**BASE | {"epochs": 2}), Comm(0, 1)).run(log=None)
+    assert [{k: v for k, v in e.items() if k != "time_s"} for e in finished["epochs"]] == \
+        [{k: v for k, v in e.items() if k != "time_s"} for e in whole["epochs"]]
+    assert (finished["best"], finished["final"]) == (whole["best"], whole["final"])
 
 
 def test_resume_refuses_another_way_of_training(written, tmp_path):
@@ -266,19 +278,21 @@ def test_a_resumed_run_keeps_only_the_evaluations_of_its_schedule(tmp_path):
     assert resumed["best"] == whole["best"]
 
 
-def test_a_resume_that_cannot_run_is_refused_before_any_work(written, capsys):
-    """--resume with --epochs the checkpoint has reached, or another --hidden, was found after the processes had
-    started, partitioned and set up."""
+def test_a_resume_that_cannot_run_is_refused_before_any_work(written, capsys, tmp_path):
+    """--resume with --epochs the checkpoint has passed, or another --hidden, was found after the processes had
+    started, partitioned and set up; and after the folders of --output and --checkpoint were made."""
     from spgnn.cli import main
 
-    base = ["train", "--dataset", "cora", "--nprocs", "2", "--resume", str(written)]
-    for extra, needle in ((["--epochs", "2", "--hidden", "8"], "has trained 2 epochs already, --epochs 2"),
+    base = ["train", "--dataset", "cora", "--nprocs", "2", "--resume", str(written), "--output",
+            str(tmp_path / "out" / "r.json"), "--checkpoint", str(tmp_path / "new" / "deep")]
+    for extra, needle in ((["--epochs", "1", "--hidden", "8"], "has trained 2 epochs already, more than --epochs 1"),
                           (["--epochs", "9", "--hidden", "16"], "is of another model (hidden 8 here 16)"),
                           (["--epochs", "9", "--hidden", "8", "--seed", "3"], "is of another run (seed 0 here 3)")):
         capsys.readouterr()
         assert main(base + extra) == 2
         out, err = capsys.readouterr()
         assert needle in err and "partitioning" not in out and "setting up" not in out, (out, err)
+        assert not {"out", "new"} & {p.name for p in tmp_path.iterdir()}
 
 
 def test_a_split_of_the_same_sizes_is_another_run(tmp_path):

@@ -113,13 +113,13 @@ def save(folder, state: dict) -> Path:
 
 
 KEYS = {"epoch", "model", "optimizer", "progress", "identity"}
-RUN_FIELDS = ("seed", "dropout", "feature_norm", "partition")
+RUN_FIELDS = ("seed", "dropout", "feature_norm")    # (not the partition: no result depends on it)
 ALWAYS = RUN_FIELDS + ("split",)    # in every checkpoint's "run"; what a run adds (`Run.training`) only where kept
 
 
 def run_identity(cfg, info) -> dict:
     """What else a checkpoint must agree with to resume, as it fixes the run: the seed (split, weights' draws,
-    dropout masks), dropout, feature normalisation, partition, the split's sizes and, where known, the split itself
+    dropout masks), dropout, feature normalisation, the split's sizes and, where known, the split itself
     (`spgnn.partition.share.split_hash`: a partitioned folder made with another seed has the same sizes)."""
     from ..partition.share import SPLITS, split_hash, split_sum
 
@@ -162,9 +162,9 @@ def _same_run(path, state: dict, mine: dict) -> None:
         raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
 
 
-RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, --partition, split and way of training "
-               "(full-batch, or the same --sampler and --batch-size; a link run's --self-pairs) (a new --lr and more "
-               "--epochs are allowed)")
+RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, split and way of training (full-batch, "
+               "or the same --sampler and --batch-size; a link run's --self-pairs) (a new --lr or --weight-decay, "
+               "more --epochs, another P, --algo, grid or --partition are allowed)")
 FIXES = {"graph": "resume on the data it was trained on",
          "model": "resume with the same --model, --layers, --hidden, --batch-norm and the model's own options (such "
                   "as --heads)"}
@@ -246,9 +246,11 @@ def _same(path, what: str, theirs: dict, mine: dict) -> None:
 
 
 def _beyond(path, state: dict, epochs: int | None) -> None:
-    if epochs is not None and epochs <= state["epoch"] + 1:
-        raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, --epochs {epochs} leaves none to "
-                         f"run: give --epochs above {state['epoch'] + 1} (the total, not the epochs to add)")
+    """SpgnnError where the checkpoint has trained more than `epochs`; as many: the run only evaluates and reports
+    (a run that died after its last checkpoint, in its final evaluation or report, is finished so)."""
+    if epochs is not None and epochs < state["epoch"] + 1:
+        raise SpgnnError(f"{path} has trained {state['epoch'] + 1} epochs already, more than --epochs {epochs}: give "
+                         f"--epochs of at least {state['epoch'] + 1} (the total, not the epochs to add)")
 
 
 def model_shapes(model) -> dict:

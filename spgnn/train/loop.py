@@ -74,7 +74,7 @@ class Run:
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
             self.restore(state["progress"]["counters"])
             start = state["epoch"] + 1
-            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, self.metric,
+            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, cfg.epochs, self.metric,
                                         self.task.higher_is_better)
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
@@ -178,14 +178,15 @@ class Run:
 RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an evaluation adds its figures
 
 
-def on_schedule(records: list[dict], eval_every: int, metric: str = "acc",
+def on_schedule(records: list[dict], eval_every: int, epochs: int, metric: str = "acc",
                 higher: bool = True) -> tuple[list[dict], dict]:
-    """A resumed run's records carried over, as the uninterrupted run would have them: evaluated only every
-    `eval_every` epochs (a checkpoint's last epoch was evaluated as the end of its own, shorter run), and the best
-    of those by ``val_<metric>`` (`better`)."""
+    """A resumed run's records carried over, as the uninterrupted run of `epochs` would have them: evaluated only
+    every `eval_every` epochs and at its last (a checkpoint's last epoch was evaluated as the end of its own run,
+    which may be shorter), and the best of those by ``val_<metric>`` (`better`)."""
     kept, best = [], {}
     for r in records:
-        r = r if eval_every and r["epoch"] % eval_every == 0 else {k: r[k] for k in RECORDED if k in r}
+        evaluated = eval_every and (r["epoch"] % eval_every == 0 or r["epoch"] == epochs - 1)
+        r = r if evaluated else {k: r[k] for k in RECORDED if k in r}
         best = better(r, best, metric, higher)
         kept.append(r)
     return kept, best
