@@ -104,6 +104,8 @@ def _resume(folder, **changes):
 def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
     with pytest.raises(SpgnnError, match="holds no checkpoint"):
         _resume(tmp_path)
+    with pytest.raises(SpgnnError, match="checkpoint.pt is a file: --resume takes the folder --checkpoint wrote"):
+        _resume(written / "checkpoint.pt")                  # was "holds no checkpoint (checkpoint.pt)"
     with pytest.raises(SpgnnError, match="another model.*hidden 8 here 16"):
         _resume(written, hidden=16)
     with pytest.raises(SpgnnError, match="another graph"):

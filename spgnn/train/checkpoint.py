@@ -133,6 +133,8 @@ def run_identity(cfg, info) -> dict:
 def readable(folder) -> Path:
     """The checkpoint file in `folder`, once it is there to be read; else SpgnnError."""
     path = Path(folder) / FILE
+    if Path(folder).is_file():
+        raise SpgnnError(f"{folder} is a file: --resume takes the folder --checkpoint wrote ({Path(folder).parent})")
     if not path.is_file():
         raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
     if not os.access(path, os.R_OK):
