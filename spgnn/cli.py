@@ -44,12 +44,15 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
-def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None, dataset=None) -> None:
+def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None, dataset=None,
+                 early=lambda: None) -> None:
     """What a run writes or reads later (its report, α-β figures, checkpoints), checked before any work, so
-    that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output."""
+    that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output;
+    what it reads first, then `early()` (what else its inputs must be), then whether it can write (which makes
+    the folders of --output and --checkpoint)."""
     if output:
         inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
-        _writable_file(output, "--output", "the report", inputs)
+        _not_an_input(output, "--output", "the report", inputs)
     if calibration:
         from .cost import load_calibration, load_rates
 
@@ -57,16 +60,24 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
         load_rates(calibration)
     if resume:
         checkpoint.readable(resume)
+    early()
+    if output:
+        _writable_file(output, "--output", "the report")
     if checkpoint_dir:
         checkpoint.writable(checkpoint_dir, bool(resume) and Path(resume).resolve() == Path(checkpoint_dir).resolve())
 
 
-def _writable_file(path, flag: str, what: str, inputs=()) -> None:
-    """SpgnnError unless file `path` (`flag`'s, where `what` goes) can be written, and is none of the `inputs`."""
-    out = Path(path)
-    if same := next((f for f in inputs if f and out.resolve() == Path(f).resolve()), None):
+def _not_an_input(path, flag: str, what: str, inputs) -> None:
+    """SpgnnError where file `path` (`flag`'s, where `what` goes) is one of the `inputs`."""
+    if same := next((f for f in inputs if f and Path(path).resolve() == Path(f).resolve()), None):
         raise SpgnnError(f"{flag} {path} is {same}, which the run reads: writing {what} there would replace it; "
                          f"give {flag} another path")
+
+
+def _writable_file(path, flag: str, what: str, inputs=()) -> None:
+    """SpgnnError unless file `path` (`flag`'s, where `what` goes) can be written, and is none of the `inputs`."""
+    _not_an_input(path, flag, what, inputs)
+    out = Path(path)
     existed = out.exists()
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -256,10 +267,9 @@ def train(args, argv) -> int:
                                                                 ("--replicate-graph", args.replicate_graph)) if value]):
         raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
                          "training): add --sampler, or drop them to train full-batch")
-    def files():
-        if cfg.resume:                  # its epochs, and a full-batch model's fields (a sampler sets the layers)
-            checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None)     # (before a folder is made)
-        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset)
+    def files():                        # a resume's epochs, and a full-batch model's fields (a sampler sets the layers)
+        _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset,
+                     lambda: cfg.resume and checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None))
 
     if launch.detect().kind == "single":     # the files rank 0 writes or reads, before any work, said once
         files()

@@ -276,8 +276,9 @@ def test_files_read_or_written_later_checked_at_start(tmp_path, capsys):
     (tmp_path / "nokey.json").write_text("{}")
     (tmp_path / "file").write_text("")
     cases = {
-        "missing calibration": (["--calibration", str(tmp_path / "absent.json")], "absent.json: FileNotFoundError"),
-        "malformed calibration": (["--calibration", str(tmp_path / "bad.json")], "bad.json: JSONDecodeError"),
+        "missing calibration": (["--calibration", str(tmp_path / "absent.json")],
+                                "absent.json (No such file or directory): give a file written"),
+        "malformed calibration": (["--calibration", str(tmp_path / "bad.json")], "bad.json (JSONDecodeError"),
         "calibration without fits": (["--calibration", str(tmp_path / "nokey.json")], "KeyError: 'collectives'"),
         "unwritable output": (["--output", str(tmp_path / "file" / "r.json")], "cannot write the report"),
         "output is a folder": (["--output", str(tmp_path)], "cannot write the report"),

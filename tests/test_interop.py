@@ -217,8 +217,7 @@ def test_from_pyg_keeps_pyg_s_edges_and_split():
     data = pyg_data()
     g = from_pyg(data, name="fake")
     assert not data.is_undirected() and not g.is_symmetric
-    loops = data.edge_index[0] == data.edge_index[1]
-    theirs = set(map(tuple, data.edge_index[:, ~loops].T.tolist()))
+    theirs = set(map(tuple, data.edge_index.T.tolist()))              # self-loops too, as PyG's layers see them
     ours = {(s, d) for d, s in zip(*g.adj.nonzero())}
     assert ours == theirs
     assert np.array_equal(g.x, data.x.numpy()) and np.array_equal(g.y, data.y.numpy())
@@ -254,13 +253,18 @@ def _losses(comm, model, data):
 
 
 @needs_pyg
+@pytest.mark.parametrize("copies", [False, True])
 @pytest.mark.parametrize("model", ["gcn", "sage"])
-def test_trainer_on_a_pyg_data_equals_pyg_layers(model):
+def test_trainer_on_a_pyg_data_equals_pyg_layers(model, copies):
     """The Trainer takes the Data itself: after training, its logits equal PyG's GCNConv/SAGEConv stack with the
     same weights on the same Data (directed, so the direction of edge_index counts), and the loss curve on two
-    processes equals the one on one."""
+    processes equals the one on one. With `copies`, edges listed twice and self-loops, which PyG's SAGEConv counts
+    and takes: from_pyg merged and dropped them (logits 0.3-0.9 apart)."""
     from tests.test_reference import _pyg_twin
     data = pyg_data(1)
+    if copies:
+        loops = torch.tensor([[0, 5, 7], [0, 5, 7]])
+        data.edge_index = torch.cat([data.edge_index, data.edge_index[:, :4], loops], 1)
     cfg = TrainConfig(model=model, hidden=8, dropout=0.0, epochs=3, feature_norm="none", algo="1d-halo")
     t = Trainer(cfg, Comm(0, 1), graph=data)
     losses = [e["loss"] for e in t.run(log=None)["epochs"]]

@@ -1,9 +1,10 @@
 """PyTorch Geometric's ``Data`` to a Graph and back.
 
 PyG's ``edge_index = [src, dst]`` is spgnn's A[dst, src] = 1, so a graph keeps its direction both ways: an
-undirected ``Data`` (both directions listed, as PyG's datasets store them) gives a symmetric A. Duplicate edges
-are merged and self-loops dropped (the layers add them back). PyG keeps several fixed splits as masks of shape
-[N, S]; ``split`` picks one column.
+undirected ``Data`` (both directions listed, as PyG's datasets store them) gives a symmetric A. A self-loop is
+kept and a duplicate edge counted (A[dst, src] its number of copies), as PyG's layers see them: GraphSAGE's mean
+and GIN's sum take the node itself and every copy. PyG keeps several fixed splits as masks of shape [N, S];
+``split`` picks one column.
 """
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ def _numpy(value, what: str) -> np.ndarray:
 def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:
     """The Graph of a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and optional ``train_mask``, ``val_mask``,
     ``test_mask`` ([N] or [N, S] for S fixed splits, ``split`` choosing one; without them, the per-class random
-    split of ``seed``); masks of one split, or none, refuse a ``split`` other than 0. ``symmetric``: add every
-    edge's reverse. Without ``edge_weight`` A is binary and self-loops are dropped (as every dataset's loader does);
-    with it ([E], as PyG's GCNConv takes it) A holds the weights, duplicate edges summed and self-loops kept, as PyG's
-    layers see them (``symmetric`` then refused: give both directions). ``edge_attr`` (edge features) is not
-    read."""
+    split of ``seed``); masks of one split, or none, refuse a ``split`` other than 0. A holds each edge once,
+    duplicates summed and self-loops kept, as PyG's layers see them: a weight of 1 each, or ``edge_weight`` ([E], as
+    PyG's GCNConv takes it; GraphSAGE and GIN weigh their mean and sum by it, where PyG's SAGEConv and GINConv
+    ignore it). GAT attends each distinct edge once, where PyG's GATConv attends every copy. ``symmetric``: add
+    every edge's reverse, into a binary A without self-loops (as every dataset's loader makes it; refused with
+    ``edge_weight``: give both directions). ``edge_attr`` (edge features) is not read."""
     edge_index = _numpy(getattr(data, "edge_index", None), "edge_index")
     if edge_index.ndim != 2 or edge_index.shape[0] != 2:
         raise SpgnnError(f"the PyG Data's edge_index has shape {edge_index.shape}, expected [2, E]")
@@ -40,8 +42,10 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
     found = {k: None if m is None else _numpy(m, f"{k}_mask").T for k, m in found.items()}   # PyG's [N, S]: [S, N]
     masks = split_masks(found, "the PyG Data", split or None)
     weights = getattr(data, "edge_weight", None)
+    weights = np.ones(edge_index.shape[1], np.float32) if weights is None and not symmetric else \
+        None if weights is None else _numpy(weights, "edge_weight")
     return assemble(name, edge_index[0], edge_index[1], x, y, directed=not symmetric, masks=masks, seed=seed,
-                    weights=None if weights is None else _numpy(weights, "edge_weight"))
+                    weights=weights)
 
 
 def to_pyg(graph: Graph):
