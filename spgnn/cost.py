@@ -168,7 +168,8 @@ class ModelCost:
             raise SpgnnError(f"the layers of {type(model).__name__} declare no sparse product (an Spmm or Attend) in "
                              "costs(), which is what the cost model predicts a layout by: declare each layer's Spmm "
                              "over its adjacency")
-        needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if norms else set())
+        normed = any(m.costs() for m in norms)
+        needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if normed else set())
         own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, bool(norms))
                     for i, layer in enumerate(layers))
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)

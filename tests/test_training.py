@@ -137,6 +137,15 @@ def test_batch_norm_evaluates_alike_at_every_P(model):
     assert {f"layers.{i}.weight{'' if model == 'gcn' else '2'}" for i in range(3)} <= moved
 
 
+def test_batch_norm_follows_hidden_layers_only():
+    """APPNP's class-width Linear, which only the propagation follows, had a batch norm of its logits, and that
+    Linear's bias a gradient taken as 0: it never trained."""
+    (_, moved), *_ = run_local(_batch_norm_run, 1, "appnp")
+    model = build_model("appnp", 10, 3, hidden=16, layers=3, batch_norm=True)
+    assert [type(m).__name__ for m in model.norms] == ["BatchNorm", "BatchNorm", "NoNorm"]
+    assert "layers.2.bias" in moved and "layers.1.bias" not in moved
+
+
 def test_a_library_run_writes_its_report_to_output(tmp_path):
     """TrainConfig(output=...) is every flag's field, yet only the command line wrote the report; a diverged run's
     report is written too."""

@@ -51,3 +51,14 @@ class BatchNorm(nn.Module):
             self.running_mean.lerp_(mean, self.momentum)
             self.running_var.lerp_(var * n / max(n - 1, 1), self.momentum)
         return xc * torch.rsqrt(var + self.eps) * self.weight + self.bias
+
+
+class NoNorm(nn.Module):
+    """The place of a batch norm after a layer no activation follows (APPNP's class-width Linear before its
+    propagation): the output as it is."""
+
+    def costs(self, grad_in: bool = True) -> list:
+        return []
+
+    def forward(self, algo, x: torch.Tensor) -> torch.Tensor:
+        return x

@@ -14,7 +14,7 @@ from torch import nn
 from ..errors import SpgnnError
 from ..hashing import dropout, mix_key
 from ..memory import release_kept
-from .norm import BatchNorm
+from .norm import BatchNorm, NoNorm
 from .registry import KeepsDraws, adjacencies_of, get_layer
 from .registry import options as layer_options
 
@@ -34,8 +34,8 @@ def in_place(layer, last: bool = False, norm: bool = False) -> bool:
 class GNN(KeepsDraws, nn.Module):
     """Layers `layers` (`spgnn.layers.Layer`s) in order: dropout (probability `dropout`) before each that takes it
     (`Layer.dropout_before`), the layer's `activation` after each but the last, global batch norm after each
-    hidden layer when `batch_norm`. Layer i runs in ledger layer i; a layer with `initial` gets the first layer's
-    output as h0, one that is `keyed` a hash key for its own random draws.
+    hidden layer (one an activation follows) when `batch_norm`. Layer i runs in ledger layer i; a layer with
+    `initial` gets the first layer's output as h0, one that is `keyed` a hash key for its own random draws.
 
     A batch norm subtracts the column means, so the bias a layer before it adds last (`Layer.shift`) changes no
     output: its gradient is 0, and is taken as exactly 0. (Computed, it is rounding noise of about 1e-7 that
@@ -45,8 +45,10 @@ class GNN(KeepsDraws, nn.Module):
     def __init__(self, layers: list, dropout: float = 0.5, seed: int = 0, batch_norm: bool = False, name: str = ""):
         super().__init__()
         self.layers = nn.ModuleList(layers)
-        self.norms = nn.ModuleList(BatchNorm(layer.f_out) for layer in layers[:-1]) if batch_norm else None
-        for layer in layers[:-1] if batch_norm else ():
+        hidden = [layer.activation is not None for layer in layers[:-1]]
+        self.norms = nn.ModuleList(BatchNorm(layer.f_out) if h else NoNorm() for layer, h in zip(layers, hidden)) \
+            if batch_norm else None
+        for layer in [layer for layer, h in zip(layers, hidden) if h] if batch_norm else ():
             bias = getattr(layer, layer.shift, None) if getattr(layer, "shift", None) else None
             if bias is not None and bias.requires_grad:
                 bias.register_hook(torch.zeros_like)
