@@ -494,6 +494,17 @@ def test_what_the_model_and_layout_api_would_drop_is_refused():
     with pytest.raises(SpgnnError, match="^--steps must be at least 1, got 0$"):
         build_model("appnp", 5, 3, steps=0)                     # the identity
     assert build_model("gcn", 5, 3, heads=4).layers[0].f_in == 5     # another layer's option: ignored, as documented
+    from spgnn.layers.appnp import APPNP
+    from spgnn.layers.gat import GATConv
+    from spgnn.layers.gcnii import GCN2Conv
+    for make, needle in ((lambda: build_model("gcn", 5, 3, layers=0), "build_model: f_in, classes, hidden and layers"),
+                         (lambda: build_model("gcnii", 5, 3, hidden=0), "build_model: f_in, classes, hidden and"),
+                         (lambda: GCN2Conv(4, layer=0), "GCN2Conv: layer must be at least 1"),     # ZeroDivisionError
+                         (lambda: GCN2Conv(4, theta=-5), "GCN2Conv: layer must be at least 1, theta positive"),
+                         (lambda: APPNP(4, alpha=3), "APPNP: steps must be at least 1 and alpha in"),
+                         (lambda: GATConv(4, 4, heads=0), "GATConv: heads must be at least 1")):    # each built
+        with pytest.raises(SpgnnError, match=f"^{re.escape(needle)}"):
+            make()
     with pytest.raises(SpgnnError, match="^memory_per_rank predicts each rank's peak memory by the model's"):
         DistGraph(dataset="cora", memory_per_rank="1GB")        # predicted for the built-in gcn, not the user's
     sum_of = type(ADJACENCIES["sum"])

@@ -4,6 +4,7 @@ example: an MLP of ``--layers`` Linear layers (ReLU between), then the propagati
 
 from __future__ import annotations
 
+from ..errors import SpgnnError
 from ..options import Option
 from .linear import Linear
 from .registry import Layer, Spmm, register_layer
@@ -20,6 +21,8 @@ class APPNP(Layer):
                       valid=lambda v: 0.0 <= v <= 1.0, must="in [0, 1]"))
 
     def __init__(self, f: int, steps: int = 10, alpha: float = 0.1):
+        if not (steps >= 1 and 0 <= alpha <= 1):
+            raise SpgnnError(f"APPNP: steps must be at least 1 and alpha in [0, 1], got steps {steps}, alpha {alpha}")
         super().__init__(f, f)
         self.steps, self.alpha = steps, alpha
 

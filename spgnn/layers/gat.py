@@ -8,6 +8,7 @@ import hashlib
 import torch
 import torch.nn.functional as F
 
+from ..errors import SpgnnError
 from ..hashing import mix_key
 from ..options import Option
 from . import init as inits
@@ -34,6 +35,9 @@ class GATConv(KeepsDraws, Layer):
 
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
                  negative_slope: float = 0.2, init: str = "auto"):
+        if not (heads >= 1 and 0 <= dropout < 1):
+            raise SpgnnError(f"GATConv: heads must be at least 1 and dropout in [0, 1), got heads {heads}, dropout "
+                             f"{dropout}")
         super().__init__(f_in, heads * f_out if concat else f_out)
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope

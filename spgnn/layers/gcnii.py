@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+from ..errors import SpgnnError
 from ..options import Option
 from . import init as inits
 from .linear import Linear
@@ -25,6 +26,9 @@ class GCN2Conv(Layer):
     draw = staticmethod(lambda scheme, f: {"weight": inits.glorot(f, f)})
 
     def __init__(self, f: int, alpha: float = 0.1, theta: float = 0.5, layer: int = 1, init: str = "auto"):
+        if not (layer >= 1 and theta > 0 and 0 <= alpha <= 1):
+            raise SpgnnError(f"GCN2Conv: layer must be at least 1, theta positive and alpha in [0, 1], got layer "
+                             f"{layer}, theta {theta}, alpha {alpha}")
         super().__init__(f, f)
         self.alpha, self.beta = alpha, math.log(theta / layer + 1)
         self.initialise(init, f)

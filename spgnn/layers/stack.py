@@ -106,6 +106,9 @@ def build_model(name: str, f_in: int, classes: int, hidden: int = 16, layers: in
     `classes` logits through `hidden` (its own options, e.g. GAT's heads, from `options`, each checked; another
     registered layer's ignored, a name no layer declares refused), weights drawn from torch's current seed."""
     cls = get_layer(name)
+    if not (min(f_in, classes, hidden, layers) >= 1 and 0 <= dropout < 1):
+        raise SpgnnError(f"build_model: f_in, classes, hidden and layers must be at least 1 and dropout in [0, 1), "
+                         f"got {f_in}, {classes}, {hidden}, {layers} and {dropout}")
     unknown = sorted(set(options) - set(layer_options()))
     if unknown:
         raise SpgnnError(f"build_model: no registered layer takes {', '.join(unknown)}; --model {name} takes "
