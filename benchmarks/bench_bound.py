@@ -107,19 +107,40 @@ def replay(ops) -> list:
 
 def spec(algo: str) -> dict:
     """The `TrainConfig` fields of an --algos item: ALGO, then ``:rcm`` or ``:natural`` (its --node-order) and
-    ``:FIELD=VALUE`` items (``sar:natural:precompute=off``)."""
+    ``:FIELD=VALUE`` items (``sar:natural:precompute=off``), each VALUE of its field's type (`typed`)."""
     name, *items = algo.split(":")
     out = {"algo": name, "node_order": "rcm"}
     for item in items:
         key, eq, value = item.partition("=")
-        out |= {key: value} if eq else {"node_order": item}
+        out |= {key: typed(key, value)} if eq else {"node_order": item}
     return out
 
 
+def typed(field: str, text: str):
+    """`text` as the `TrainConfig` field `field` takes it (``prefetch=2``: 2), as ``spgnn train`` parses its flag: by
+    the option's type; on/off for a bool; a name it does not know, or an optional string, as given. ValueError where
+    `text` is not of that type."""
+    from spgnn.config import FIELDS, plugin_options
+
+    kinds = {name: kind for name, kind, _ in FIELDS} | {name: o.type for name, o in plugin_options().items()}
+    kind = kinds.get(field, str)
+    if kind is bool:
+        if text not in ("on", "off"):
+            raise ValueError(f"{field}={text}: give on or off")
+        return text == "on"
+    if not callable(kind):                                  # str | None
+        return text
+    try:
+        return kind(text)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{field}={text}: not {getattr(kind, '__name__', 'a valid value')} ({e})") from None
+
+
 def config(dataset: str, algo: str, args) -> TrainConfig:
-    """The step's config: --model, --layers, --hidden, dropout 0, Adam lr 0.01, and the --algos item's fields."""
-    return TrainConfig(dataset=dataset, model=args.model, layers=args.layers, hidden=args.hidden, dropout=0.0, lr=0.01,
-                       weight_decay=0.0, **spec(algo))
+    """The step's config: --model, --layers, --hidden, dropout 0, Adam lr 0.01, weight decay 0, each overridden by
+    the --algos item's fields (``sar:hidden=64``)."""
+    return TrainConfig(**{"dataset": dataset, "model": args.model, "layers": args.layers, "hidden": args.hidden,
+                          "dropout": 0.0, "lr": 0.01, "weight_decay": 0.0} | spec(algo))
 
 
 def timed(fn, *args) -> float:
@@ -183,8 +204,9 @@ def table(rows, rec) -> str:
     lines += [f"| {r['algo']} | {r['step_ms']:.1f} | {r['dense_ms']:.1f} | {r['spmm_ms']:.1f} | {r['spmm_bw_ms']:.2f} "
               f"| {r['bound_ms']:.1f} | {r['step_over_bound']:.3f} | {r['step_over_products']:.3f} |" for r in rows]
     lines += ["", f"Bandwidth (median of rounds): copy {np.median(rec['copy_Bps']) / 1e9:.1f} GB/s, triad "
-              f"{np.median(rec['triad_Bps']) / 1e9:.1f} GB/s; SpMMs per step {rows[0]['spmm_calls']} "
-              f"({rows[0]['spmm_mb']:.1f} MB), dense products per step {rows[0]['dense_ops']}."]
+              f"{np.median(rec['triad_Bps']) / 1e9:.1f} GB/s.",
+              "A step: " + "; ".join(f"{r['algo']} {r['spmm_calls']} SpMMs ({r['spmm_mb']:.1f} MB), {r['dense_ops']} "
+                                     "dense products" for r in rows) + "."]
     return "\n".join(lines)
 
 
@@ -234,13 +256,13 @@ def main(argv=None) -> int:
     print(text)
     out = Path(args.out)
     png = out.with_suffix(".png")
-    plot(rows, png)
     write_json(out, {
         "schema": "spgnn.bench_bound/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "raw": rec,
         "text": text, "png": str(png)}, default=str)
-    print(f"wrote {out} and {png}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+    machine.plot_after("bench_bound", png, plot, rows)
     return 0
 
 

@@ -198,7 +198,8 @@ def parse_args(argv=None):
     p.add_argument("--sizes", default="4K,16K,64K,256K,1M,4M,16M,64M", help="message bytes per rank")
     p.add_argument("--ops", default=",".join(calibrate.OPS), help="collectives")
     p.add_argument("--repeats", type=machine.at_least(1), default=5, help="timed calls per point (median)")
-    p.add_argument("--budget-s", type=float, default=4.0, help="seconds per point after which 3 calls are enough")
+    p.add_argument("--budget-s", type=machine.at_least(0.0, float, above=True), default=4.0,
+                   help="seconds per point after which 3 calls are enough")
     p.add_argument("--epoch-dataset", default="rmat:17", help="dataset of the epoch comparison")
     p.add_argument("--hidden", type=int, default=128, help="hidden width of the epoch comparison")
     p.add_argument("--epochs", type=machine.at_least(1), default=10, help="epochs per training run")

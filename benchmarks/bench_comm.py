@@ -614,7 +614,6 @@ def main(argv=None) -> int:
 
     out = Path(args.out)
     png = out.with_suffix(".png")
-    plot(records, graphs, ex, png)
     write_json(out, {
         "schema": "spgnn.bench_comm/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": facts,
@@ -626,7 +625,8 @@ def main(argv=None) -> int:
         "all_exact": all(r["exact"] for r in records), "all_steady": all(r["steady"] for r in records),
         "measured": records, "extrapolation": ex, "text": "\n".join(text), "png": str(png),
     }, default=str)
-    print(f"\nwrote {out} and {png}", file=sys.stderr)
+    print(f"\nwrote {out}", file=sys.stderr)
+    machine.plot_after("bench_comm", png, plot, records, graphs, ex)
     if bad:
         print(f"!!! {len(bad)} runs: measured != predicted or unsteady (see the MISMATCH table and {out})",
               file=sys.stderr)

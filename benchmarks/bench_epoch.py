@@ -334,7 +334,7 @@ def parse_args(argv=None):
     machine.data_option(p)
     p.add_argument("--repeats", type=machine.at_least(1), default=10, help="timed rounds per group (median reported)")
     p.add_argument("--warmup", type=machine.at_least(0), default=2, help="untimed rounds first (caches fill)")
-    p.add_argument("--budget-s", type=float, default=120.0,
+    p.add_argument("--budget-s", type=machine.at_least(0.0, float, above=True), default=120.0,
                    help=f"stop a group's timed rounds after this many seconds (at least {MIN_REPEATS} rounds)")
     p.add_argument("--feature-norm", choices=("row", "none"), default="row",
                    help="features as given to both spgnn and PyG (spgnn's default: row)")

@@ -43,6 +43,7 @@ from spgnn.layers import CHOSEN
 from spgnn.train.fullbatch import Trainer
 
 SHAPES = {"gcn": dict(layers=2, hidden=128), "sage": dict(layers=3, hidden=256), "gat": dict(layers=2, hidden=8)}
+RUN_KEYS = ("model", "seed", "system", "test_acc", "smoothed_test_acc", "train_s", "ms_per_epoch")  # a report's run
 
 
 class PygRun:
@@ -155,10 +156,14 @@ def parse_args(argv=None):
         try:
             earlier = json.loads(Path(args.tables_from).read_text())
             args.dataset, args.runs = earlier["dataset"], earlier["runs"]
+            for r in args.runs:                             # what tables() reads of each run
+                missing = [k for k in RUN_KEYS if k not in r]
+                if missing or r["model"] not in SHAPES:
+                    raise KeyError(f"a run without {', '.join(missing)}" if missing else f"model {r['model']!r}")
             args.seeds, args.epochs = sorted({r["seed"] for r in args.runs}), len(args.runs[0]["test_acc"])
+            args.models = list(dict.fromkeys(r["model"] for r in args.runs))
         except (OSError, ValueError, KeyError, IndexError, TypeError) as e:
             p.error(f"--tables-from {args.tables_from}: not a bench_init report ({type(e).__name__}: {e})")
-        args.models = list(dict.fromkeys(r["model"] for r in args.runs))
     else:
         args.dataset, args.window = args.dataset or "amazon-computers", args.window or 5
         machine.check_datasets(p, [args.dataset], args.data_dir)
@@ -171,9 +176,13 @@ def parse_args(argv=None):
 def targets_option(text: str) -> dict:
     """--targets: MODEL:ACCURACY items, comma-separated, as {model: accuracy}."""
     try:
-        return {k: float(v) for k, v in (t.split(":") for t in text.split(","))}
+        targets = {k: float(v) for k, v in (t.split(":") for t in text.split(","))}
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: give MODEL:ACCURACY items, e.g. gcn:0.6,sage:0.75") from None
+    bad = [f"{k}:{v}" for k, v in targets.items() if not 0 <= v <= 1]         # NaN fails too
+    if bad:
+        raise argparse.ArgumentTypeError(f"{bad[0]}: an accuracy lies in [0, 1]")
+    return targets
 
 
 def main(argv=None) -> int:
@@ -207,8 +216,8 @@ def main(argv=None) -> int:
     write_json(out, {"argv": sys.argv, "dataset": args.dataset, "window": args.window, "shapes": SHAPES,
                                "targets": targets, "chosen": dict(CHOSEN), "runs": runs,
                                "machine": machine.facts()})
-    plot(runs, models, out.with_suffix(".png"))
-    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    print(f"\nwrote {out}")
+    machine.plot_after("bench_init", out.with_suffix(".png"), plot, runs, models)
     return 0
 
 

@@ -193,14 +193,12 @@ def target_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def plot(rows: list[dict], title: str, path: Path) -> str:
-    try:
-        import matplotlib
+def plot(rows: list[dict], title: str, path: Path) -> None:
+    import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed: no plot written"
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     names, x, w = [r["model"] for r in rows], np.arange(len(rows)), 0.38
     fig, (ax_t, ax_a) = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, label in ((ax_t, lambda r, s: r["median_s"][s], "s/epoch (median)"),
@@ -217,7 +215,6 @@ def plot(rows: list[dict], title: str, path: Path) -> str:
     ax_a.set_ylim(0, 1)
     fig.suptitle(title, fontsize=9)
     machine.save_figure(fig, path)
-    return f"plot written to {path}"
 
 
 # ----------------------------------------------------------------------------------------------- main
@@ -241,9 +238,13 @@ def parse_args(argv=None):
                    help="threads (torch and spgnn's kernels; default: as started)")
     p.add_argument("--quick", action="store_true", help="smoke run: cora, 5 epochs (unless --dataset, --epochs say "
                    "otherwise)")
-    p.add_argument("--output", default="results/bench_layers.json", type=machine.output, help="JSON path")
+    p.add_argument("--output", default="results/bench_layers.json", type=machine.writable, help="JSON path")
     p.add_argument("--plot", default="results/bench_layers.png", type=machine.writable, help="PNG path")
     args = p.parse_args(argv)
+    if Path(args.plot).suffix.lower() != ".png":
+        p.error(f"--plot {args.plot}: give a .png path (the plot is a PNG)")
+    if Path(args.plot).resolve() == Path(args.output).resolve():
+        p.error(f"--plot {args.plot} is --output too: the plot would overwrite the report")
     if args.dataset is None:                            # --quick fills in what was not given
         args.dataset = "cora" if args.quick else "amazon-computers"
     if args.epochs is None:
@@ -292,7 +293,7 @@ def main(argv=None) -> int:
               "targets": target_lines(rows), "layers": rows}
     write_json(out, report)
     print(f"\nJSON written to {out}")
-    print(plot(rows, title, Path(args.plot)))
+    machine.plot_after("bench_layers", Path(args.plot), plot, rows, title)
     return 0
 
 

@@ -50,6 +50,8 @@ def main(argv=None) -> int:
     p.add_argument("--cache-dir", default=None)
     p.add_argument("--out", default="results/bench_link.json", type=machine.output)
     args = p.parse_args(argv)
+    if len(set(args.seeds)) < len(args.seeds):
+        p.error(f"--seeds {','.join(map(str, args.seeds))}: a seed given twice (each seed is one run)")
     machine.check_config(p, task="link", model="gcn", hidden=args.hidden, embedding=args.embedding, lr=args.lr,
                          init=args.init, decoder=args.decoder, self_pairs=args.self_pairs,
                          feature_norm=args.feature_norm)
@@ -66,23 +68,27 @@ def main(argv=None) -> int:
     out = Path(args.out)
     write_json(out, {"machine": machine.facts(), "argv": sys.argv[1:], "args": vars(args), "gae": GAE,
                                "mean": mean, "std": std, "final": final, "runs": runs})
-    try:
-        import matplotlib
+    print(f"wrote {out}", file=sys.stderr)
+    machine.plot_after("bench_link", out.with_suffix(".png"), plot, runs, args)
+    return 0
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return 0
+
+def plot(runs: dict, args, path: Path) -> None:
+    """Each seed's validation and test ROC-AUC per epoch, GAE's test figure a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for seed, r in runs.items():
         ax.plot([e["epoch"] for e in r], [e["test_rocauc"] for e in r], label=f"seed {seed} test")
         ax.plot([e["epoch"] for e in r], [e["val_rocauc"] for e in r], ls="--", label=f"seed {seed} val")
     ax.axhline(GAE["test_rocauc"], color="k", lw=0.8, label="GAE (test)")
-    ax.set(title=f"GCN + dot on Cora, widths {args.hidden}, {args.embedding}", xlabel="epoch", ylabel="ROC-AUC",
-           ylim=(0.5, 1.0))
+    ax.set(title=f"GCN + {args.decoder} on Cora, widths {args.hidden}, {args.embedding}", xlabel="epoch",
+           ylabel="ROC-AUC", ylim=(0.5, 1.0))
     ax.legend(fontsize=7)
-    machine.save_figure(fig, out.with_suffix(".png"))
-    return 0
+    machine.save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@
 Writes the dataset once as an edge-list folder (edges.npy with each undirected edge once, features.npy,
 labels.npy), then partitions it with ``spgnn partition --out-of-core`` into a partitioned folder, each method
 in a fresh process, and records the process's peak RSS growth over its start (`spgnn.memory.rss_growth`)
-beside the bytes of the folder it read. Prints a table, writes JSON and a bar chart next to it.
+beside the bytes of the folder it read. Prints a table, writes JSON and a bar chart next to it. A method whose
+process fails is one line (that process's own last error line) and the others are still measured and written; the
+exit status is then 1.
 """
 
 from __future__ import annotations
@@ -64,12 +66,16 @@ def main(argv=None):
     out = Path(args.out)
     src = edge_folder(args.dataset, out.parent / "edge-folders")
     size = sum(f.stat().st_size for f in src.iterdir())
-    rows = []
+    rows, failed = [], {}
     for method in args.methods:
         dest = out.parent / "ooc-parts" / f"{src.name}-{method}-{args.nparts}"
         t0 = time.perf_counter()
         res = subprocess.run([sys.executable, "-c", MEASURE, str(src), str(dest), str(args.nparts), method,
-                              str(args.chunk)], capture_output=True, text=True, check=True)
+                              str(args.chunk)], capture_output=True, text=True)
+        if res.returncode != 0:                 # the child's own last line; the other methods still measured
+            failed[method] = (res.stderr.strip() or f"exit status {res.returncode}").splitlines()[-1]
+            print(f"bench_ooc: {method} failed: {failed[method]}", file=sys.stderr)
+            continue
         r = json.loads(res.stdout.strip().splitlines()[-1])
         meta = json.loads((dest / "meta.json").read_text())
         largest = max(sum(f.stat().st_size for f in d.glob("*.npy")) for d in dest.glob("part-*"))
@@ -82,7 +88,16 @@ def main(argv=None):
         lines.append(f"| {r['method']} | {r['graph_bytes'] / 1e6:.0f} | {r['peak_rss_growth_bytes'] / 1e6:.0f} | "
                      f"{r['peak_rss_growth_bytes'] / r['graph_bytes']:.2f} | {r['largest_part_bytes'] / 1e6:.0f} | "
                      f"{r['nnz_imbalance']:.2f} | {r['seconds']:.1f} |")
-    write_json(out, {"args": vars(args), "rows": rows, "machine": machine.facts()})
+    if rows:
+        write_json(out, {"args": vars(args), "rows": rows, "failed": failed, "machine": machine.facts()})
+        print("\n".join(lines))
+        print(f"\nwrote {out}", file=sys.stderr)
+        machine.plot_after("bench_ooc", out.with_suffix(".png"), plot, rows, size)
+    return 1 if failed else 0
+
+
+def plot(rows: list[dict], size: int, path: Path) -> None:
+    """Each method's peak RSS growth beside the graph's bytes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -93,10 +108,8 @@ def main(argv=None):
     ax.axhline(size / 1e6, color="k", linestyle="--", label="graph (edges + features)")
     ax.set_ylabel("MB")
     ax.legend(fontsize=7)
-    machine.save_figure(fig, out.with_suffix(".png"))
-    print("\n".join(lines))
-    print(f"\nwrote {out} and {out.with_suffix('.png')}")
+    machine.save_figure(fig, path)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

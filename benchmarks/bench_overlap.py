@@ -187,13 +187,13 @@ def main(argv=None) -> int:
     print(text)
     out = Path(args.out)
     png = out.with_suffix(".png")
-    plot(rows, png)
     write_json(out, {
         "schema": "spgnn.bench_overlap/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "load_average_end": os.getloadavg(), "wall_s": time.perf_counter() - start, "rows": rows, "text": text,
         "png": str(png)}, default=str)
-    print(f"wrote {out} and {png}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+    machine.plot_after("bench_overlap", png, plot, rows)
     return 0
 
 

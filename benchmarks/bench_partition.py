@@ -123,7 +123,8 @@ def parse_args(argv=None):
     p.add_argument("--methods", default="all", help="comma-separated partitioners, or all installed ones")
     p.add_argument("--epochs", type=machine.at_least(1), default=10,
                    help="training epochs per run (the first is not timed)")
-    p.add_argument("--coauthor-max-nparts", type=int, default=4, help="largest P for coauthor-cs (memory)")
+    p.add_argument("--coauthor-max-nparts", type=machine.at_least(1), default=4,
+                   help="largest P for coauthor-cs (memory)")
     machine.data_option(p)
     p.add_argument("--out", default="results/bench_partition.json", type=machine.output)
     args = p.parse_args(argv)

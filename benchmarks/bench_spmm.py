@@ -42,8 +42,10 @@ from spgnn.sparse.csr import CSR
 
 def library_spmm(path: str):
     """out = A·h by the SpMM of the spgnn library at `path` (its ``spmm_<index>_<value>`` C function, looked up
-    once per index and value type, as `spgnn.native.function` does for this build's)."""
+    once per index and value type, as `spgnn.native.function` does for this build's). OSError where `path` is not a
+    shared library, AttributeError where it has no ``spmm_i32_f32`` (not spgnn's)."""
     lib = ctypes.CDLL(str(Path(path).resolve()))
+    lib.spmm_i32_f32                                    # noqa: B018 (raises where it is not spgnn's library)
 
     @functools.cache
     def kernel(name: str):
@@ -122,20 +124,24 @@ def main(argv=None) -> int:
     ap.add_argument("--library", default=None, help="another build's spgnn/_native*.so, timed beside this one")
     ap.add_argument("--repeats", type=machine.at_least(1), default=21, help="timed rounds (median reported)")
     ap.add_argument("--warmup", type=machine.at_least(0), default=2, help="untimed rounds first")
-    ap.add_argument("--budget-s", type=float, default=60.0, help="seconds a width's rounds may take (at least 3)")
+    ap.add_argument("--budget-s", type=machine.at_least(0.0, float, above=True), default=60.0,
+                    help="seconds a width's rounds may take (at least 3)")
     args = ap.parse_args(argv)
     widths = args.widths
     if args.library and not Path(args.library).is_file():
         ap.error(f"--library {args.library}: no such file (another checkout's spgnn/_native*.so)")
     if not native.available():
         ap.error("spgnn's C kernels are not built: pip install -e . (needs a C compiler)")
+    try:
+        other = library_spmm(args.library) if args.library else None
+    except (OSError, AttributeError) as e:
+        ap.error(f"--library {args.library}: not a build of spgnn's kernels ({e})")
     out = Path(args.out)
     try:
         graphs = {s: load_dataset(s, args.data_dir) for s in args.datasets.split(",")}
     except SpgnnError as e:
         ap.error(str(e))
     kernels.set_backend("native")
-    other = library_spmm(args.library) if args.library else None
     start, host = time.perf_counter(), machine.facts()
     rows = []
     for spec, g in graphs.items():
@@ -144,12 +150,12 @@ def main(argv=None) -> int:
     text = table(rows)
     print(text)
     png = out.with_suffix(".png")
-    plot(rows, png)
     write_json(out, {
         "schema": "spgnn.bench_spmm/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": host,
         "wall_s": time.perf_counter() - start, "rows": rows, "text": text, "png": str(png)})
-    print(f"wrote {out} and {png}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+    machine.plot_after("bench_spmm", png, plot, rows)
     return 0
 
 

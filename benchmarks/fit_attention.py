@@ -123,7 +123,7 @@ def shapes_option(text: str) -> list[tuple[int, int]]:
 
 
 def main(argv=None) -> int:
-    ap = machine.arguments(__doc__, "results/fit_attention.json", data=True)
+    ap = machine.arguments(__doc__, "results/fit_attention.json", data=True, png=False)
     ap.add_argument("--dataset", default="amazon-computers", help="dataset spec")
     ap.add_argument("--algos", default="1d-halo,sar", type=machine.names(ATTENTION, "a layout with attention"),
                     help="comma-separated layouts with attention")

@@ -6,6 +6,7 @@ import argparse
 import os
 import platform
 import subprocess
+import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -52,12 +53,26 @@ def save_figure(fig, path) -> None:
     plt.close(fig)
 
 
-def arguments(doc: str, out: str, data: bool = False) -> argparse.ArgumentParser:
+def plot_after(script: str, path, draw, *args) -> None:
+    """`draw(*args, path)`, called once the report is written, and "wrote PATH" on stderr: a plot that fails (no
+    matplotlib, a full disk) is one warning line instead, not a lost run."""
+    try:
+        draw(*args, path)
+    except Exception as e:
+        print(f"{script}: warning: no plot at {path} ({type(e).__name__}: {e})", file=sys.stderr)
+    else:
+        print(f"wrote {path}", file=sys.stderr)
+
+
+def arguments(doc: str, out: str, data: bool = False, png: bool = True) -> argparse.ArgumentParser:
     """A benchmark's parser: described by the first paragraph of `doc`, defaults shown in --help, with --out (the
-    JSON, default `out`; the PNG goes next to it) and, with `data`, --data-dir (`data_option`)."""
+    JSON, default `out`; with `png`, the PNG goes next to it) and, with `data`, --data-dir (`data_option`)."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    ap.add_argument("--out", default=out, type=output, help="JSON output (the PNG goes next to it)")
+    if png:
+        ap.add_argument("--out", default=out, type=output, help="JSON output (the PNG goes next to it)")
+    else:
+        ap.add_argument("--out", default=out, type=writable, help="JSON output")
     if data:
         data_option(ap)
     return ap
@@ -135,8 +150,16 @@ def writable(path: str, *beside: Path) -> str:
     except OSError as e:
         raise argparse.ArgumentTypeError(f"cannot make the folder of {path}: {e.strerror}") from None
     for f in (p, *beside) if p.name else (p,):
-        if f.is_dir() or not os.access(f if f.exists() else f.parent, os.W_OK):
-            raise argparse.ArgumentTypeError(f"cannot write {f}: {'a folder' if f.is_dir() else 'permission denied'}")
+        if f.is_dir():
+            raise argparse.ArgumentTypeError(f"cannot write {f}: a folder")
+        try:                                    # tried, not os.access: root passes that even where nothing can be made
+            existed = f.exists()
+            with open(f, "a"):                  # appends nothing: a file already there is kept as it is
+                pass
+            if not existed:
+                f.unlink()
+        except OSError as e:
+            raise argparse.ArgumentTypeError(f"cannot write {f}: {e.strerror or e}") from None
     return path
 
 

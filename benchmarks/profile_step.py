@@ -123,12 +123,12 @@ def main(argv=None) -> int:
         results[algo] = {"step_s": step_s, "ops": ops}
         print(table(algo, ops, step_s, args.top, args.device) + "\n", flush=True)
     png = out.with_suffix(".png")
-    plot(results, args.top, args.device, png)
     write_json(out, {
         "schema": "spgnn.profile_step/1", "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": shlex.join([sys.executable, *sys.argv]), "options": vars(args), "machine": machine.facts(),
         "results": results, "png": str(png)})
-    print(f"wrote {out} and {png}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+    machine.plot_after("profile_step", png, plot, results, args.top, args.device)
     return 0
 
 

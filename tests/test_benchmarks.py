@@ -65,7 +65,8 @@ def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
 def test_bench_bound_takes_config_fields_per_algorithm(tmp_path):
     """bench_bound on a small synthetic graph with ``ALGO:ORDER:FIELD=VALUE`` items: a row each, the JSON and PNG
     written, and the fields applied: with --precompute on (the default, dropout 0) a step of a 2-layer GraphSAGE
-    makes its second layer's product and its transpose (2 SpMMs), with ``precompute=off`` the first layer's too (4)."""
+    makes its second layer's product and its transpose (2 SpMMs), with ``precompute=off`` the first layer's too (4),
+    each algorithm's count printed under its name (the footer once showed the first row's alone)."""
     out = tmp_path / "bound.json"
     done = subprocess.run([sys.executable, "benchmarks/bench_bound.py", "--dataset", "sbm:400:4", "--layers", "2",
                            "--hidden", "8", "--rounds", "2", "--algos", "sar,sar:natural:precompute=off",
@@ -75,6 +76,7 @@ def test_bench_bound_takes_config_fields_per_algorithm(tmp_path):
     rows = {r["algo"]: r for r in report["rows"]}
     assert list(rows) == ["sar", "sar:natural:precompute=off"]
     assert rows["sar"]["spmm_calls"] == 2 and rows["sar:natural:precompute=off"]["spmm_calls"] == 4
+    assert "sar 2 SpMMs" in done.stdout and "sar:natural:precompute=off 4 SpMMs" in done.stdout   # each named
     for r in rows.values():
         assert r["step_ms"] > 0 and r["dense_ms"] > 0 and r["bound_ms"] >= r["dense_ms"] and r["step_over_bound"] > 0
         assert len(report["raw"][r["algo"]]["step_s"]) == 2
@@ -216,6 +218,19 @@ REFUSED = [   # (script, arguments, the end of the one-line error)
     ("bench_init", ["--dataset", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
     ("bench_epoch", ["--datasets", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
     ("bench_layers", ["--dataset", "cora", "--threads", "0"], "argument --threads: must be >= 1, got 0"),
+    ("bench_layers", ["--quick", "--plot", "layers.txt"], "--plot layers.txt: give a .png path"),
+    ("bench_epoch", ["--datasets", "cora", "--budget-s", "-1"], "argument --budget-s: must be > 0.0, got -1"),
+    ("bench_spmm", ["--datasets", "cora", "--budget-s", "-1"], "argument --budget-s: must be > 0.0, got -1"),
+    ("bench_collectives", ["--procs", "2", "--budget-s", "-1"], "argument --budget-s: must be > 0.0, got -1"),
+    ("bench_partition", ["--datasets", "cora", "--coauthor-max-nparts", "0"], "argument --coauthor-max-nparts: "
+     "must be >= 1, got 0"),
+    ("bench_init", ["--dataset", "cora", "--models", "gcn", "--targets", "gcn:nan"], "gcn:nan: an accuracy lies in "
+     "[0, 1]"),
+    ("bench_link", ["--seeds", "0,1,0"], "--seeds 0,1,0: a seed given twice"),
+    ("bench_bound", ["--dataset", "cora", "--algos", "sar:prefetch=x"], "--algos sar:prefetch=x: prefetch=x: not int"),
+    # a file that is no shared library: OSError after the datasets loaded, once
+    ("bench_spmm", ["--datasets", "cora", "--library", str(ROOT / "pyproject.toml")], "not a build of spgnn's "
+     "kernels"),
 ]
 
 
@@ -249,3 +264,108 @@ def test_benchmarks_refuse_an_out_they_cannot_write(script, tmp_path, monkeypatc
     code, _, err = _refusal(script, ["--out", str(tmp_path)], monkeypatch, capsys)
     err = err.strip().splitlines()[-1]
     assert code == 2 and err.endswith(f"argument --out: cannot write {tmp_path}: a folder"), err
+
+
+@pytest.mark.parametrize("script", ["bench_spmm", "bench_ooc"])
+def test_benchmarks_refuse_an_out_no_file_can_be_made_at(script, monkeypatch, capsys):
+    """An --out in a folder where no file can be made (/proc, even for root, whom os.access lets write anywhere) is
+    refused in one line before any work (bench_spmm once measured everything, then failed on the PNG, no JSON)."""
+    code, _, err = _refusal(script, ["--out", "/proc/spgnn-report.json"], monkeypatch, capsys)
+    err = err.strip().splitlines()[-1]
+    assert code == 2 and "argument --out: cannot write /proc/spgnn-report.json" in err, err
+
+
+BROKEN_PLOT = [   # (script, a tiny run's arguments): each writes its JSON, then plots
+    ("bench_spmm", ["--datasets", "sbm:200:2", "--widths", "3", "--repeats", "1", "--warmup", "0"]),
+    ("bench_bound", ["--dataset", "sbm:200:2", "--algos", "sar", "--layers", "2", "--hidden", "4", "--rounds", "1"]),
+    ("profile_step", ["--dataset", "sbm:200:2", "--algos", "sar", "--layers", "2", "--hidden", "4", "--steps", "1"]),
+    ("bench_overlap", ["--datasets", "sbm:200:2", "--procs", "1", "--algos", "1d-halo", "--hidden", "4",
+                       "--repeats", "1"]),
+]
+
+
+@pytest.mark.parametrize("script, argv", BROKEN_PLOT, ids=[s for s, _ in BROKEN_PLOT])
+def test_benchmarks_write_their_report_before_a_plot_that_fails(script, argv, tmp_path):
+    """A plot that fails (here: raises OSError) is one warning line after the JSON is written: it once came first and
+    took the report down with it."""
+    out = tmp_path / "r.json"
+    run = (f"import sys; sys.path.insert(0, 'benchmarks'); import {script} as b\n"
+           "def plot(*args): raise OSError('no space left')\n"
+           f"b.plot = plot; sys.exit(b.main({[*argv, '--out', str(out)]!r}))")
+    done = subprocess.run([sys.executable, "-c", run], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(out.read_text()) and not out.with_suffix(".png").exists()
+    assert done.stderr.strip().splitlines()[-1] == (f"{script}: warning: no plot at {out.with_suffix('.png')} "
+                                                    "(OSError: no space left)")
+
+
+def test_bench_init_refuses_tables_from_another_report(tmp_path, monkeypatch, capsys):
+    """--tables-from a JSON whose runs lack what the tables read (another benchmark's report) is refused in one line
+    (its runs' "model", then "smoothed_test_acc", once raised KeyError)."""
+    for run in ({"system": "PyG", "seed": 0, "test_acc": [0.5]},
+                {"model": "gcn", "system": "PyG", "seed": 0, "test_acc": [0.5], "train_s": [0.1]}):
+        report = tmp_path / "other.json"
+        report.write_text(json.dumps({"dataset": "cora", "runs": [run]}))
+        code, said, err = _refusal("bench_init", ["--tables-from", str(report), "--targets", "gcn:0.5"],
+                                   monkeypatch, capsys)
+        assert code == 2 and not said and "Traceback" not in err
+        assert f"--tables-from {report}: not a bench_init report" in err.strip().splitlines()[-1], err
+
+
+def test_bench_layers_refuses_a_plot_at_its_report(tmp_path, monkeypatch, capsys):
+    """--plot the same file as --output would overwrite the report: refused in one line before any work."""
+    out = tmp_path / "layers.png"
+    code, _, err = _refusal("bench_layers", ["--quick", "--output", str(out), "--plot", str(out)], monkeypatch, capsys)
+    assert code == 2 and err.strip().splitlines()[-1].endswith(f"--plot {out} is --output too: the plot would "
+                                                               "overwrite the report"), err
+
+
+def test_bench_bound_types_and_overrides_config_fields(monkeypatch):
+    """An --algos item's FIELD=VALUE is of its field's type (prefetch=2 an int: a string once failed validation) and
+    overrides the fields bench_bound sets itself (hidden=4: once "got multiple values for keyword argument")."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_bound
+
+    args = argparse.Namespace(model="sage", layers=2, hidden=8)
+    cfg = bench_bound.config("cora", "sar:natural:prefetch=2:hidden=4:dropout=0.25:batch_norm=on", args).validate()
+    assert (cfg.algo, cfg.node_order, cfg.prefetch, cfg.hidden, cfg.dropout, cfg.batch_norm) == \
+        ("sar", "natural", 2, 4, 0.25, True)
+    assert (cfg.model, cfg.layers, cfg.lr) == ("sage", 2, 0.01)
+
+
+def test_bench_ooc_reports_a_failing_method_in_one_line_and_keeps_the_others(tmp_path, monkeypatch, capsys):
+    """A method whose process fails is one line, that process's own error (once a CalledProcessError traceback
+    hiding it), and the methods measured before it are still written."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_ooc
+
+    monkeypatch.setattr(bench_ooc, "MEASURE", "import sys\nif sys.argv[4] == 'random':\n"
+                        "    raise SystemExit('SpgnnError: random broke')\n" + bench_ooc.MEASURE)
+    out = tmp_path / "ooc.json"
+    code = bench_ooc.main(["--dataset", "rmat:6", "--nparts", "2", "--methods", "block,random", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and "bench_ooc: random failed: SpgnnError: random broke" in err and "Traceback" not in err, err
+    report = json.loads(out.read_text())
+    assert [r["method"] for r in report["rows"]] == ["block"] and report["failed"] == {"random":
+                                                                                       "SpgnnError: random broke"}
+
+
+def test_bench_link_plot_names_its_decoder(tmp_path, monkeypatch):
+    """The plot's title names --decoder (it once said "GCN + dot" whatever the decoder)."""
+    import argparse
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import bench_link
+    import machine
+
+    figures = []
+    monkeypatch.setattr(machine, "save_figure", lambda fig, path: figures.append(fig))
+    runs = {0: [{"epoch": 0, "test_rocauc": 0.8, "val_rocauc": 0.7}]}
+    bench_link.plot(runs, argparse.Namespace(decoder="mlp", hidden=32, embedding=16), tmp_path / "l.png")
+    title = figures[0].axes[0].get_title()
+    import matplotlib.pyplot as plt
+
+    plt.close(figures[0])
+    assert title.startswith("GCN + mlp on Cora"), title
