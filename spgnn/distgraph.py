@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from . import hashing, progress, spmm
 from .comm import autograd as autograd_comm
@@ -345,11 +346,17 @@ class DistGraph:
                 raise SpgnnError(f"unknown mask {mask!r}: choose one of {', '.join(self.masks)} or pass a boolean "
                                  "tensor over this rank's rows")
             return self.masks[mask]
-        mask = torch.as_tensor(mask, device=self.y.device)
-        if mask.dtype != torch.bool or mask.shape != self.y.shape[:1]:
-            raise SpgnnError(f"a mask must be a boolean tensor of shape {tuple(self.y.shape[:1])} (this rank's rows), "
-                             f"got {mask.dtype} {tuple(mask.shape)}")
-        return mask
+        if not isinstance(mask, torch.Tensor):          # a numpy array or a list of bools: as a tensor
+            try:
+                mask = torch.as_tensor(mask)
+            except (TypeError, ValueError, RuntimeError):
+                pass
+        tensor = isinstance(mask, torch.Tensor)
+        if not tensor or mask.dtype != torch.bool or mask.shape != self.y.shape[:1]:
+            got = f"{mask.dtype} {tuple(mask.shape)}" if tensor else type(mask).__name__
+            raise SpgnnError(f"a mask is a split's name ({', '.join(self.masks)}) or a boolean tensor of shape "
+                             f"{tuple(self.y.shape[:1])} (this rank's rows), got {got}")
+        return mask.to(self.y.device)
 
     def _splits(self, masks) -> tuple:
         """Split names (one, or several) as the split-keyed figures take them: their keys are "<split>_<figure>"."""
@@ -507,13 +514,18 @@ class DistGraph:
     def prepare(self, model: torch.nn.Module, optimizer=None) -> torch.nn.Module:
         """`model` on this layout's device, checked once: its layers' needs are offered and their adjacencies laid
         out, and its parameters are equal on every rank (else one line naming the first that differs). From then on
-        a step of `optimizer` (any ``torch.optim.Optimizer``) whose gradients were not summed by `sync_gradients`
-        is refused with one line. A model that drops out its first layer's input in training (a `spgnn.layers.GNN`
+        a step of any ``torch.optim.Optimizer`` whose gradients of the model were not summed by `sync_gradients` is
+        refused with one line, and one of `optimizer` (if given) that holds a parameter of another module. A model
+        that drops out its first layer's input in training (a `spgnn.layers.GNN`
         with dropout) keeps no products of the features (`precompute` off): its evaluations would keep them for no
         step's use, and its steps could not."""
         from .layers.registry import Layer, drops_features
 
         model = model.to(self.device)
+        if wrong := next(((k, p.dtype) for k, p in model.named_parameters()
+                          if p.is_floating_point() and p.dtype != self.x.dtype), None):
+            raise SpgnnError(f"parameter {wrong[0]!r} of the model is {wrong[1]}, but the features are "
+                             f"{self.x.dtype}: build the model in {self.x.dtype} (model.float())")
         if drops_features(model):
             self.precompute = False
             self._kept.clear()
@@ -534,13 +546,20 @@ class DistGraph:
             if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
                 p.register_post_accumulate_grad_hook(self._accumulated)
         if optimizer is not None:
-            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt))
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt, whole=True))
+        if not hasattr(self, "_any_step"):                      # every optimizer's step: one not given here too
+            me = weakref.ref(self)
+            self._any_step = register_optimizer_step_pre_hook(
+                lambda opt, args, kwargs: me() is not None and me()._check_summed(opt))
+            weakref.finalize(self, self._any_step.remove)
         return model
 
-    def _check_summed(self, optimizer) -> None:
+    def _check_summed(self, optimizer, whole: bool = False) -> None:
+        """SpgnnError where `optimizer` would step a prepared parameter whose gradient is not summed, or (`whole`:
+        the optimizer given to `prepare`) one of a module not prepared."""
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if id(p) not in self._prepared and p.grad is not None:
+                if whole and id(p) not in self._prepared and p.grad is not None:
                     raise SpgnnError("the optimizer holds a parameter that is not part of the model given to "
                                      "DistGraph.prepare, so its gradient is never summed over the ranks: prepare the "
                                      "module that owns it")

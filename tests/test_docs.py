@@ -1,8 +1,11 @@
 """The documentation cannot fall behind the code: every public name is in the API reference, and the programs the
 pages show in full are the files the tests run (algorithms/your_model.py, spgnn/layers/gin.py and the plug-in
-algorithm tests/plugin_algorithm.py), so none of them can rot."""
+algorithm tests/plugin_algorithm.py) or are run themselves, so none of them can rot."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,3 +39,14 @@ def test_api_reference_documents_every_public_name_once():
 def test_docs_show_the_file_as_it_is(path):
     code = _code((ROOT / path).read_text())
     assert any(_code(block) == code for block in BLOCKS), f"the docs' copy of {path} differs from the file"
+
+
+def test_the_trainer_as_a_library_runs_as_shown(tmp_path):
+    """The guide's program around spgnn.Trainer, as written but for fewer epochs and processes (it used run_local,
+    whose 120 s deadline ends a longer run)."""
+    block = next(b for b in BLOCKS if "spgnn.Trainer(cfg, comm).run(log=None)" in b)
+    script = tmp_path / "library.py"
+    script.write_text(block.replace("epochs=100", "epochs=3").replace("nprocs=4", "nprocs=2"))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and "'test_acc'" in res.stdout, res.stderr[-2000:]

@@ -92,8 +92,8 @@ def _prepared(comm, what):
         model = _program().JKResGCN(g.num_features, 4, g.num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
-        model = g.prepare(model, opt)
-        if what == "unsummed":
+        model = g.prepare(model, None if what == "unsummed, prepared without the optimizer" else opt)
+        if what.startswith("unsummed"):        # (without the optimizer: stepped silently, P-dependent losses)
             g.cross_entropy(model(g, g.x)).backward()
             opt.step()
         if what == "adjacency":
@@ -129,6 +129,10 @@ def _prepared(comm, what):
             g.globally(g.x[:, 0].sum(0, keepdim=True).expand(2))
         if what == "numpy":
             g.spmm(g.x.numpy())
+        if what == "float64":                                   # a page of torch's "must have the same dtype"
+            g.prepare(spgnn.Linear(g.num_features, 3).double())
+        if what == "mask None":                                 # "Could not infer dtype of NoneType"
+            g.cross_entropy(model(g, g.x), None)
         if what == "linear":
             g.linear(g.x, torch.ones(g.num_features - 1, 3))
     except SpgnnError as e:
@@ -139,6 +143,8 @@ def _prepared(comm, what):
 REFUSED = {
     "differ": "parameter 'convs.0.weight' of the model differs between ranks",
     "unsummed": "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients",
+    "unsummed, prepared without the optimizer": "the gradient of parameter 'convs.0.weight' was not summed over the "
+                                                "ranks: call g.sync_gradients",
     "adjacency": "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']",
     "whole rows": "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo",
     "twice": "sync_gradients: the gradient of parameter 'convs.0.weight' was summed already and has not changed "
@@ -149,6 +155,8 @@ REFUSED = {
     "widths": "widths [10, 10] do not fit the 2 matrices given, of which this rank holds [12, 10] columns",
     "globally": "globally takes this rank's partial sum, a one-element tensor, got a tensor of shape (2,)",
     "numpy": "spmm takes this rank's rows of an n×f matrix, a tensor of ",
+    "float64": "parameter 'weight' of the model is torch.float64, but the features are torch.float32: build the",
+    "mask None": "a mask is a split's name (train, val, test) or a boolean tensor of shape",
     "linear": "linear: W of shape (1432, 3) needs H's columns as its rows: give W (H's width)×(outputs)",
 }
 

@@ -581,7 +581,8 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
                 failures |= {r: ("exit", time.time(), f"exited with code {procs[r].exitcode} and no report")
                              for r in waiting if procs[r].exitcode not in (None, 0)}
                 if not failures and time.monotonic() >= deadline:
-                    failures = {r: ("run", time.time(), f"no result within {limit_s} s") for r in waiting}
+                    failures = {r: ("run", time.time(), f"no result within {limit_s} s (run_local's deadline_s; "
+                                                  "spgnn.run sets none)") for r in waiting}
                 if failures:
                     break
                 continue
