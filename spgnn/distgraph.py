@@ -77,6 +77,19 @@ TRAINING = frozenset({"layers", "hidden", "dropout", "lr", "weight_decay", "epoc
                       "eval_every", "output", "checkpoint", "checkpoint_every", "resume", "timeout", "transport"})
 
 
+def _refuse_unsummed(optimizer, args, kwargs) -> None:
+    """Before any torch optimizer's step: SpgnnError where it would step a parameter of a prepared model whose
+    gradient a backward added to since `DistGraph.sync_gradients` last summed it."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.grad is not None and (name := getattr(p, "_spgnn_unsummed", None)):
+                raise SpgnnError(f"the gradient of parameter {name!r} was not summed over the ranks: call "
+                                 "g.sync_gradients(model) after loss.backward() and before optimizer.step()")
+
+
+register_optimizer_step_pre_hook(_refuse_unsummed)
+
+
 class DistGraph:
     """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
 
@@ -130,7 +143,7 @@ class DistGraph:
         self.node_ids = torch.as_tensor(share.node_ids)
         self.masks = {k: torch.as_tensor(share.masks[k]).to(cfg.device) for k in SPLITS}
         self.counts = dict(self.info.counts)
-        self._pending, self._prepared = set(), {}
+        self._prepared = {}                         # id of a parameter `prepare` saw → its name
         self._summed, self._added = {}, {}          # id → (gradient, its version) as summed; → backwards added since
         self._checkpoints = set()                   # folders this graph wrote or loaded a checkpoint in
         self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
@@ -541,37 +554,33 @@ class DistGraph:
         if differ is not None or any(d.keys() != digest.keys() for d in every):
             raise SpgnnError(f"parameter {differ!r} of the model differs between ranks: seed torch (torch.manual_seed) "
                              "before building the model, the same on every rank")
+        me = weakref.ref(self)              # (a hook on the parameters keeps no graph alive)
+
+        def accumulated(p):
+            if (g := me()) is not None:
+                g._accumulated(p)
+
         for name, p in model.named_parameters():
             self._prepared[id(p)] = name
             if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
-                p.register_post_accumulate_grad_hook(self._accumulated)
+                p.register_post_accumulate_grad_hook(accumulated)
         if optimizer is not None:
-            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_summed(opt, whole=True))
-        if not hasattr(self, "_any_step"):                      # every optimizer's step: one not given here too
-            me = weakref.ref(self)
-            self._any_step = register_optimizer_step_pre_hook(
-                lambda opt, args, kwargs: me() is not None and me()._check_summed(opt))
-            weakref.finalize(self, self._any_step.remove)
+            optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_owned(opt))
         return model
 
-    def _check_summed(self, optimizer, whole: bool = False) -> None:
-        """SpgnnError where `optimizer` would step a prepared parameter whose gradient is not summed, or (`whole`:
-        the optimizer given to `prepare`) one of a module not prepared."""
+    def _check_owned(self, optimizer) -> None:
+        """SpgnnError where `optimizer` (the one given to `prepare`) holds a parameter of a module not prepared."""
         for group in optimizer.param_groups:
             for p in group["params"]:
-                if whole and id(p) not in self._prepared and p.grad is not None:
+                if id(p) not in self._prepared and p.grad is not None:
                     raise SpgnnError("the optimizer holds a parameter that is not part of the model given to "
                                      "DistGraph.prepare, so its gradient is never summed over the ranks: prepare the "
                                      "module that owns it")
-                if id(p) in self._pending:
-                    raise SpgnnError(f"the gradient of parameter {self._prepared[id(p)]!r} was not summed over the "
-                                     "ranks: call g.sync_gradients(model) after loss.backward() and before "
-                                     "optimizer.step()")
 
     def _accumulated(self, p) -> None:
-        """A backward added to p's gradient: pending a sum, and counted where it added to the very tensor
-        `sync_gradients` summed."""
-        self._pending.add(id(p))
+        """A backward added to p's gradient: pending a sum (marked on p, which `_refuse_unsummed` reads at any
+        optimizer's step), and counted where it added to the very tensor `sync_gradients` summed."""
+        p._spgnn_unsummed = self._prepared[id(p)]
         summed = self._summed.get(id(p))
         if summed is not None and p.grad is summed[0]():
             self._added[id(p)] = self._added.get(id(p), 0) + 1
@@ -601,7 +610,8 @@ class DistGraph:
                              "a step, after its last backward, and zero the gradients (opt.zero_grad()) before the "
                              "next step's")
         all_reduce_gradients(model, self.comm, self.grad_group())
-        self._pending.difference_update(id(p) for p in model.parameters())
+        for p in model.parameters():
+            p._spgnn_unsummed = None
         self._summed |= {id(p): (weakref.ref(p.grad), p.grad._version) for p in trained}
 
     # -- checkpoints -----------------------------------------------------------------------------------

@@ -175,6 +175,26 @@ def test_what_a_user_gets_wrong_is_refused_with_one_line():
         assert theirs[what].split(", a tensor of")[0] == mine[what].split(", a tensor of")[0], what
 
 
+def test_a_model_prepared_on_a_second_graph_steps_once_that_graph_summed():
+    """The check of every optimizer's step was a hook of the first graph, kept alive by its hooks on the model's
+    parameters: once the model was prepared on a second graph (another layout), a step that graph had summed was
+    refused. The pending sum is now marked on the parameter, which any graph's sum clears."""
+    comm = Comm(0, 1)
+    torch.manual_seed(0)
+    first = spgnn.DistGraph(comm, dataset="sbm:60:3")
+    model = first.prepare(spgnn.GCNConv(first.num_features, 3))
+    first.cross_entropy(model(first, first.x)).backward()
+    second = spgnn.DistGraph(comm, dataset="sbm:60:3", algo="sar")
+    model = second.prepare(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    opt.zero_grad()
+    second.cross_entropy(model(second, second.x)).backward()
+    with pytest.raises(SpgnnError, match="^the gradient of parameter 'weight' was not summed over the ranks"):
+        opt.step()
+    second.sync_gradients(model)
+    opt.step()
+
+
 def test_layouts_refuse_what_they_cannot_do():
     comm = Comm(0, 1)
     g = spgnn.DistGraph(comm, dataset="cora", algo="1d")
