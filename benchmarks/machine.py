@@ -152,6 +152,8 @@ def writable(path: str, *beside: Path) -> str:
     for f in (p, *beside) if p.name else (p,):
         if f.is_dir():
             raise argparse.ArgumentTypeError(f"cannot write {f}: a folder")
+        if f.exists() and not f.is_file():      # /dev/null, a pipe: written to, never probed (a pipe would block)
+            continue
         try:                                    # tried, not os.access: root passes that even where nothing can be made
             existed = f.exists()
             with open(f, "a"):                  # appends nothing: a file already there is kept as it is

@@ -62,7 +62,7 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
         checkpoint.readable(resume)
     early()
     if output:
-        _writable_file(output, "--output", "the report")
+        _writable_file(output, "--output", "the report")       # (its inputs checked above)
     if checkpoint_dir:
         checkpoint.writable(checkpoint_dir, bool(resume) and Path(resume).resolve() == Path(checkpoint_dir).resolve())
 

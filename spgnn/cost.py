@@ -170,7 +170,8 @@ class ModelCost:
                              "over its adjacency")
         normed = any(m.costs() for m in norms)
         needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if normed else set())
-        own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, bool(norms))
+        own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1,
+                                                        i < len(norms) and bool(norms[i].costs()))
                     for i, layer in enumerate(layers))
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         return cls(tuple(out), layers[-1].f_out, trained, needs, sum(p.numel() for p in model.parameters()) - trained,

@@ -2,6 +2,7 @@
 uninterrupted run (every algorithm, full-batch and minibatch); a checkpoint resumes under another algorithm or
 P to float rounding; bad checkpoints and folders fail with one line and change nothing."""
 
+import json
 import re
 import shutil
 import signal
@@ -170,12 +171,32 @@ def test_resume_refuses_what_would_change_the_run(written, change, needle):
         _resume(written, **change)
 
 
-def test_resume_under_another_partition_and_to_as_many_epochs(written):
+def test_weights_of_another_layout_of_the_model_are_one_line(tmp_path):
+    """APPNP with --batch-norm lost the norm of its logits: its checkpoints from before hold norms.1.*, which
+    load_state_dict refused with a page of RuntimeError."""
+    cfg = BASE | {"model": "appnp", "batch_norm": True, "epochs": 2, "checkpoint": str(tmp_path / "ck")}
+    Trainer(TrainConfig(**cfg), Comm(0, 1)).run(log=None)
+    state = torch.load(tmp_path / "ck" / "checkpoint.pt", weights_only=True)
+    state["model"] |= {"norms.1.weight": torch.ones(7), "norms.1.bias": torch.zeros(7)}
+    checkpoint.save(tmp_path / "ck", {k: v for k, v in state.items() if k not in ("format", "digest")})
+    with pytest.raises(SpgnnError, match="ck: its weights do not fit this version's --model appnp .*norms.1.weight"):
+        Trainer(TrainConfig(**cfg | {"epochs": 3, "checkpoint": None, "resume": str(tmp_path / "ck")}),
+                Comm(0, 1)).run(log=None)
+
+
+def test_resume_under_another_partition_and_to_as_many_epochs(written, tmp_path):
     """No result depends on the partition, yet a resume under another one was refused, so a checkpoint of a run on a
     partition file resumed on no other P; and a run that died after its last checkpoint, in its final evaluation
     or report, could not be finished: --epochs as many as it trained "left none to run"."""
-    whole = _resume(written, epochs=3)
-    other = _resume(written, epochs=3, partition="random")
+    from spgnn.cli import main
+
+    np.save(tmp_path / "parts.npy", np.arange(2708) % 2)
+    run = ["train", "--dataset", "cora", "--hidden", "8", "--eval-every", "2", "--quiet"]
+    assert main(run + ["--epochs", "2", "--nprocs", "2", "--partition", str(tmp_path / "parts.npy"), "--checkpoint",
+                       str(tmp_path / "ck")]) == 0
+    assert main(run + ["--epochs", "3", "--resume", str(tmp_path / "ck"), "--output", str(tmp_path / "r.json")]) == 0
+    assert main(run + ["--epochs", "3", "--output", str(tmp_path / "whole.json")]) == 0
+    other, whole = (json.loads((tmp_path / f"{k}.json").read_text()) for k in ("r", "whole"))
     np.testing.assert_allclose([e["loss"] for e in other["epochs"]], [e["loss"] for e in whole["epochs"]], rtol=1e-5)
     finished = _resume(written, epochs=2)                                   # none ran: evaluated and reported
     whole = Trainer(TrainConfig(**BASE | {"epochs": 2}), Comm(0, 1)).run(log=None)

@@ -45,6 +45,7 @@ def test_the_trainer_as_a_library_runs_as_shown(tmp_path):
     """The guide's program around spgnn.Trainer, as written but for fewer epochs and processes (it used run_local,
     whose 120 s deadline ends a longer run)."""
     block = next(b for b in BLOCKS if "spgnn.Trainer(cfg, comm).run(log=None)" in b)
+    assert "epochs=100" in block and "nprocs=4" in block          # what is cut down here
     script = tmp_path / "library.py"
     script.write_text(block.replace("epochs=100", "epochs=3").replace("nprocs=4", "nprocs=2"))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))

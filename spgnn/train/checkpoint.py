@@ -9,16 +9,15 @@
     progress    the per-epoch records and the best-validation record so far, and the run's own counters
                 (minibatch: the steps taken, which key the next steps' dropout masks)
     identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths, and what else
-                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation,
-                partition, split sizes, the way of training (full-batch, or the sampler and batch size; a link
-                run's self-pairs)
+                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation, split
+                sizes, the way of training (full-batch, or the sampler and batch size; a link run's self-pairs)
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
     digest      SHA-256 of all of the above (`digest`), checked when it is read: a file changed since is refused
 
 A write goes to ``.checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
-previous checkpoint, so a crash mid-write leaves the previous one intact. Nothing depends on P, the algorithm or
-the grid: a checkpoint resumes under another P, algorithm or grid (to float rounding; under the same ones, bit for
+previous checkpoint, so a crash mid-write leaves the previous one intact. Nothing depends on P, the algorithm, the
+grid or the partition: a checkpoint resumes under another of each (to float rounding; under the same ones, bit for
 bit).
 """
 
@@ -98,8 +97,8 @@ def loadable(obj, what: str) -> None:
 def save(folder, state: dict) -> Path:
     """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
     path = Path(folder) / FILE
-    for old in Path(folder).glob(f".{FILE}.*.tmp"):    # a writer killed mid-write left its file: gone with it
-        pid = old.name[len(FILE) + 2:-len(".tmp")]
+    for old in [*Path(folder).glob(f".{FILE}.*.tmp"), *Path(folder).glob(f"{FILE}.*.tmp")]:   # (and as named before)
+        pid = old.name.lstrip(".")[len(FILE) + 1:-len(".tmp")]   # a writer killed mid-write left it: gone with it
         if pid.isdigit() and not _alive(int(pid)):
             old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
@@ -144,8 +143,8 @@ def readable(folder) -> Path:
 
 def load(folder, mine: dict, epochs: int | None = None) -> dict:
     """The checkpoint in `folder`, checked against this run's `identity` (with its "run": `run_identity`) and
-    (when given) its total `epochs`, which must go beyond the checkpoint's; SpgnnError naming the file and what
-    differs when it is missing, unreadable, of another graph, model or run, or already as far as `epochs`."""
+    (when given) its total `epochs`, at least the checkpoint's; SpgnnError naming the file and what differs when it
+    is missing, unreadable, of another graph, model or run, or further than `epochs`."""
     path, state = _read(folder)
     for what in FIXES:
         _same(path, what, state["identity"][what], mine[what])
@@ -174,14 +173,13 @@ FIXES = {"graph": "resume on the data it was trained on",
 
 def check_early(folder, cfg, model: bool = True) -> None:
     """What a --resume of `folder` can be checked against before any work is spent: the file reads as a checkpoint,
-    cfg.epochs goes beyond it, (`model`) cfg's model fields are its model's, and its seed, dropout and feature
-    normalisation are the run's; the graph, the partition (a partitioned folder's own) and the split are checked
-    once they are known (`load`)."""
+    cfg.epochs reaches it, (`model`) cfg's model fields are its model's, and its seed, dropout and feature
+    normalisation are the run's; the graph and the split are checked once they are known (`load`)."""
     path, state = _read(folder)
     if model:
         theirs, fields = state["identity"]["model"], model_fields(cfg)
         _same(path, "model", {k: theirs.get(k) for k in fields}, {k: getattr(cfg, k) for k in fields})
-    _same_run(path, state, {k: getattr(cfg, k) for k in ("seed", "dropout", "feature_norm")})
+    _same_run(path, state, {k: getattr(cfg, k) for k in RUN_FIELDS})
     _beyond(path, state, cfg.epochs)
 
 

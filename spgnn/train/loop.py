@@ -69,7 +69,12 @@ class Run:
             if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
             state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
-            self.model.load_state_dict(state["model"])
+            try:
+                self.model.load_state_dict(state["model"])
+            except RuntimeError as e:       # same flags, another layout of the weights: an earlier spgnn's model
+                first = str(e).strip().splitlines()[-1].strip()[:200]
+                raise SpgnnError(f"{cfg.resume}: its weights do not fit this version's --model {cfg.model} ({first}): "
+                                 "it was written by another version of spgnn; start the run again") from None
             self.opt.load_state_dict(state["optimizer"])
             self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
             self.restore(state["progress"]["counters"])
