@@ -20,7 +20,8 @@ new ids) and the original ids of every node (`node_order`, O(n)). The edges it s
                     every candidate trains (no hash holds any out: val = test = 0); the folder's validation and
                     test positives and negatives are scored by the rank that holds their source's row
 
-Scoring: s(u, v) = z_u·z_v (``dot``) or an MLP on z_u ⊙ z_v (``mlp``), z the encoder's output (width ``--hidden``).
+Scoring: s(u, v) = z_u·z_v (``dot``) or an MLP on z_u ⊙ z_v (``mlp``), z the encoder's output (width
+``--embedding``, else ``--hidden``).
 The row z_v of a remote endpoint comes from its owner through a `Halo` over the columns the edges touch (phase
 ``edges``: the halo's set-up, the rows forward, their gradients back); on 2D/3D layouts, which split z by columns,
 the partial dot products of a grid row are summed along it (an all-reduce, forward and backward). The training
