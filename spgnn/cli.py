@@ -673,9 +673,10 @@ def main(argv: list[str] | None = None) -> int:
             _error(str(e))
         launch.leave()
         return launch.JOIN_FAILED if again else 2
-    except RuntimeError as e:
+    except (RuntimeError, MemoryError) as e:       # (numpy's allocation failure is a MemoryError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, torch.OutOfMemoryError) or "allocate memory" in first or "out of memory" in first.lower():
+        if isinstance(e, torch.OutOfMemoryError | MemoryError) or "allocate memory" in first or \
+                "out of memory" in first.lower():
             _error(f"rank {rank}: out of memory ({first[:200]}): use more processes, a smaller model, or spgnn cost "
                    "--memory-per-rank to find a layout that fits")
         elif _communicating(e):   # a collective failed: a peer died or timed out

@@ -91,7 +91,8 @@ def bad_datasets(tmp):
         "string ids": (edge_folder(tmp / "str", RING.astype(str)), "must be integers"),
         "overlapping masks": (edge_folder(tmp / "overlap", masks=overlap), "nodes are in both the train and the test"),
         "stray label": (edge_folder(tmp / "stray", y=np.where(np.arange(N) == 0, 1000000, np.arange(N) % C)),
-                        "999997 of the 1000001 classes have no node (first: class 3)"),
+                        "labels must be class ids 0..C-1, C at most 65536 (the larger of the node count and "
+                        "65536), found 1000000"),
         "labels 1..C": (edge_folder(tmp / "one", y=np.arange(N) % C + 1), "(first: class 0)"),
         "label outside 0..C-1": (str(tmp / "outside.npz"), "1 labels lie outside 0..2 (first at node 4: 7)"),
         "string features": (edge_folder(tmp / "strfeat", x=x.astype(str)), "features must be numbers"),
@@ -651,3 +652,16 @@ def test_an_edge_of_weight_zero_is_none():
     a = sp.csr_matrix((np.array([1.0, 0.0, 2.0, 0.0]), (np.array([0, 1, 2, 3]), np.array([1, 2, 3, 0]))), shape=(4, 4))
     g = Graph(a, np.ones((4, 2), np.float32), np.arange(4) % 2, np.ones(4, bool), np.zeros(4, bool), np.zeros(4, bool))
     assert g.nnz == 2 and (g.adj.data != 0).all()
+
+
+def test_numpy_out_of_memory_is_one_line(monkeypatch, capsys):
+    """numpy's failed allocation is a MemoryError, not torch's RuntimeError: it was a page of traceback."""
+    def short_of_memory(args, argv):
+        raise MemoryError("Unable to allocate 7.28 TiB for an array with shape (1000000000001,) and data type int64")
+
+    monkeypatch.setitem(cli.COMMANDS, "train", short_of_memory)
+    assert cli.main(["train", "--epochs", "1"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "spgnn: error: rank 0: out of memory (Unable to allocate 7.28 TiB for an array with shape (1000000000001,) and "
+        "data type int64): use more processes, a smaller model, or spgnn cost --memory-per-rank to find a layout that "
+        "fits"]

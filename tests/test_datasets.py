@@ -571,3 +571,35 @@ def test_source_files_are_all_a_dataset_file_is_read_from(tmp_path):
     assert datasets.source_files(tmp_path / "g.npz") == [tmp_path / "g.npz"]
     for other in ("cora", "rmat:6", str(tmp_path / "p"), str(tmp_path / "g.npz") + ":1"):
         assert datasets.source_files(other) is None, other
+
+
+def test_damaged_or_unusual_files_are_one_line(tmp_path):
+    """Each was a traceback, a hang or a silent misreading: a stray class id of 10^12 (numpy's MemoryError for 7 TiB
+    of per-class counts), a test.index id of 10^11 (745 GiB), fractional CSR ids (1.5 read as 1), [S, N] masks in
+    an edge-list folder (split 0 taken), an ogbn-mag folder ("found neither an edge list ..."), a pipe (a hang)."""
+    write_edge_list(tmp_path / "label", "0 1\n1 2\n", small_features(3), np.array([0, 1, 10 ** 12]))
+    with pytest.raises(SpgnnError, match="labels must be class ids 0..C-1, C at most 65536 .* found 1000000000000"):
+        load_dataset(str(tmp_path / "label"))
+    write_planetoid(tmp_path / "p", "tiny")
+    (tmp_path / "p" / "ind.tiny.test.index").write_text("\n".join(map(str, range(540, 569))) + "\n100000000000\n")
+    with pytest.raises(SpgnnError, match="test.index's largest id 100000000000 lies far beyond"):
+        load_dataset(str(tmp_path / "p"))
+    a = sp.csr_matrix(np.ones((5, 5), np.float32))
+    path = write_shchur_npz(tmp_path / "f.npz")
+    np.savez(path, **dict(np.load(path)) | {"adj_indices": a.indices + 0.5, "adj_indptr": a.indptr,
+                                              "adj_data": a.data})
+    with pytest.raises(SpgnnError, match="adj_indices must be whole numbers"):
+        load_dataset(str(path))
+    write_edge_list(tmp_path / "masks", "0 1\n1 2\n", small_features(3), np.array([0, 1, 0]),
+                    train_mask=np.ones((2, 3), bool))
+    with pytest.raises(SpgnnError, match=r"train_mask.npy: a mask of an edge-list folder is \[N\], got shape"):
+        load_dataset(str(tmp_path / "masks"))
+    mag = tmp_path / "ogbn_mag"
+    (mag / "raw").mkdir(parents=True)
+    (mag / "split" / "time" / "paper").mkdir(parents=True)
+    (mag / "raw" / "triplet-type-list.csv.gz").write_bytes(b"")
+    with pytest.raises(SpgnnError, match="is a heterogeneous OGB graph"):
+        load_dataset(str(mag))
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(SpgnnError, match="not an .npz/.zip archive"):
+        load_dataset(str(tmp_path / "pipe"))

@@ -236,6 +236,15 @@ def test_from_pyg_keeps_pyg_s_edges_and_split():
 
 
 @needs_pyg
+def test_a_pyg_data_with_sparse_features_is_read_dense():
+    """from_pyg on a sparse x was "can't convert Sparse layout tensor to numpy"."""
+    data = pyg_data()
+    dense = from_pyg(data).x
+    data.x = data.x.to_sparse()
+    assert np.array_equal(from_pyg(data).x, dense)
+
+
+@needs_pyg
 def test_to_pyg_round_trips():
     g = small_graph(n=50, directed=True, seed=4)
     data = to_pyg(g)

@@ -101,6 +101,9 @@ def simple_adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_m
     return a
 
 
+MAX_CLASSES = 1 << 16      # class ids beyond both this and the node count are refused as stray
+
+
 def class_labels(y, name: str) -> np.ndarray:
     """Labels as spgnn keeps them: class ids (int64 [n]; a [n, 1] column is one too), or, for a [n, t] array with
     t > 1 or a [n, 1] column holding NaN, t binary targets (float32, 0/1, NaN where a node's target is unknown, as
@@ -116,6 +119,10 @@ def class_labels(y, name: str) -> np.ndarray:
                          f"targets, got {y.dtype} array of shape {y.shape}")
     if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
         raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
+    most = max(y.size, MAX_CLASSES)         # (a stray id would size every per-class count: 7 TiB for 10^12)
+    if y.size and y.max() >= most:
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids 0..C-1, C at most {most} (the larger of the "
+                         f"node count and {MAX_CLASSES}), found {y.max():.0f}")
     y = y.astype(np.int64)
     if y.size and y.min() < 0:
         raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")

@@ -38,7 +38,7 @@ from .build import assemble, from_arrays, reading, simple_adjacency, split_masks
 from .graph import Graph, add_self_loops, mean_norm
 from .ogb import is_ogb, read_ogb
 from .ogbl import is_ogbl, read_ogbl
-from .validate import edge_pairs
+from .validate import edge_pairs, whole_ids
 
 KNOWN_DATASETS = {
     "cora": "Cora citations: 2,708 nodes, 1,433 features, 7 classes, Planetoid split (bundled)",
@@ -236,7 +236,7 @@ def _read_path(path: Path, seed: int, split: int | None) -> Graph:
     prefix = _planetoid_prefix(path.name)
     if prefix:
         return read_planetoid(path.parent, prefix)
-    if path.suffix.lower() in (".npz", ".zip") or zipfile.is_zipfile(path):
+    if path.suffix.lower() in (".npz", ".zip") or (path.is_file() and zipfile.is_zipfile(path)):   # (a pipe: no)
         return read_npz(path, split=split, seed=seed)
     raise SpgnnError(f"cannot read {path}: not an .npz/.zip archive nor a Planetoid file (ind.NAME.PART); "
                      f"for an edge list give the folder holding edges.txt or edges.csv")
@@ -306,6 +306,8 @@ def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
     need(test_index.size > 0 and test_index.min() >= n_all and np.unique(test_index).size == test_index.size,
          f"test.index must list distinct ids >= {n_all} (the number of allx rows)")
     n = int(test_index.max()) + 1
+    need(n <= n_all + 2 * n_test, f"test.index's largest id {n - 1} lies far beyond the {n_all + n_test} nodes allx "
+                                  "and tx describe (CiteSeer's gap is 15 ids)")
     need(y.shape[0] + 500 <= n, f"{n} nodes leave no room for {y.shape[0]} train + 500 validation nodes")
     # row r of [allx; tx; 0] that holds node v's features (and labels)
     row = np.full(n, n_all + n_test, np.int64)
@@ -341,8 +343,8 @@ def _open_npz(path: Path):
 
 def _csr(npz, prefix: str, path: Path) -> sp.csr_matrix:
     """CSR matrix from arrays ``<prefix>_indices/_indptr/_shape`` and optional ``_data`` (default ones)."""
-    indices = np.asarray(npz[prefix + "_indices"], np.int64)
-    indptr = np.asarray(npz[prefix + "_indptr"], np.int64)
+    indices = whole_ids(npz[prefix + "_indices"], str(path), f"{prefix}_indices")   # (1.5 was read as 1)
+    indptr = whole_ids(npz[prefix + "_indptr"], str(path), f"{prefix}_indptr")
     shape = tuple(int(s) for s in np.asarray(npz[prefix + "_shape"]).ravel())
     data = npz[prefix + "_data"] if prefix + "_data" in npz.files else np.ones(indices.size, np.float32)
     problem = None
@@ -503,6 +505,9 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}
+    if several := next((s for s, m in found.items() if m is not None and m.ndim != 1), None):
+        raise SpgnnError(f"{folder / f'{several}_mask.npy'}: a mask of an edge-list folder is [N], got shape "
+                         f"{found[several].shape}; for several fixed splits, make one folder a split")
     return assemble(str(meta.get("name") or folder.name), src, dst, x, y,
                      directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
 

@@ -41,13 +41,17 @@ def _file(folder: Path, stem: str) -> Path | None:
     return next((p for p in (folder / f"{stem}.csv.gz", folder / f"{stem}.csv") if p.is_file()), None)
 
 
+HETEROGENEOUS = ("triplet-type-list.csv.gz", "edge_index_dict.npz")   # raw/ files of a heterogeneous graph (mag)
+
+
 def is_ogb(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is laid out as an OGB node-property-prediction dataset (a ``split/`` folder beside
     ``raw/`` or ``processed/``)."""
-    folder = Path(folder)
+    folder, raw = Path(folder), Path(folder) / "raw"
     return (folder / "split").is_dir() and (
-        _file(folder / "raw", "edge") is not None or (folder / "raw" / "data.npz").is_file()
-        or (folder / "processed" / "data_processed").is_file())
+        _file(raw, "edge") is not None or (raw / "data.npz").is_file()
+        or (folder / "processed" / "data_processed").is_file()
+        or any((raw / f).is_file() for f in HETEROGENEOUS))        # (read to be refused as such)
 
 
 def _csv(path: Path, dtype, ndmin: int = 1) -> np.ndarray:
@@ -60,7 +64,7 @@ def _form(folder: Path) -> str:
     """"csv", "binary" or "processed": the form OGB `folder` is in, once the files that form needs are there;
     SpgnnError for a heterogeneous folder, missing files or no graph at all."""
     raw = folder / "raw"
-    if (raw / "triplet-type-list.csv.gz").is_file() or (raw / "edge_index_dict.npz").is_file():
+    if any((raw / f).is_file() for f in HETEROGENEOUS):
         raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbn-mag); spgnn trains homogeneous graphs")
     if _file(raw, "edge") is not None:
         missing = [f"{s}.csv.gz" for s in ("num-node-list", "num-edge-list", "node-label") if _file(raw, s) is None]

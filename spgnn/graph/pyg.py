@@ -10,6 +10,7 @@ and GIN's sum take the node itself and every copy. PyG keeps several fixed split
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ..errors import SpgnnError
 from .build import assemble, split_masks
@@ -19,7 +20,10 @@ from .graph import Graph
 def _numpy(value, what: str) -> np.ndarray:
     if value is None:
         raise SpgnnError(f"the PyG Data has no {what}; spgnn's node classification needs data.{what}")
-    return value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+    if hasattr(value, "detach"):
+        value = value.detach().cpu()
+        return (value if value.layout == torch.strided else value.to_dense()).numpy()     # a sparse x: dense
+    return np.asarray(value)
 
 
 def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:
