@@ -72,7 +72,7 @@ def write_ogb(folder, form, seed=0, splits=("time",)):
         (folder / "processed").mkdir()
         graph = {"edge_index": edge_index, "edge_feat": None, "node_feat": x, "num_nodes": N}
         torch.save({"graph": graph, "labels": y.reshape(-1, 1)}, folder / "processed" / "data_processed",
-                   pickle_protocol=4)
+                   pickle_protocol=4, _use_new_zipfile_serialization=form != "processed-legacy")
     for kind in splits:
         (folder / "split" / kind).mkdir(parents=True)
         for name, ids in split.items():
@@ -80,7 +80,7 @@ def write_ogb(folder, form, seed=0, splits=("time",)):
     return folder
 
 
-@pytest.mark.parametrize("form", ["csv", "binary", "processed"])
+@pytest.mark.parametrize("form", ["csv", "binary", "processed", "processed-legacy"])   # legacy: torch before 1.6's
 def test_ogb_folder_in_each_form(tmp_path, form):
     g = load_dataset(str(write_ogb(tmp_path / "ogbn_tiny", form)))
     edge_index, x, y, split = ogb_arrays()

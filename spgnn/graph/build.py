@@ -73,6 +73,22 @@ def unpickle(path: Path, member: str | None = None):
                 return RestrictedUnpickler(f, encoding="latin1").load()
 
 
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C      # the first pickle of torch.save's format before the zip one
+
+
+def torch_saved(path: Path):
+    """The object ``torch.save`` wrote to `path`, in its zip format (``data.pkl`` inside) or the one before torch
+    1.6 (four pickles: the magic number, the protocol, the system's description, the object), admitting only
+    `RestrictedUnpickler`'s classes."""
+    if zipfile.is_zipfile(path):
+        return unpickle(path, member="data.pkl")
+    with reading(path), path.open("rb") as f:
+        if RestrictedUnpickler(f).load() != LEGACY_MAGIC:
+            raise SpgnnError(f"cannot read {path}: not a file torch.save wrote")
+        RestrictedUnpickler(f).load(), RestrictedUnpickler(f).load()
+        return RestrictedUnpickler(f, encoding="latin1").load()
+
+
 def per_class_split(y, num_classes: int, seed: int, train_per_class: int = 20, val_per_class: int = 30):
     """Boolean (train, val, test) masks: per class, ``train_per_class`` random nodes train, the next
     ``val_per_class`` validation, the rest test. A class with fewer nodes fills train first, then val."""

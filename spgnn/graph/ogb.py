@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpgnnError
-from .build import assemble, reading, unpickle
+from .build import assemble, reading, torch_saved
 from .graph import Graph
 
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
@@ -121,7 +121,7 @@ def _raw_binary(raw: Path) -> dict:
 
 
 def _processed(path: Path) -> dict:
-    obj = unpickle(path, member="data.pkl")
+    obj = torch_saved(path)                 # (the zip format, or an older torch's)
     with reading(path):
         graph, labels = obj["graph"], obj["labels"]
         graph = graph[0] if isinstance(graph, list) else graph

@@ -13,7 +13,7 @@ A folder (the unzipped download, or ``ogbl_NAME`` under the ``ogb`` package's ro
                                 {"target_node_neg": [E, M]}: row i the M negative targets of source_node[i]
 
 ``PATH:TYPE`` picks a split type when there are several. The .pt files are unpickled admitting numpy arrays alone
-(`spgnn.graph.build.unpickle`; OGB writes numpy arrays, in torch's zip or its older format), or, when they hold
+(`spgnn.graph.build.torch_saved`; OGB writes numpy arrays, in torch's zip or its older format), or, when they hold
 tensors, by ``torch.load(weights_only=True)``: no code in them runs. The graph is symmetrised and its self-loops
 dropped, as every spgnn graph; every training edge must be one of its edges. The figure OGB judges a split by is
 Hits@K for the first kind (K = 100 for ogbl-ppa, 20 for ogbl-ddi, else 50, ogbl-collab's; ROC-AUC for
@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import SpgnnError
-from .build import RestrictedUnpickler, assemble, reading, unpickle
+from .build import assemble, reading, torch_saved
 from .graph import Graph
 from .ogb import _counts, _csv, _file, _name
 
@@ -42,7 +42,6 @@ SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 HITS_K = {"ogbl-ppa": 100, "ppassoc": 100, "ogbl-ddi": 20, "ddi": 20}     # OGB's master.csv; every other: 50
 ROCAUC = {"ogbl-vessel", "vessel"}          # edge_neg folders OGB judges by ROC-AUC (its master.csv), not Hits@K
 BY_SPLIT = {"throughput": "ogbl-ppa", "target": "ogbl-ddi", "spatial": "ogbl-vessel"}   # split types one dataset has
-LEGACY_MAGIC = 0x1950A86A20F9469CFC6C      # the first pickle of torch.save's format before the zip one
 
 
 def is_ogbl(folder: str | os.PathLike) -> bool:
@@ -68,7 +67,7 @@ def read_pt(path: Path) -> dict:
     if not path.is_file():
         raise SpgnnError(f"cannot read {path}: no such file")
     try:
-        obj = unpickle(path, member="data.pkl") if zipfile.is_zipfile(path) else _legacy(path)
+        obj = torch_saved(path)
     except SpgnnError as e:
         if not isinstance(e.__cause__, pickle.UnpicklingError):
             raise
@@ -82,16 +81,6 @@ def read_pt(path: Path) -> dict:
     if not isinstance(obj, dict):
         raise SpgnnError(f"cannot read {path}: expected a dict of arrays, found {type(obj).__name__}")
     return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in obj.items()}
-
-
-def _legacy(path: Path):
-    """The object of torch.save's format before 1.6: four pickles, the magic number, the protocol, the system's
-    description and the object."""
-    with reading(path), path.open("rb") as f:
-        if RestrictedUnpickler(f).load() != LEGACY_MAGIC:
-            raise SpgnnError(f"cannot read {path}: not a file torch.save wrote")
-        RestrictedUnpickler(f).load(), RestrictedUnpickler(f).load()
-        return RestrictedUnpickler(f, encoding="latin1").load()
 
 
 def split_folder(folder: Path, kind: str | None) -> Path:
