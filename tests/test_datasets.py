@@ -578,8 +578,12 @@ def test_damaged_or_unusual_files_are_one_line(tmp_path):
     of per-class counts), a test.index id of 10^11 (745 GiB), fractional CSR ids (1.5 read as 1), [S, N] masks in
     an edge-list folder (split 0 taken), an ogbn-mag folder ("found neither an edge list ..."), a pipe (a hang)."""
     write_edge_list(tmp_path / "label", "0 1\n1 2\n", small_features(3), np.array([0, 1, 10 ** 12]))
-    with pytest.raises(SpgnnError, match="labels must be class ids 0..C-1, C at most 65536 .* found 1000000000000"):
+    with pytest.raises(SpgnnError, match="label/labels.npy: labels must be class ids 0..C-1, C at most 65536 .* found "
+                                         "1000000000000"):                  # the file named, not the dataset
         load_dataset(str(tmp_path / "label"))
+    write_edge_list(tmp_path / "nan", "0 1\n1 2\n", np.full((3, 2), np.nan, np.float32), np.array([0, 1, 0]))
+    with pytest.raises(SpgnnError, match="nan/features.npy: features hold 6 NaN"):
+        load_dataset(str(tmp_path / "nan"))
     write_planetoid(tmp_path / "p", "tiny")
     (tmp_path / "p" / "ind.tiny.test.index").write_text("\n".join(map(str, range(540, 569))) + "\n100000000000\n")
     with pytest.raises(SpgnnError, match="test.index's largest id 100000000000 lies far beyond"):

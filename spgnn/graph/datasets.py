@@ -34,7 +34,8 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..progress import stage
-from .build import assemble, from_arrays, reading, simple_adjacency, split_masks, unpickle
+from . import validate
+from .build import assemble, class_labels, from_arrays, reading, simple_adjacency, split_masks, unpickle
 from .graph import Graph, add_self_loops, mean_norm
 from .ogb import is_ogb, read_ogb
 from .ogbl import is_ogbl, read_ogbl
@@ -485,6 +486,18 @@ def edge_list_meta(folder: Path) -> dict:
     return meta
 
 
+def folder_labels(folder: Path, y, name: str) -> np.ndarray:
+    """An edge-list folder's labels.npy as `class_labels` keeps them, every class held by a node; an error names the
+    file, which is what to mend."""
+    try:
+        y = class_labels(y, name)
+    except SpgnnError as e:
+        raise SpgnnError(f"{folder / 'labels.npy'}: {str(e).removeprefix(f'dataset {name!r}: ')}") from None
+    if y.ndim == 1:
+        validate.check_labels(y, int(y.max()) + 1 if y.size else 0, str(folder / "labels.npy"))
+    return y
+
+
 def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
     ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
@@ -502,13 +515,15 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
                              f"labels.npy [N])")
     src, dst = edge_pairs(_read_npy(edge_file), str(edge_file)) if edge_file.suffix == ".npy" else \
         _read_edges_text(edge_file).T
-    x, y = _read_npy(folder / "features.npy"), _read_npy(folder / "labels.npy")
+    name = str(meta.get("name") or folder.name)
+    x, y = _read_npy(folder / "features.npy"), folder_labels(folder, _read_npy(folder / "labels.npy"), name)
+    validate.check_features(x, str(folder / "features.npy"))
     found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
              for s in ("train", "val", "test")}
     if several := next((s for s, m in found.items() if m is not None and m.ndim != 1), None):
         raise SpgnnError(f"{folder / f'{several}_mask.npy'}: a mask of an edge-list folder is [N], got shape "
                          f"{found[several].shape}; for several fixed splits, make one folder a split")
-    return assemble(str(meta.get("name") or folder.name), src, dst, x, y,
+    return assemble(name, src, dst, x, y,
                      directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
 
 

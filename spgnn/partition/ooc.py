@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import class_labels, per_class_split, random_split, reading, split_masks
-from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta
+from ..graph.build import per_class_split, random_split, reading, split_masks
+from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta, folder_labels
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
@@ -62,17 +62,11 @@ class EdgeFolder:
         if self.x.ndim != 2:
             raise SpgnnError(f"{f / 'features.npy'}: expected [N, F] features, got shape {self.x.shape}")
         self.n = self.x.shape[0]
-        y = self._npy("labels.npy")
-        try:
-            self.y = class_labels(y, self.name)          # class ids, or n×t binary targets
-        except SpgnnError as e:                         # it names the dataset: the file is what to mend
-            raise SpgnnError(f"{f / 'labels.npy'}: {str(e).removeprefix(f'dataset {self.name!r}: ')}") from None
+        self.y = folder_labels(f, self._npy("labels.npy"), self.name)     # class ids, or n×t binary targets
         if self.y.shape[0] != self.n:
             raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
         self.targets = self.y.shape[1] if self.y.ndim == 2 else 0
         self.num_classes = self.targets or (int(self.y.max()) + 1 if self.y.size else 0)
-        if not self.targets:
-            validate.check_labels(self.y, self.num_classes, str(f / "labels.npy"))
         validate.check_features(self.x[:0], str(f / "features.npy"))        # numbers, one column at least
 
     def _npy(self, name, mmap=False):
