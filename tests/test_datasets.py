@@ -573,6 +573,13 @@ def test_source_files_are_all_a_dataset_file_is_read_from(tmp_path):
         assert datasets.source_files(other) is None, other
 
 
+def test_planetoid_test_ids_beyond_the_rows_up_to_the_graphs_ids_are_read(tmp_path):
+    """The bound on test.index that refuses a damaged id of 10^11 takes the graph's ids too, so a gap of unlisted
+    test ids larger than the test set (as NELL's) is read, as PyG reads it."""
+    write_planetoid(tmp_path / "p", "tiny", n_test=10, n_gap=25)
+    assert load_dataset(str(tmp_path / "p")).n == 575
+
+
 def test_damaged_or_unusual_files_are_one_line(tmp_path):
     """Each was a traceback, a hang or a silent misreading: a stray class id of 10^12 (numpy's MemoryError for 7 TiB
     of per-class counts), a test.index id of 10^11 (745 GiB), fractional CSR ids (1.5 read as 1), [S, N] masks in
@@ -586,7 +593,7 @@ def test_damaged_or_unusual_files_are_one_line(tmp_path):
         load_dataset(str(tmp_path / "nan"))
     write_planetoid(tmp_path / "p", "tiny")
     (tmp_path / "p" / "ind.tiny.test.index").write_text("\n".join(map(str, range(540, 569))) + "\n100000000000\n")
-    with pytest.raises(SpgnnError, match="test.index's largest id 100000000000 lies far beyond"):
+    with pytest.raises(SpgnnError, match="test.index's largest id 100000000000 lies beyond the 573 nodes"):
         load_dataset(str(tmp_path / "p"))
     a = sp.csr_matrix(np.ones((5, 5), np.float32))
     path = write_shchur_npz(tmp_path / "f.npz")
@@ -598,6 +605,10 @@ def test_damaged_or_unusual_files_are_one_line(tmp_path):
                     train_mask=np.ones((2, 3), bool))
     with pytest.raises(SpgnnError, match=r"train_mask.npy: a mask of an edge-list folder is \[N\], got shape"):
         load_dataset(str(tmp_path / "masks"))
+    from spgnn import cli
+
+    assert cli.main(["partition", "--dataset", str(tmp_path / "masks"), "--out-of-core", "--nparts", "2",
+                     "--method", "block", "--output", str(tmp_path / "out")]) == 2    # out of core, as in memory
     mag = tmp_path / "ogbn_mag"
     (mag / "raw").mkdir(parents=True)
     (mag / "split" / "time" / "paper").mkdir(parents=True)

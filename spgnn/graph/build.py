@@ -25,7 +25,7 @@ def reading(path):
     """Turn any low-level failure while reading ``path`` into SpgnnError('cannot read <path>: <reason>')."""
     try:
         yield
-    except SpgnnError:
+    except (SpgnnError, MemoryError):       # (out of memory is the machine's, not the file's)
         raise
     except Exception as e:  # numpy, zipfile, zlib, pickle and OS errors all mean: this file is unusable
         reason = (str(e).strip().splitlines() or [""])[0][:200]
@@ -83,7 +83,8 @@ def torch_saved(path: Path):
     if zipfile.is_zipfile(path):
         return unpickle(path, member="data.pkl")
     with reading(path), path.open("rb") as f:
-        if RestrictedUnpickler(f).load() != LEGACY_MAGIC:
+        magic = RestrictedUnpickler(f).load()
+        if not (type(magic) is int and magic == LEGACY_MAGIC):
             raise SpgnnError(f"cannot read {path}: not a file torch.save wrote")
         RestrictedUnpickler(f).load(), RestrictedUnpickler(f).load()
         return RestrictedUnpickler(f, encoding="latin1").load()
@@ -137,8 +138,9 @@ def class_labels(y, name: str) -> np.ndarray:
         raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
     most = max(y.size, MAX_CLASSES)         # (a stray id would size every per-class count: 7 TiB for 10^12)
     if y.size and y.max() >= most:
+        top = y.max() if y.dtype.kind in "biu" else f"{y.max():.6g}"
         raise SpgnnError(f"dataset {name!r}: labels must be class ids 0..C-1, C at most {most} (the larger of the "
-                         f"node count and {MAX_CLASSES}), found {y.max():.0f}")
+                         f"node count and {MAX_CLASSES}), found {top}")
     y = y.astype(np.int64)
     if y.size and y.min() < 0:
         raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")

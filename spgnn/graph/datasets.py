@@ -307,8 +307,9 @@ def read_planetoid(folder: str | os.PathLike, name: str) -> Graph:
     need(test_index.size > 0 and test_index.min() >= n_all and np.unique(test_index).size == test_index.size,
          f"test.index must list distinct ids >= {n_all} (the number of allx rows)")
     n = int(test_index.max()) + 1
-    need(n <= n_all + 2 * n_test, f"test.index's largest id {n - 1} lies far beyond the {n_all + n_test} nodes allx "
-                                  "and tx describe (CiteSeer's gap is 15 ids)")
+    known = max(n_all + n_test, int(max(src.max(), dst.max())) + 1 if src.size else 0)   # rows, or the graph's ids
+    need(n <= known, f"test.index's largest id {n - 1} lies beyond the {known} nodes the rows of allx and tx and the "
+                     "graph's ids describe")
     need(y.shape[0] + 500 <= n, f"{n} nodes leave no room for {y.shape[0]} train + 500 validation nodes")
     # row r of [allx; tx; 0] that holds node v's features (and labels)
     row = np.full(n, n_all + n_test, np.int64)
@@ -346,7 +347,7 @@ def _csr(npz, prefix: str, path: Path) -> sp.csr_matrix:
     """CSR matrix from arrays ``<prefix>_indices/_indptr/_shape`` and optional ``_data`` (default ones)."""
     indices = whole_ids(npz[prefix + "_indices"], str(path), f"{prefix}_indices")   # (1.5 was read as 1)
     indptr = whole_ids(npz[prefix + "_indptr"], str(path), f"{prefix}_indptr")
-    shape = tuple(int(s) for s in np.asarray(npz[prefix + "_shape"]).ravel())
+    shape = tuple(int(s) for s in whole_ids(npz[prefix + "_shape"], str(path), f"{prefix}_shape").ravel())
     data = npz[prefix + "_data"] if prefix + "_data" in npz.files else np.ones(indices.size, np.float32)
     problem = None
     if len(shape) != 2 or min(shape) < 0:
@@ -498,6 +499,17 @@ def folder_labels(folder: Path, y, name: str) -> np.ndarray:
     return y
 
 
+def folder_masks(folder: Path) -> tuple | None:
+    """An edge-list folder's (train, val, test) masks from its ``*_mask.npy`` files (`split_masks`), None without
+    them; each is [N]: several fixed splits ([S, N]) go in a folder each."""
+    found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
+             for s in ("train", "val", "test")}
+    if several := next((s for s, m in found.items() if m is not None and m.ndim != 1), None):
+        raise SpgnnError(f"{folder / f'{several}_mask.npy'}: a mask of an edge-list folder is [N], got shape "
+                         f"{found[several].shape}; for several fixed splits, make one folder a split")
+    return split_masks(found, str(folder), None)
+
+
 def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
     ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
@@ -517,14 +529,9 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
         _read_edges_text(edge_file).T
     name = str(meta.get("name") or folder.name)
     x, y = _read_npy(folder / "features.npy"), folder_labels(folder, _read_npy(folder / "labels.npy"), name)
-    validate.check_features(x, str(folder / "features.npy"))
-    found = {s: (_read_npy(folder / f"{s}_mask.npy") if (folder / f"{s}_mask.npy").is_file() else None)
-             for s in ("train", "val", "test")}
-    if several := next((s for s, m in found.items() if m is not None and m.ndim != 1), None):
-        raise SpgnnError(f"{folder / f'{several}_mask.npy'}: a mask of an edge-list folder is [N], got shape "
-                         f"{found[several].shape}; for several fixed splits, make one folder a split")
+    validate.check_features(x, str(folder / "features.npy"))        # (named here: Graph checks them as the dataset)
     return assemble(name, src, dst, x, y,
-                     directed=meta.get("directed", False), masks=split_masks(found, str(folder), None), seed=seed)
+                     directed=meta.get("directed", False), masks=folder_masks(folder), seed=seed)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -55,7 +55,6 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
 def to_pyg(graph: Graph):
     """``torch_geometric.data.Data(x, edge_index, y, train_mask, val_mask, test_mask)`` of ``graph``, and
     ``edge_weight`` where A is not binary; edges in the order of A's CSR (by target, then source)."""
-    import torch
     try:
         from torch_geometric.data import Data
     except ImportError as e:

@@ -31,8 +31,8 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import per_class_split, random_split, reading, split_masks
-from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta, folder_labels
+from ..graph.build import per_class_split, random_split, reading
+from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta, folder_labels, folder_masks
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
@@ -77,9 +77,7 @@ class EdgeFolder:
 
     def masks(self, seed: int) -> dict:
         """The split masks as `spgnn.graph.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
-        found = {s: self._npy(f"{s}_mask.npy") if (self.folder / f"{s}_mask.npy").is_file() else None
-                 for s in SPLITS}
-        masks = dict(zip(SPLITS, split_masks(found, str(self.folder), None) or
+        masks = dict(zip(SPLITS, folder_masks(self.folder) or
                          (random_split(self.n, seed) if self.targets else
                           per_class_split(self.y, self.num_classes, seed))))
         for key, m in masks.items():
