@@ -183,6 +183,12 @@ class Run:
 RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an evaluation adds its figures
 
 
+def evaluates(epoch: int, eval_every: int, epochs: int) -> bool:
+    """Whether a run of `epochs` evaluates after `epoch`: every `eval_every` epochs and at its last (none where
+    `eval_every` is 0: the final evaluation only)."""
+    return bool(eval_every) and (epoch % eval_every == 0 or epoch == epochs - 1)
+
+
 def on_schedule(records: list[dict], eval_every: int, epochs: int, metric: str = "acc",
                 higher: bool = True) -> tuple[list[dict], dict]:
     """A resumed run's records carried over, as the uninterrupted run of `epochs` would have them: evaluated only
@@ -190,8 +196,7 @@ def on_schedule(records: list[dict], eval_every: int, epochs: int, metric: str =
     which may be shorter), and the best of those by ``val_<metric>`` (`better`)."""
     kept, best = [], {}
     for r in records:
-        evaluated = eval_every and (r["epoch"] % eval_every == 0 or r["epoch"] == epochs - 1)
-        r = r if evaluated else {k: r[k] for k in RECORDED if k in r}
+        r = r if evaluates(r["epoch"], eval_every, epochs) else {k: r[k] for k in RECORDED if k in r}
         best = better(r, best, metric, higher)
         kept.append(r)
     return kept, best
@@ -223,7 +228,7 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
         if not (math.isfinite(loss) and finite()):
             raise Diverged(epoch, loss, epochs, best)
         record = {"epoch": epoch, "loss": loss, "time_s": time.perf_counter() - t0}
-        if cfg.eval_every and (epoch % cfg.eval_every == 0 or epoch == cfg.epochs - 1):
+        if evaluates(epoch, cfg.eval_every, cfg.epochs):
             try:
                 figures = evaluate()
             except NotFinite:   # weights finite, yet so large that the scores overflow float32
