@@ -44,6 +44,17 @@ def _file(folder: Path, stem: str) -> Path | None:
 HETEROGENEOUS = ("triplet-type-list.csv.gz", "edge_index_dict.npz")   # raw/ files of a heterogeneous graph (mag)
 
 
+def heterogeneous(folder: Path) -> bool:
+    """Whether OGB `folder` holds a heterogeneous graph (its raw/ has a file of `HETEROGENEOUS`)."""
+    return any((folder / "raw" / f).is_file() for f in HETEROGENEOUS)
+
+
+def refuse_heterogeneous(folder: Path, like: str) -> None:
+    """SpgnnError where OGB `folder` holds a heterogeneous graph (as dataset `like`), which spgnn does not train."""
+    if heterogeneous(folder):
+        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as {like}); spgnn trains homogeneous graphs")
+
+
 def is_ogb(folder: str | os.PathLike) -> bool:
     """Whether ``folder`` is laid out as an OGB node-property-prediction dataset (a ``split/`` folder beside
     ``raw/`` or ``processed/``)."""
@@ -51,7 +62,7 @@ def is_ogb(folder: str | os.PathLike) -> bool:
     return (folder / "split").is_dir() and (
         _file(raw, "edge") is not None or (raw / "data.npz").is_file()
         or (folder / "processed" / "data_processed").is_file()
-        or any((raw / f).is_file() for f in HETEROGENEOUS))        # (read to be refused as such)
+        or heterogeneous(folder))                                   # (read to be refused as such)
 
 
 def _csv(path: Path, dtype, ndmin: int = 1) -> np.ndarray:
@@ -64,8 +75,7 @@ def _form(folder: Path) -> str:
     """"csv", "binary" or "processed": the form OGB `folder` is in, once the files that form needs are there;
     SpgnnError for a heterogeneous folder, missing files or no graph at all."""
     raw = folder / "raw"
-    if any((raw / f).is_file() for f in HETEROGENEOUS):
-        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbn-mag); spgnn trains homogeneous graphs")
+    refuse_heterogeneous(folder, "ogbn-mag")
     if _file(raw, "edge") is not None:
         missing = [f"{s}.csv.gz" for s in ("num-node-list", "num-edge-list", "node-label") if _file(raw, s) is None]
         if missing:

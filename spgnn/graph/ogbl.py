@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import SpgnnError
 from .build import assemble, reading, torch_saved
 from .graph import Graph
-from .ogb import HETEROGENEOUS, _counts, _csv, _file, _name
+from .ogb import _counts, _csv, _file, _name, refuse_heterogeneous
 
 SPLIT_FILES = {"train": "train", "val": "valid", "test": "test"}
 HITS_K = {"ogbl-ppa": 100, "ppassoc": 100, "ogbl-ddi": 20, "ddi": 20}     # OGB's master.csv; every other: 50
@@ -223,8 +223,7 @@ def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:
     """The graph of OGB link folder `folder`: its training edges, symmetrised, with the node features; each edge of
     the split's train.pt checked to be one of them. Labels are 0 (a link folder has none)."""
     folder = Path(folder)
-    if any((folder / "raw" / f).is_file() for f in HETEROGENEOUS):
-        raise SpgnnError(f"{folder} is a heterogeneous OGB graph (as ogbl-biokg); spgnn trains homogeneous graphs")
+    refuse_heterogeneous(folder, "ogbl-biokg")
     raw, n = folder / "raw", num_nodes(folder)
     if (feat := _file(raw, "node-feat")) is None:
         raise SpgnnError(f"{raw}: no node-feat.csv.gz (as ogbl-ddi): spgnn's encoders need node features")
