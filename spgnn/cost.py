@@ -168,10 +168,9 @@ class ModelCost:
             raise SpgnnError(f"the layers of {type(model).__name__} declare no sparse product (an Spmm or Attend) in "
                              "costs(), which is what the cost model predicts a layout by: declare each layer's Spmm "
                              "over its adjacency")
-        normed = any(m.costs() for m in norms)
-        needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if normed else set())
-        own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1,
-                                                        i < len(norms) and bool(norms[i].costs()))
+        normed = [bool(m.costs()) for m in norms]       # whether a batch norm follows layer i (a NoNorm: none)
+        needs = frozenset().union(*(layer.needs for layer in layers)) | ({"whole_rows"} if any(normed) else set())
+        own = tuple(isinstance(model, GNN) and in_place(layer, i == len(layers) - 1, i < len(normed) and normed[i])
                     for i, layer in enumerate(layers))
         trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
         return cls(tuple(out), layers[-1].f_out, trained, needs, sum(p.numel() for p in model.parameters()) - trained,

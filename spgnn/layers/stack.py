@@ -45,10 +45,10 @@ class GNN(KeepsDraws, nn.Module):
     def __init__(self, layers: list, dropout: float = 0.5, seed: int = 0, batch_norm: bool = False, name: str = ""):
         super().__init__()
         self.layers = nn.ModuleList(layers)
-        hidden = [layer.activation is not None for layer in layers[:-1]]
-        self.norms = nn.ModuleList(BatchNorm(layer.f_out) if h else NoNorm() for layer, h in zip(layers, hidden)) \
+        hidden = [layer for layer in layers[:-1] if layer.activation is not None]     # a batch norm follows these
+        self.norms = nn.ModuleList(BatchNorm(layer.f_out) if layer in hidden else NoNorm() for layer in layers[:-1]) \
             if batch_norm else None
-        for layer in [layer for layer, h in zip(layers, hidden) if h] if batch_norm else ():
+        for layer in hidden if batch_norm else ():
             bias = getattr(layer, layer.shift, None) if getattr(layer, "shift", None) else None
             if bias is not None and bias.requires_grad:
                 bias.register_hook(torch.zeros_like)
