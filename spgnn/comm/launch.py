@@ -571,16 +571,16 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
              for r in range(nprocs)]
     for p in procs:
         p.start()
-    results, failures, deadline = {}, {}, time.monotonic() + limit_s
+    results, failures, until = {}, {}, time.monotonic() + limit_s
     try:
         while len(results) + len(failures) < nprocs:
             try:
-                rank, stage, value = q.get(timeout=min(10.0, max(0.1, deadline - time.monotonic())))
+                rank, stage, value = q.get(timeout=min(10.0, max(0.1, until - time.monotonic())))
             except queues.Empty:
                 waiting = [r for r in range(nprocs) if r not in results and r not in failures]
                 failures |= {r: ("exit", time.time(), f"exited with code {procs[r].exitcode} and no report")
                              for r in waiting if procs[r].exitcode not in (None, 0)}
-                if not failures and time.monotonic() >= deadline:
+                if not failures and time.monotonic() >= until:
                     failures = {r: ("run", time.time(), f"no result within {limit_s} s (run_local's deadline_s; "
                                                   "spgnn.run sets none)") for r in waiting}
                 if failures:
@@ -590,7 +590,7 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
                 results[rank] = pickle.loads(value)
             else:
                 failures[rank] = (stage, *value)
-                deadline = min(deadline, time.monotonic() + 5.0)
+                until = min(until, time.monotonic() + 5.0)
     finally:            # ranks that finished leave the world together; ranks left waiting on a failed one are killed
         end = time.monotonic() + (0.5 if failures else 5.0)
         for p in procs:
