@@ -48,10 +48,11 @@ def main(comm, args):
         losses.append(loss.item())
     model.eval()
     with torch.no_grad():
-        acc = g.accuracy(model(g, g.x))
+        logits = model(g, g.x)
+        acc = g.accuracy(logits)
     if comm.rank == 0:
         print(f"{args.algo} on {comm.world_size} processes: loss {losses[-1]:.4f}, test accuracy {acc['test_acc']:.4f}")
-    return losses, acc
+    return losses, acc, g.gather(logits)      # every node's logits (n×classes, original order) on every rank
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.optim.optimizer import register_optimizer_step_pre_hook
@@ -401,10 +402,15 @@ class DistGraph:
 
     def globally(self, local: torch.Tensor) -> torch.Tensor:
         """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
-        `local`'s: a global loss from per-rank partial sums (one small all-reduce)."""
+        `local`'s: a global loss from per-rank partial sums (one small all-reduce). A `local` with a gradient is
+        refused before any model is `prepare`d: at P > 1 each rank would step on its own share of the gradient."""
         if not _scalar(local):
             raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {_described(local)}: "
                              "sum it first")
+        if local.requires_grad and not self._prepared:
+            raise SpgnnError("a loss to train by, but no model was prepared on this graph, so nothing sums its "
+                             "gradients over the ranks: call model = g.prepare(model, opt) before training, and "
+                             "g.sync_gradients(model) after each backward")
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
 
@@ -522,6 +528,20 @@ class DistGraph:
     def narrow(self, h: torch.Tensor, start: int, length: int, width: int | None = None) -> torch.Tensor:
         """Columns start … start+length−1 of H (`width` its global column count)."""
         return self.select([h], start, start + length, None if width is None else [width])
+
+    @torch.no_grad()
+    def gather(self, h: torch.Tensor, width: int | None = None):
+        """The whole n×f matrix of which this rank holds `h` (its rows, its columns on 2D/3D), in original node order,
+        as a numpy array on every rank (`width`: f, found by one small sum along the grid row on 2D/3D when not
+        given). Every rank then holds n·f numbers: for a model's outputs (logits, embeddings) on graphs that allow
+        it, such as ``g.gather(model(g, g.x))`` after training."""
+        self._matrix(h, "gather")
+        (f,) = self._widths([h], None if width is None else [width])
+        mine = (self.node_ids.numpy(), self.columns(f), h.detach().cpu().numpy())
+        out = np.empty((self.info.n, f), mine[2].dtype)
+        for ids, cols, block in self.comm.all_gather_object(mine):
+            out[ids, cols] = block
+        return out
 
     # -- the model -----------------------------------------------------------------------------------------
     def prepare(self, model: torch.nn.Module, optimizer=None) -> torch.nn.Module:

@@ -69,12 +69,15 @@ def _plain_pytorch() -> list[float]:
 
 
 def test_your_model_has_one_loss_curve_on_every_layout():
-    single = _program().main(Comm(0, 1), _args("1d-halo"))[0]
+    single, _, logits = _program().main(Comm(0, 1), _args("1d-halo"))
     plain = _plain_pytorch()
     np.testing.assert_allclose(single, plain, rtol=2e-5, err_msg="one process against plain PyTorch")
-    for algo, (losses, acc) in run_local(_rank, 4, timeout_s=600)[0].items():
+    assert logits.shape == (2708, 7)
+    for algo, (losses, acc, gathered) in run_local(_rank, 4, timeout_s=600)[0].items():
         np.testing.assert_allclose(losses, single, rtol=2e-5, err_msg=f"{algo} at P = 4 against one process")
         assert 0 < acc["train_acc"] <= 1
+        # every node's logits, in original order, from the rows (and on 2D/3D column blocks) of four ranks
+        np.testing.assert_allclose(gathered, logits, rtol=1e-4, atol=1e-5, err_msg=f"{algo}: g.gather")
 
 
 class RowWise(spgnn.Layer):
@@ -92,6 +95,8 @@ def _prepared(comm, what):
         model = _program().JKResGCN(g.num_features, 4, g.num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     try:
+        if what == "not prepared":          # (stepped silently on each rank's share of the gradient: weights apart)
+            g.cross_entropy(model(g, g.x)).backward()
         model = g.prepare(model, None if what == "unsummed, prepared without the optimizer" else opt)
         if what.startswith("unsummed"):        # (without the optimizer: stepped silently, P-dependent losses)
             g.cross_entropy(model(g, g.x)).backward()
@@ -127,6 +132,8 @@ def _prepared(comm, what):
             g.cat([g.x[:, :12], g.x[:, :10]], widths=[10, 10])
         if what == "globally":
             g.globally(g.x[:, 0].sum(0, keepdim=True).expand(2))
+        if what == "gather":
+            g.gather(g.x[:, 0])
         if what == "numpy":
             g.spmm(g.x.numpy())
         if what == "float64":                                   # a page of torch's "must have the same dtype"
@@ -145,6 +152,8 @@ REFUSED = {
     "unsummed": "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients",
     "unsummed, prepared without the optimizer": "the gradient of parameter 'convs.0.weight' was not summed over the "
                                                 "ranks: call g.sync_gradients",
+    "not prepared": "a loss to train by, but no model was prepared on this graph, so nothing sums its gradients "
+                    "over the ranks: call model = g.prepare(model, opt)",
     "adjacency": "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']",
     "whole rows": "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo",
     "twice": "sync_gradients: the gradient of parameter 'convs.0.weight' was summed already and has not changed "
@@ -154,6 +163,7 @@ REFUSED = {
     "fine loops": None,
     "widths": "widths [10, 10] do not fit the 2 matrices given, of which this rank holds [12, 10] columns",
     "globally": "globally takes this rank's partial sum, a one-element tensor, got a tensor of shape (2,)",
+    "gather": "gather takes this rank's rows of an n×f matrix, a tensor of ",
     "numpy": "spmm takes this rank's rows of an n×f matrix, a tensor of ",
     "float64": "parameter 'weight' of the model is torch.float64, but the features are torch.float32: build the",
     "mask None": "a mask is a split's name (train, val, test) or a boolean tensor of shape",

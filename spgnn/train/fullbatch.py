@@ -95,18 +95,14 @@ class Trainer(Run):
     @torch.no_grad()
     def predict(self, gather: bool = False):
         """Logits (no dropout) of this rank's rows: (original node ids, the columns it holds, n_p×|columns|).
-        `gather`: the n×outputs logits of every node in original order, assembled on every rank (O(n·classes)
-        a rank: for graphs that allow it)."""
+        `gather`: the n×outputs logits of every node in original order, assembled on every rank
+        (`DistGraph.gather`: O(n·classes) a rank, for graphs that allow it)."""
         self.model.eval()
         with self.comm.phase("eval"):
-            mine = (self.g.node_ids.numpy(), self.g.columns(self.g.num_outputs), self.logits().cpu().numpy())
-            if not gather:
-                return mine
-            everyone = self.comm.all_gather_object(mine)
-        out = np.empty((self.info.n, self.g.num_outputs), np.float32)
-        for ids, cols, block in everyone:
-            out[ids, cols] = block
-        return out
+            logits = self.logits()
+            if gather:
+                return self.g.gather(logits, self.g.num_outputs)
+            return self.g.node_ids.numpy(), self.g.columns(self.g.num_outputs), logits.cpu().numpy()
 
     def rank_report(self) -> dict:
         mine = super().rank_report()
