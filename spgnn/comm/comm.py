@@ -21,6 +21,7 @@ sequence of such calls a given number ahead of the one being consumed.
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections import defaultdict, deque
 from contextlib import contextmanager
@@ -101,13 +102,17 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 
 
 class TorchTransport:
-    """Moves tensors with torch.distributed (gloo on CPU, nccl on GPU)."""
+    """Moves tensors with torch.distributed (gloo on CPU, nccl on GPU); the collectives of the groups it makes fail
+    after `timeout_s` seconds (None: torch's default for a group, 30 minutes), as the world's do."""
 
     name = "torch"
 
+    def __init__(self, timeout_s: float | None = None):
+        self.timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+
     def new_group(self, ranks):
         """A process group of global `ranks` (ascending); collective: every rank of the job calls it."""
-        return dist.new_group(list(ranks))
+        return dist.new_group(list(ranks), timeout=self.timeout)
 
     def broadcast(self, t, src, group):
         dist.broadcast(t, src=src, group=group.pg)

@@ -262,7 +262,7 @@ def make_transport(name: str, timeout_s: float = 300.0):
         from .mpi import MPITransport
 
         return MPITransport(timeout_s)
-    return TorchTransport()
+    return TorchTransport(timeout_s)
 
 
 def backend(device: str, local_world_size: int) -> str:
