@@ -245,11 +245,12 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
             with progress.handed_on():
                 return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
-            # a program that started MPI (Open MPI 4 alone, say) leaves mpirun's variables to the commands it runs
-            left = [k for k in launch.MPI_RANK_VARS if k in os.environ] if launched.kind == "mpirun" else []
+            # variables a launcher (or a program that started MPI: Open MPI 4 alone, say) left to this command
+            names = {"mpirun": launch.MPI_RANK_VARS, "env": ("RANK", "WORLD_SIZE"), "srun": launch.SLURM_VARS}
+            left = [k for k in names.get(launched.kind, ()) if k in os.environ]
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
                              f"{launched.kind} started: drop --nprocs"
-                             + (f"; outside mpirun, unset {', '.join(left)}, left by a program that started MPI"
+                             + (f"; outside {launched.kind}, unset {', '.join(left)}, left in the environment"
                                 if left else ""))
     return launch.init(device, timeout, transport)
 
@@ -283,6 +284,7 @@ def train(args, argv) -> int:
     comm = _join(args, argv, cfg.device, cfg.timeout, cfg.transport, check)
     if isinstance(comm, int):
         return comm
+    _same_flags(comm, args)
     if launch.detect().kind != "single":     # launched: rank 0 checks them once every rank has joined, so that no
         on_rank0(comm, files)                 # rank waits out --timeout for a rank 0 that stopped at a bad path
     if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
@@ -315,6 +317,19 @@ def train(args, argv) -> int:
               f"{'n/a (no epochs ran)' if median is None else f'{median:.4f} s'}", flush=True)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it
     return 0
+
+
+def _same_flags(comm, args) -> None:
+    """SpgnnError, the same on every rank, naming the first option the processes of a job were given different
+    values of (ranks started by hand, or an MPMD mpirun): each would train by its own (other learning rates, say,
+    and a result that is no one's), or wait out --timeout for a peer that left the loop an epoch earlier."""
+    every = comm.all_gather_object({k: repr(v) for k, v in vars(args).items()})
+    for k in sorted(set().union(*every)):
+        differ = next((r for r, theirs in enumerate(every) if theirs.get(k) != every[0].get(k)), None)
+        if differ is not None:
+            flag = "--" + k.replace("_", "-")
+            raise SpgnnError(f"the processes of this job were given different {flag}: {every[0].get(k)} on rank 0, "
+                             f"{every[differ].get(k)} on rank {differ}: start every process with the same options")
 
 
 def _partition_once(cfg: TrainConfig, P: int, argv: list[str]) -> list[str]:

@@ -543,24 +543,37 @@ def test_a_partitioned_folder_replaces_only_what_it_wrote(tmp_path, capsys, monk
         assert cli.main(argv + [out]) == 0 and (tmp_path / out / "meta.json").is_file()
 
 
+def _launched_by_hand(argvs) -> list[str]:
+    """The stderr of ranks started as torchrun starts them, rank r with the command line argvs[r] (after
+    ``spgnn train``), once each has ended with code 2."""
+    from spgnn.comm.launch import free_port
+
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "spgnn", "train", *argv],
+                              env=dict(os.environ, RANK=str(r), WORLD_SIZE=str(len(argvs)), LOCAL_RANK=str(r),
+                                       LOCAL_WORLD_SIZE=str(len(argvs)), MASTER_ADDR="127.0.0.1",
+                                       MASTER_PORT=str(port), TORCHELASTIC_RUN_ID="by-hand"),
+                              stderr=subprocess.PIPE, text=True) for r, argv in enumerate(argvs)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]      # a hang fails here; --timeout would end it at 120 s
+    assert [p.returncode for p in procs] == [2] * len(argvs), errs
+    return errs
+
+
 def test_a_launched_job_stops_every_rank_at_a_bad_path(tmp_path):
     """Under torchrun, srun or mpirun, rank 0 alone checked the files and stopped before joining: the others waited
     out --timeout and then blamed the network. Now rank 0 checks them once all have joined, and all stop."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     (tmp_path / "file").write_text("")
-    argv = [sys.executable, "-m", "spgnn", "train", *QUICK, "--timeout", "120", "--output",
-            str(tmp_path / "file" / "r.json")]
-    procs = [subprocess.Popen(argv, env=dict(os.environ, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r),
-                                             LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-                                             TORCHELASTIC_RUN_ID="bad-path"),
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    errs = [p.communicate(timeout=300)[1] for p in procs]      # a hang fails here; --timeout would end it at 120 s
-    assert [p.returncode for p in procs] == [2, 2], errs
+    errs = _launched_by_hand([[*QUICK, "--timeout", "120", "--output", str(tmp_path / "file" / "r.json")]] * 2)
     assert errs[0].strip().endswith("give --output a writable file path") and not errs[1].strip(), errs
+
+
+def test_ranks_given_different_options_are_refused():
+    """Ranks started by hand with different flags trained each by its own learning rate to a report that was no
+    one's, or (other --epochs) waited out --timeout and blamed the network."""
+    errs = _launched_by_hand([[*QUICK, "--timeout", "120", *lr] for lr in (["--lr", "0.01"], ["--lr", "0.5"],
+                                                                            ["--lr", "0.01"])])
+    assert errs[0].strip() == "spgnn: error: the processes of this job were given different --lr: 0.01 on rank 0, " \
+        "0.5 on rank 1: start every process with the same options" and not errs[1].strip(), errs
 
 
 def test_figures_of_no_nodes_and_of_the_wrong_kind_are_said(tmp_path, capsys):

@@ -117,15 +117,19 @@ def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
         assert (detect().rank, detect().world_size) == (1, 2)
 
 
-def test_mpiruns_variables_left_by_a_program_that_started_mpi_are_named(monkeypatch, capsys):
+@pytest.mark.parametrize("left, kind", [({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}, "mpirun"),
+                                         ({"RANK": "0", "WORLD_SIZE": "1"}, "env")])
+def test_a_launchers_variables_left_in_the_environment_are_named(monkeypatch, capsys, left, kind):
     """Open MPI 4 started alone (a program's `from mpi4py import MPI`) leaves OMPI_COMM_WORLD_SIZE=1 to the commands
-    it runs: `spgnn train --nprocs 2` there said only "drop --nprocs", which cannot help outside mpirun."""
+    it runs, a shell may keep RANK and WORLD_SIZE: `spgnn train --nprocs 2` there said only "drop --nprocs", which
+    cannot help outside the launcher."""
     for k in list(os.environ):
         if k in ("RANK", "WORLD_SIZE") or k.startswith(("OMPI_", "PMI", "SLURM_", "MPI_")):
             monkeypatch.delenv(k)
-    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "0")
-    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "1")
+    for k, v in left.items():
+        monkeypatch.setenv(k, v)
     assert cli.main(["train", "--nprocs", "2", "--epochs", "1"]) == 2
+    unset = ", ".join(k for k in left if "SIZE" not in k or kind == "env")
     assert capsys.readouterr().err.strip().splitlines() == [
-        "spgnn: error: --nprocs 2 disagrees with the 1 processes mpirun started: drop --nprocs; outside mpirun, unset "
-        "OMPI_COMM_WORLD_RANK, left by a program that started MPI"]
+        f"spgnn: error: --nprocs 2 disagrees with the 1 processes {kind} started: drop --nprocs; outside {kind}, "
+        f"unset {unset}, left in the environment"]
