@@ -123,8 +123,13 @@ def test_run_sets_up_local_ranks_as_asked(monkeypatch):
     monkeypatch.setattr(launch, "_launch_local", lambda *a: pytest.fail("a process was started"))
     with pytest.raises(SpgnnError, match="^--transport mpi needs a job started by mpirun .* not by --nprocs"):
         spgnn.run(_transport, nprocs=2, transport="mpi")
-    with pytest.raises(SpgnnError, match="^run: nprocs must be at least 1, got 0$"):
-        spgnn.run(_transport, nprocs=0)
+    for nprocs in (0, 2.5):
+        with pytest.raises(SpgnnError, match=f"^run: nprocs must be a whole number of at least 1, got {nprocs}$"):
+            spgnn.run(_transport, nprocs=nprocs)
+    for timeout in (0, float("inf"), float("nan"), 1e13):  # (joined, the ranks blamed the network for them)
+        with pytest.raises(SpgnnError, match=f"^run: timeout must be a number of seconds of at least 1 and at most "
+                                             f"2592000 .*, got {timeout}$"):
+            spgnn.run(_transport, nprocs=2, timeout=timeout)
     if not torch.cuda.is_available():
         with pytest.raises(SpgnnError, match="^--device cuda: "):
             spgnn.run(_transport, nprocs=2, device="cuda")

@@ -234,16 +234,38 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_the_ranks_of_a_killed_nprocs_parent_end_too(tmp_path):
-    """SIGKILL of the --nprocs parent (which cannot stop its ranks) left them training as orphans."""
+CALLER = """
+import os, sys, time
+import spgnn
+
+def main(comm, folder):
+    with open(os.path.join(folder, f"rank{comm.rank}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+if __name__ == "__main__":
+    spgnn.run(main, sys.argv[1], nprocs=2)
+"""
+
+
+@pytest.mark.parametrize("how", ["nprocs", "run"])
+def test_the_ranks_of_a_killed_parent_end_too(how, tmp_path):
+    """SIGKILL of the --nprocs parent, or of the program calling spgnn.run (which cannot stop their ranks), left the
+    ranks working as orphans: a run's ranks are the fork server's children, which outlives its caller."""
     marker = str(tmp_path / "report.json")
-    job = subprocess.Popen([sys.executable, *TRAIN[:7], "--epochs", "100000", "--eval-every", "0", "--quiet",
-                            "--nprocs", "2", "--output", marker], cwd=ROOT, env=env(), stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+    if how == "nprocs":
+        cmd = [sys.executable, *TRAIN[:7], "--epochs", "100000", "--eval-every", "0", "--quiet", "--nprocs", "2",
+               "--output", marker]
+    else:
+        (tmp_path / "caller.py").write_text(CALLER)
+        cmd = [sys.executable, str(tmp_path / "caller.py"), str(tmp_path)]
+    job = subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline, pids = time.monotonic() + 120, [None, None]
     while None in pids:
         assert job.poll() is None and time.monotonic() < deadline
-        pids = [rank_pid(marker, "RANK", r) for r in range(2)]
+        pids = [rank_pid(marker, "RANK", r) if how == "nprocs" else
+                int(f.read_text() or 0) or None if (f := tmp_path / f"rank{r}.pid").exists() else None
+                for r in range(2)]
         time.sleep(0.2)
     job.kill()
     job.wait()
@@ -253,7 +275,7 @@ def test_the_ranks_of_a_killed_nprocs_parent_end_too(tmp_path):
     for p in pids:
         if _alive(p):
             os.kill(p, signal.SIGKILL)
-    assert not any(_alive(p) for p in pids), "a rank outlived its --nprocs parent"
+    assert not any(_alive(p) for p in pids), f"a rank outlived its parent ({how})"
 
 
 def test_a_reader_that_goes_away_does_not_end_the_run(tmp_path):

@@ -14,6 +14,7 @@ import contextlib
 import datetime
 import os
 import pickle
+import select
 import signal
 import socket
 import subprocess
@@ -320,14 +321,36 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
     return Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
 
 
-def watch_parent(every_s: float = 1.0) -> None:
-    """End this process (SIGTERM) once the process that started it is gone: the ranks of an --nprocs parent killed
-    by SIGKILL, which could not stop them, went on training as orphans."""
-    parent = int(os.environ.get("SPGNN_PARENT_PID") or os.getppid())     # (gone already: ends at once)
+def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
+    """End this process (SIGTERM) once the process that started it (`pid`, else its parent) is gone: the ranks of
+    an --nprocs parent, or of a `run` caller, killed by SIGKILL, which could not stop them, went on training as
+    orphans. Watched through a pidfd, which a process that died (a zombie, too) makes readable, where Linux has
+    them; else by the parent's id (a --nprocs rank is then re-parented) or, for a `run` caller, by signal 0."""
+    parent = pid or int(os.environ.get("SPGNN_PARENT_PID") or os.getppid())
+    try:
+        fd = os.pidfd_open(parent)
+    except ProcessLookupError:                                          # gone already: ends at once
+        fd = -1
+    except (AttributeError, OSError):
+        fd = None
+
+    def alive() -> bool:
+        if fd is not None:
+            return fd >= 0 and not select.select([fd], [], [], every_s)[0]
+        time.sleep(every_s)
+        if parent != os.getppid() and pid is None:
+            return False
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
 
     def watch():
-        while os.getppid() == parent:
-            time.sleep(every_s)
+        while alive():
+            pass
         os.kill(os.getpid(), signal.SIGTERM)
 
     threading.Thread(target=watch, daemon=True, name="spgnn-parent-watch").start()
@@ -499,11 +522,12 @@ def _exit_on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
-def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport):
+def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport, caller):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
                       LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     os.environ.pop("SPGNN_PARENT_PID", None)     # a --nprocs rank's: this process's parent is the fork server
+    watch_parent(caller)                         # which outlives a caller killed by SIGKILL
     stage = "join"
     try:
         comm = init(device, timeout_s, transport)
@@ -566,8 +590,8 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
     q = ctx.Queue()
     port = free_port()
     environ = dict(os.environ)
-    procs = [ctx.Process(target=_run_rank, args=(fn, r, nprocs, port, timeout_s, args, q, environ, device, transport),
-                         daemon=True)
+    procs = [ctx.Process(target=_run_rank, daemon=True,
+                         args=(fn, r, nprocs, port, timeout_s, args, q, environ, device, transport, os.getpid()))
              for r in range(nprocs)]
     for p in procs:
         p.start()

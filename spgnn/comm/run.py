@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..config import MAX_TIMEOUT_S
 from ..errors import SpgnnError
 from . import launch
 
@@ -15,8 +16,11 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     `timeout`: seconds before a stalled collective fails (a rank that dies ends the run; no limit on its length).
     A device or transport the job cannot have is refused in one line before any process starts."""
     launched = launch.detect()
-    if nprocs < 1:
-        raise SpgnnError(f"run: nprocs must be at least 1, got {nprocs}")
+    if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
+        raise SpgnnError(f"run: nprocs must be a whole number of at least 1, got {nprocs!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 1 <= timeout <= MAX_TIMEOUT_S:
+        raise SpgnnError(f"run: timeout must be a number of seconds of at least 1 and at most {MAX_TIMEOUT_S:.0f} "
+                         f"(how long a rank waits for the others before the job ends), got {timeout!r}")
     if launched.kind == "single" and nprocs > 1:
         launch.check_device(device)
         launch.resolve_transport(transport, replace(launched, kind="spawn"), device)
