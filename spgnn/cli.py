@@ -319,11 +319,17 @@ def train(args, argv) -> int:
     return 0
 
 
+# options naming files, which may lie at other paths on other hosts (rank 0 alone writes the outputs), and the log's
+PER_HOST = frozenset({"dataset", "given_dataset", "partition", "ogb_split", "calibration", "resume", "checkpoint",
+                      "output", "quiet"})
+
+
 def _same_flags(comm, args) -> None:
-    """SpgnnError, the same on every rank, naming the first option the processes of a job were given different
-    values of (ranks started by hand, or an MPMD mpirun): each would train by its own (other learning rates, say,
-    and a result that is no one's), or wait out --timeout for a peer that left the loop an epoch earlier."""
-    every = comm.all_gather_object({k: repr(v) for k, v in vars(args).items()})
+    """SpgnnError, the same on every rank, naming the first option (but those in `PER_HOST`) the processes of a job
+    were given different values of (ranks started by hand, or an MPMD mpirun): each would train by its own (other
+    learning rates, say, and a result that is no one's), or wait out --timeout for a peer that left the loop an
+    epoch earlier."""
+    every = comm.all_gather_object({k: repr(v) for k, v in vars(args).items() if k not in PER_HOST})
     for k in sorted(set().union(*every)):
         differ = next((r for r, theirs in enumerate(every) if theirs.get(k) != every[0].get(k)), None)
         if differ is not None:

@@ -86,7 +86,14 @@ def test_slurm_environment_read(monkeypatch):
     assert slurm_tasks_per_node("4(x2),3") == [4, 4, 3]
     monkeypatch.setenv("SLURM_STEP_NODELIST", "gpu[07-09]")
     monkeypatch.setenv("SLURM_JOB_ID", "123456")
-    assert slurm_rendezvous() == "tcp://gpu07:23456"
+    assert slurm_rendezvous() == f"tcp://gpu07:{20000 + (23456 + 3 * 9973) % 20000}"    # step 3 of the job
+    ports = set()
+    for step in range(64):          # steps of one job run at once (srun ... & srun ... & wait) on their own ports
+        monkeypatch.setenv("SLURM_STEP_ID", str(step))
+        ports.add(slurm_rendezvous())
+    assert len(ports) == 64 and "tcp://gpu07:23456" in ports
+    monkeypatch.setenv("SLURM_STEP_RESV_PORTS", "12000-12003")               # srun --resv-ports
+    assert slurm_rendezvous() == "tcp://gpu07:12000"
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")                          # MASTER_ADDR and MASTER_PORT win
     monkeypatch.setenv("MASTER_PORT", "29500")
     assert slurm_rendezvous() == "tcp://10.0.0.1:29500"

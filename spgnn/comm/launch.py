@@ -114,13 +114,21 @@ def slurm_first_host(nodelist: str) -> str:
     return name + ranges.split("]")[0].split("-")[0] if bracket else name
 
 
+STEP_STRIDE = 9973      # a prime, so that the steps of one job (srun ... & srun ... & wait) take different ports
+
+
 def slurm_rendezvous() -> str:
     """The torch.distributed address of an srun job step: MASTER_ADDR and MASTER_PORT when set, else the step's
-    first host and port 20000 + job id mod 20000 (the same on every task, no communication needed)."""
+    first host and the first of the ports Slurm reserved for the step (``srun --resv-ports``), else port
+    20000 + (job id + step id · 9973) mod 20000 (the same on every task, no communication needed; step 0 on
+    20000 + job id mod 20000)."""
     env = os.environ
     addr = env.get("MASTER_ADDR") or slurm_first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
                                                       or "127.0.0.1")
-    port = env.get("MASTER_PORT") or str(20000 + int(env.get("SLURM_JOB_ID", 0)) % 20000)
+    step = int(env.get("SLURM_STEP_ID", 0)) if env.get("SLURM_STEP_ID", "").isdigit() else 0   # (a batch step's name)
+    reserved = env.get("SLURM_STEP_RESV_PORTS", "").split("-")[0].split(",")[0]
+    port = env.get("MASTER_PORT") or reserved or str(20000 + (int(env.get("SLURM_JOB_ID", 0)) + step * STEP_STRIDE)
+                                                     % 20000)
     return f"tcp://{addr}:{port}"
 
 
