@@ -124,6 +124,21 @@ def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
         assert (detect().rank, detect().world_size) == (1, 2)
 
 
+def test_a_torchrun_style_launch_without_its_address_is_one_line(monkeypatch, capsys):
+    """RANK and WORLD_SIZE without MASTER_ADDR was "could not join the job at 127.0.0.1:?" with advice on networks."""
+    for k in list(os.environ):
+        if k in ("RANK", "WORLD_SIZE") or k.startswith(("MASTER_", "OMPI_", "PMI", "SLURM_", "MPI_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert cli.main(["train", "--epochs", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "spgnn: error: rank 1 of 2 (RANK and WORLD_SIZE are set), but MASTER_ADDR is not: set MASTER_ADDR to an "
+        "address of rank 0's host that every host reaches and MASTER_PORT to a free port there (torchrun sets both), "
+        "or unset RANK and WORLD_SIZE to run alone"]
+
+
 @pytest.mark.parametrize("left, kind", [({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}, "mpirun"),
                                          ({"RANK": "0", "WORLD_SIZE": "1"}, "env")])
 def test_a_launchers_variables_left_in_the_environment_are_named(monkeypatch, capsys, left, kind):

@@ -317,6 +317,11 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
         torch.cuda.set_device(launch.local_rank % torch.cuda.device_count())
     name = backend(device, launch.local_world_size)
     url = url or (slurm_rendezvous() if launch.kind == "srun" else "env://")
+    if url == "env://" and (missing := [k for k in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(k)]):
+        raise JoinError(f"rank {launch.rank} of {launch.world_size} (RANK and WORLD_SIZE are set), but "
+                         f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: set MASTER_ADDR to an "
+                         "address of rank 0's host that every host reaches and MASTER_PORT to a free port there "
+                         "(torchrun sets both), or unset RANK and WORLD_SIZE to run alone")
     host, port = rendezvous_address(url)
     if name == "gloo" and not os.environ.get("GLOO_SOCKET_IFNAME") and (iface := interface_to(host)):
         os.environ["GLOO_SOCKET_IFNAME"] = iface
@@ -499,7 +504,7 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> in
                                           env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
         while any(p.poll() is None for p in procs):
             if failed_at is None and (bad := [p.returncode for p in procs if p.returncode]):
-                code, failed_at = bad[0], time.monotonic()
+                code, failed_at = _shell_code(bad[0]), time.monotonic()
             if failed_at is not None and time.monotonic() - failed_at > grace_s:
                 break
             time.sleep(0.05)
@@ -523,7 +528,13 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> in
                 p.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 p.kill()
-    return code or next((p.returncode for p in procs if p.returncode), 0)
+    return code or next((_shell_code(p.returncode) for p in procs if p.returncode), 0)
+
+
+def _shell_code(returncode: int) -> int:
+    """The exit code a shell gives a process that ended with `returncode`: 128 + N for one killed by signal N
+    (subprocess's −N, which sys.exit would wrap to 256 − N)."""
+    return 128 - returncode if returncode < 0 else returncode
 
 
 def _exit_on_signal(signum, frame):
