@@ -218,8 +218,8 @@ def test_layouts_refuse_what_they_cannot_do():
         spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
 
 
-def _steps(g, model, opt, epochs) -> list[float]:
-    """The user's training step (the guide's loop) for each of `epochs`: their losses."""
+def _steps(g, model, opt, epochs, schedule=None) -> list[float]:
+    """The user's training step (the guide's loop) for each of `epochs`, then `schedule`'s step: their losses."""
     losses = []
     for _ in epochs:
         opt.zero_grad()
@@ -227,6 +227,8 @@ def _steps(g, model, opt, epochs) -> list[float]:
         loss.backward()
         g.sync_gradients(model)
         opt.step()
+        if schedule is not None:
+            schedule.step()
         losses.append(loss.item())
     return losses
 
@@ -238,15 +240,21 @@ def _train(comm, folder, epochs, resume):
     torch.manual_seed(0)
     model = _program().JKResGCN(g.num_features, 8, g.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5)     # its state saved as an extra
     model = g.prepare(model, opt)
-    start = g.load_checkpoint(folder, model, opt)[0] + 1 if resume else 0
-    losses = _steps(g, model, opt, range(start, epochs))
-    g.save_checkpoint(folder, model, opt, epochs - 1, note="user loop")
+    start = 0
+    if resume:
+        epoch, extra = g.load_checkpoint(folder, model, opt)
+        schedule.load_state_dict(extra["schedule"])
+        start = epoch + 1
+    losses = _steps(g, model, opt, range(start, epochs), schedule)
+    g.save_checkpoint(folder, model, opt, epochs - 1, note="user loop", schedule=schedule.state_dict())
     return losses
 
 
 def test_a_users_model_and_optimizer_resume_on_another_p(tmp_path):
-    """Saved at P = 2 after 3 epochs, resumed at P = 4 (on 2D) to 6: the loss curve of an uninterrupted run."""
+    """Saved at P = 2 after 3 epochs, resumed at P = 4 (on 2D) to 6, the learning rate halved every 2 epochs by a
+    scheduler saved with it: the loss curve of an uninterrupted run."""
     whole = _train(Comm(0, 1), tmp_path / "whole", 6, False)
     first = run_local(_train, 2, tmp_path / "ckpt", 3, False, timeout_s=300)[0]
     rest = run_local(_train, 4, tmp_path / "ckpt", 6, True, timeout_s=300)[0]
