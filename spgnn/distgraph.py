@@ -403,7 +403,8 @@ class DistGraph:
     def globally(self, local: torch.Tensor) -> torch.Tensor:
         """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
         `local`'s: a global loss from per-rank partial sums (one small all-reduce). A `local` with a gradient is
-        refused before any model was prepared (`prepare`): at P > 1 each rank would step on its own share of the gradient."""
+        refused before any model was prepared (`prepare`): at P > 1 each rank would step on its share of the
+        gradient."""
         if not _scalar(local):
             raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {_described(local)}: "
                              "sum it first")
