@@ -534,7 +534,10 @@ def test_a_partitioned_folder_replaces_only_what_it_wrote(tmp_path, capsys, monk
     argv = ["partition", "--dataset", src, "--nparts", "2", "--method", "block", "--output"]
     for out, ooc, needle in ((str(mine), [], "exists and is not a partitioned dataset folder"),
                              (src, ["--out-of-core"], "is the dataset it is made from"),
-                             (".", [], "holds the current folder"), ("..", [], "holds the current folder")):
+                             (".", [], "holds the current folder"), ("..", [], "holds the current folder"),
+                             # (after partitioning: "cannot write the partitioned dataset ... Not a directory")
+                             (str(mine / "notes.txt" / "out"), [], "notes.txt is a file): name a folder in a "),
+                             (str(mine / "notes.txt" / "out"), ["--out-of-core"], "notes.txt is a file)")):
         code, line = error_line(capsys, argv + [out] + ooc)
         assert code == 2 and needle in line, line
     assert (mine / "notes.txt").read_text() == "precious" and (tmp_path / "src" / "edges.npy").is_file()

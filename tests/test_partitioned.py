@@ -235,6 +235,10 @@ def test_out_of_core_opens_a_file_at_a_time(tmp_path, monkeypatch):
     (tmp_path / "a-file").write_text("")
     with pytest.raises(SpgnnError, match="^cannot partition .* out of core: .*a-file"):
         partition_edge_folder(src, tmp_path / "a-file" / "out", 2, "block")
+    np.save(src / "train_mask.npy", np.ones(n - 5, bool))      # refused before any pass over the edges
+    monkeypatch.setattr(ooc, "_parts", lambda *a: pytest.fail("the edges were read before the masks were checked"))
+    with pytest.raises(SpgnnError, match=f"the train mask has shape \\({n - 5},\\), expected \\({n},\\)"):
+        partition_edge_folder(src, tmp_path / "bad-mask", 4, "fennel")
 
 
 def test_split_graph_refuses_a_folder_not_in_natural_order(tmp_path):

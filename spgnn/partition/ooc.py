@@ -274,6 +274,7 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
 def _write(src: EdgeFolder, output, P: int, method: str, seed: int, params: dict, tmp: Path) -> Path:
     """`partition_edge_folder`'s work, its temporary files in `tmp`: the parts, the bucket of each part's block row,
     the partitioned dataset written from them."""
+    masks = src.masks(seed)                 # O(n), checked before any pass over the edges
     parts = _parts(src, P, method, seed, tmp, params)
     offsets = np.concatenate([[0], np.cumsum(np.bincount(parts, minlength=P))])
     perm = np.argsort(parts, kind="stable")
@@ -284,7 +285,6 @@ def _write(src: EdgeFolder, output, P: int, method: str, seed: int, params: dict
         r = inv[rows]
         buckets.add(np.searchsorted(offsets, r, side="right") - 1, r, inv[cols])
         trim()
-    masks = src.masks(seed)
     info = GraphInfo(src.name, src.n, 0, src.x.shape[1], src.num_classes, not src.directed,
                      {s: int(m.sum()) for s, m in masks.items()}, offsets, "edges:" + digest.hexdigest(),
                      src.targets, validate.label_counts(src.y, masks, src.num_classes))

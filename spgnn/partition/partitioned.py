@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -260,6 +261,14 @@ def check_output(path, source=None) -> Path:
     if path.exists() and not is_partitioned(path) and (not path.is_dir() or any(path.iterdir())):
         raise SpgnnError(f"--output {path} exists and is not a partitioned dataset folder, which is all a partitioned "
                          "dataset replaces: name a new or empty folder")
+    above = next(p for p in path.parents if p.exists())         # where its folders would be made: tried, not judged
+    try:
+        if not above.is_dir():
+            raise NotADirectoryError(f"{above} is a file")
+        tempfile.TemporaryFile(dir=above).close()
+    except OSError as e:
+        raise SpgnnError(f"--output {path} cannot be written ({e.strerror or e}): name a folder in a writable "
+                         "place") from None
     return path
 
 
