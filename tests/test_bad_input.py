@@ -479,7 +479,7 @@ def test_parameters_the_graph_and_partition_api_would_drop_are_refused():
     pyg = SimpleNamespace(edge_index=np.array([[0, 1, 2], [1, 2, 0]]), x=np.ones((3, 2), np.float32),
                           y=np.array([[0, 1], [1, 0], [1, 1]], np.float32))
     assert from_pyg(pyg).targets == 2                          # n×t targets were flattened: '6 labels for 3 nodes'
-    with pytest.raises(SpgnnError, match="^fennel's nu must be at least 1 .* got 0.5$"):
+    with pytest.raises(SpgnnError, match="^fennel's nu must be a number of at least 1 .* got 0.5$"):
         make_partition("fennel", g.adj, 4, nu=0.5)              # raised to 1, reported as 0.5
     y = np.zeros((N, 3), np.float32)
     masks = np.arange(N) < 9, np.zeros(N, bool), np.arange(N) >= 9

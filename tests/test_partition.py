@@ -4,6 +4,8 @@ brute-force count; bad input is a clear SpgnnError."""
 
 import importlib.util
 import json
+import math
+import re
 import sys
 
 import numpy as np
@@ -420,7 +422,7 @@ def test_partitioner_parameters_take_their_defaults_types():
             partitioner_params(fn, **given)
     adj = GRAPHS["sym"].adj
     for method, params, needle in (("fennel", {"gamma": 1}, "fennel's gamma must be a number above 1"),
-                                   ("metis", {"ufactor": -5}, "metis's ufactor must be at least 1"),
+                                   ("metis", {"ufactor": -5}, "metis's ufactor must be a whole number in"),
                                    ("kahip", {"imbalance": -1}, "kahip's imbalance must be a non-negative"),
                                    ("kaminpar", {"imbalance": float("nan")}, "kaminpar's imbalance must be")):
         if method in NEEDS and importlib.util.find_spec(NEEDS[method]) is None:
@@ -518,3 +520,39 @@ def test_a_partitioner_is_registered_as_layers_and_algorithms_are():
             make_partition("nothing", small_graph(n=20).adj, 2)
     finally:
         PARTITIONERS.pop("nothing", None)
+
+
+def test_a_partitioner_that_fails_or_takes_other_arguments_is_one_line(capsys):
+    """A plug-in of another signature, or one that raised, was a traceback; one that failed on the 32-node ring
+    `spgnn partition` warms it up on was reported against the ring ("the graph has 32 nodes"); parameters at the
+    edge of their range (fennel's ν = ∞ and γ = 10⁶, metis's ufactor = 10²⁰) overflowed inside the partitioner."""
+    g = small_graph(n=40)
+
+    def two(adj, P):
+        return np.zeros(adj.shape[0], np.int64)
+
+    def raises(adj, P, seed):
+        raise ValueError("boom")
+
+    def long(adj, P, seed):
+        return np.zeros(adj.shape[0] + 1, np.int64)
+
+    try:
+        for name, fn in (("two", two), ("raises", raises), ("long", long)):
+            PARTITIONERS[name] = fn
+        with pytest.raises(SpgnnError, match=r"^partitioner 'two' does not take \(adj, P, seed, \*\*params\) \(too "):
+            make_partition("two", g.adj, 2)
+        with pytest.raises(SpgnnError, match="^partitioner 'raises' failed on a graph of 40 nodes into 2 parts: "
+                                             "ValueError: boom$"):
+            make_partition("raises", g.adj, 2)
+        assert cli.main(["partition", "--dataset", "cora", "--nparts", "2", "--method", "long"]) == 2
+        assert capsys.readouterr().err.strip() == \
+            "spgnn: error: partition vector has length 2709 but the graph has 2708 nodes"
+    finally:
+        for name in ("two", "raises", "long"):
+            PARTITIONERS.pop(name, None)
+    for method, params, needle in (("fennel", {"nu": math.inf}, "fennel's nu must be a number of at least 1"),
+                                   ("fennel", {"gamma": 1e6}, "fennel's gamma 1000000.0 makes its balance weight"),
+                                   ("metis", {"ufactor": 10**20}, "metis's ufactor must be a whole number in")):
+        with pytest.raises(SpgnnError, match=f"^{re.escape(needle)}"):
+            make_partition(method, g.adj, 4, **params)

@@ -33,9 +33,9 @@ def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: in
     (``balance_edges``) its block row's nnz, counting the self-loop GCN adds, staying within
     1 + ufactor/1000 of the mean: vertex weights (1, nnz(A[v, :]) + 1), a two-constraint partition."""
     _require("pymetis", "metis")
-    if ufactor < 1:
-        raise SpgnnError(f"metis's ufactor must be at least 1 (parts within 1 + ufactor/1000 of the mean), got "
-                         f"{ufactor}")
+    if not 1 <= ufactor < 2**31:
+        raise SpgnnError(f"metis's ufactor must be a whole number in [1, 2^31) (parts within 1 + ufactor/1000 of the "
+                         f"mean), got {ufactor}")
     s = undirected(adj)
     n = s.shape[0]
     if P == 1:

@@ -386,7 +386,7 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
                          f"{f'the saved partition {str(method)!r}' if saved else 'a part array'}: drop them")
     if fn is not None:
         params = partitioner_params(fn, **params)
-        parts, info = fn(adj, P, seed, **params), {"method": method, "params": params, "seed": seed}
+        parts, info = _called(method, fn, adj, P, seed, params), {"method": method, "params": params, "seed": seed}
         if np.ndim(parts) != 1:
             raise SpgnnError(f"partitioner {method!r} returned {type(parts).__name__} {np.shape(parts)}, not the part "
                              f"of each of the {n} nodes (an integer array of {n})")
@@ -397,6 +397,25 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
     else:
         parts, info = method, {"method": "array"}
     return check_parts(parts, n, P), info
+
+
+def _called(name: str, fn, adj, P: int, seed: int, params: dict):
+    """fn(adj, P, seed, **params); SpgnnError naming partitioner `name` where it does not take those arguments or
+    fails (but for running out of memory, which is the command's one line), before or after its own checks."""
+    try:
+        inspect.signature(fn).bind(adj, P, seed, **params)
+    except TypeError as e:
+        raise SpgnnError(f"partitioner {name!r} does not take (adj, P, seed, **params) ({e}): a partitioner is "
+                         "fn(adj, P, seed, **params) -> parts") from None
+    except ValueError:                  # no signature to read (a builtin): called as it is
+        pass
+    try:
+        return fn(adj, P, seed, **params)
+    except (SpgnnError, MemoryError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        raise SpgnnError(f"partitioner {name!r} failed on a graph of {adj.shape[0]} nodes into {P} parts: "
+                         f"{type(e).__name__}: {e}") from e
 
 
 @dataclass(frozen=True)

@@ -47,10 +47,15 @@ def settings(method: str, n: int, P: int, undirected_nnz: int, gamma: float = 1.
     if not 1 < gamma < math.inf:
         raise SpgnnError(f"fennel's gamma must be a number above 1 (the balance term α·γ·|S_i|^(γ−1) grows with a "
                          f"part's size only then), got {gamma}")
-    if not nu >= 1:
-        raise SpgnnError(f"fennel's nu must be at least 1 (a part's capacity ⌈ν·n/P⌉ must hold n/P nodes), got {nu}")
-    alpha = (undirected_nnz / 2) * P ** (gamma - 1) / n ** gamma
-    return _FENNEL, max(math.ceil(nu * n / P), math.ceil(n / P)), alpha, gamma
+    if not 1 <= nu < math.inf:
+        raise SpgnnError(f"fennel's nu must be a number of at least 1 (a part's capacity ⌈ν·n/P⌉ must hold n/P "
+                         f"nodes), got {nu}")
+    try:
+        alpha = (undirected_nnz / 2) * P ** (gamma - 1) / n ** gamma
+    except OverflowError:
+        raise SpgnnError(f"fennel's gamma {gamma} makes its balance weight α = m·P^(γ−1)/n^γ overflow: choose a "
+                         "smaller gamma (Fennel's is 1.5)") from None
+    return _FENNEL, min(n, max(math.ceil(nu * n / P), math.ceil(n / P))), alpha, gamma
 
 
 def _run(s, P, seed, method, **params) -> np.ndarray:
