@@ -8,6 +8,7 @@ nn.Module and trained with an ordinary loop and torch.optim.Adam on spgnn's publ
 
 import argparse
 
+import numpy
 import torch
 
 import spgnn
@@ -50,9 +51,13 @@ def main(comm, args):
     with torch.no_grad():
         logits = model(g, g.x)
         acc = g.accuracy(logits)
+    if args.predictions:                       # every node's logits, n×classes in original order (on every rank)
+        everything = g.gather(logits)
+        if comm.rank == 0:
+            numpy.save(args.predictions, everything)
     if comm.rank == 0:
         print(f"{args.algo} on {comm.world_size} processes: loss {losses[-1]:.4f}, test accuracy {acc['test_acc']:.4f}")
-    return losses, acc, g.gather(logits)      # every node's logits (n×classes, original order) on every rank
+    return losses, acc
 
 
 if __name__ == "__main__":
@@ -62,5 +67,6 @@ if __name__ == "__main__":
     p.add_argument("--grid", default=None, help="2d: RxC, 3d: RxCxL (default: the most square or cubic)")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--epochs", type=int, default=100)
+    p.add_argument("--predictions", default=None, help="save every node's logits here (.npy, n×classes)")
     p.add_argument("--nprocs", type=int, default=1, help="local processes (not needed under mpirun or torchrun)")
     spgnn.run(main, p.parse_args(), nprocs=p.parse_args().nprocs)

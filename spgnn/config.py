@@ -57,6 +57,17 @@ FLOAT32_MAX = 3.4028234663852886e38     # a step size or decay above it overflow
 MAX_TIMEOUT_S = 30 * 24 * 3600.0        # 30 days: torch's rendezvous deadline overflows far beyond it
 
 
+def timeout_fits(seconds) -> bool:
+    """Whether `seconds` is a collective's timeout: a number in [1, `MAX_TIMEOUT_S`]."""
+    return not isinstance(seconds, bool) and isinstance(seconds, int | float) and 1 <= seconds <= MAX_TIMEOUT_S
+
+
+def timeout_rule(name: str, seconds) -> str:
+    """The refusal of timeout `seconds` given as `name`."""
+    return (f"{name} must be a number of seconds of at least 1 and at most {MAX_TIMEOUT_S:.0f} (how long a rank waits "
+            f"for the others before the job ends), got {seconds!r}")
+
+
 def plugin_options() -> dict:
     """Every registered algorithm's, layer's and task's `Option` by name."""
     return spmm.options() | layers.options() | tasks.options()
@@ -148,8 +159,7 @@ def validate(self):
         (self.feature_norm in ("row", "none"), f"--feature-norm must be row or none, got {self.feature_norm!r}"),
         (self.precompute in ("on", "off"), f"--precompute must be on or off, got {self.precompute!r}"),
         (self.node_order in ORDERS, f"--node-order must be {' or '.join(ORDERS)}, got {self.node_order!r}"),
-        (1 <= self.timeout <= MAX_TIMEOUT_S, f"--timeout must be a number of seconds of at least 1 and at most "
-         f"{MAX_TIMEOUT_S:.0f} (how long a rank waits for the others before the job ends), got {self.timeout}"),
+        (timeout_fits(self.timeout), timeout_rule("--timeout", self.timeout)),
         (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
         (self.task in ("auto", *TASKS), f"--task must be auto or {', '.join(TASKS)}, got {self.task!r}"),
         (self.transport in TRANSPORTS, f"--transport must be one of {', '.join(TRANSPORTS)}, got {self.transport!r}"),

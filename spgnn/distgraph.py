@@ -91,6 +91,22 @@ def _refuse_unsummed(optimizer, args, kwargs) -> None:
 register_optimizer_step_pre_hook(_refuse_unsummed)
 
 
+def _unprepared(t: torch.Tensor) -> str | None:
+    """The shape of the first ``nn.Parameter`` the autograd graph of `t` reaches that no `DistGraph.prepare` saw
+    (marked ``_spgnn_prepared``), else None: inputs that require a gradient (a saliency map) are no parameters."""
+    seen, stack = set(), [t.grad_fn]
+    while stack:
+        fn = stack.pop()
+        if fn is None or fn in seen:
+            continue
+        seen.add(fn)
+        p = getattr(fn, "variable", None)
+        if isinstance(p, torch.nn.Parameter) and not getattr(p, "_spgnn_prepared", False):
+            return f"of shape {tuple(p.shape)}"
+        stack.extend(f for f, _ in fn.next_functions)
+    return None
+
+
 class DistGraph:
     """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
 
@@ -402,15 +418,15 @@ class DistGraph:
 
     def globally(self, local: torch.Tensor) -> torch.Tensor:
         """A scalar whose value is Σ over `rows_group` of each rank's `local` and whose gradient is this rank's
-        `local`'s: a global loss from per-rank partial sums (one small all-reduce). A `local` with a gradient is
-        refused before any model was prepared (`prepare`): at P > 1 each rank would step on its share of the
-        gradient."""
+        `local`'s: a global loss from per-rank partial sums (one small all-reduce). A `local` whose gradient
+        reaches a parameter that no graph prepared (`prepare`) is refused: at P > 1 each rank would step on its own
+        share of that gradient."""
         if not _scalar(local):
             raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {_described(local)}: "
                              "sum it first")
-        if local.requires_grad and not self._prepared:
-            raise SpgnnError("a loss to train by, but no model was prepared on this graph, so nothing sums its "
-                             "gradients over the ranks: call model = g.prepare(model, opt) before training, and "
+        if local.requires_grad and (name := _unprepared(local)):
+            raise SpgnnError(f"a loss to train a parameter {name} that no DistGraph prepared, so nothing sums its "
+                             "gradient over the ranks: call model = g.prepare(model, opt) before training, and "
                              "g.sync_gradients(model) after each backward")
         (total,) = self.all_sum([local.item()])
         return local + (total - local.detach())
@@ -583,6 +599,7 @@ class DistGraph:
 
         for name, p in model.named_parameters():
             self._prepared[id(p)] = name
+            p._spgnn_prepared = True
             if p.requires_grad:                                 # a frozen parameter never has a gradient to sum
                 p.register_post_accumulate_grad_hook(accumulated)
         if optimizer is not None:

@@ -537,9 +537,14 @@ def test_a_partitioner_that_fails_or_takes_other_arguments_is_one_line(capsys):
     def long(adj, P, seed):
         return np.zeros(adj.shape[0] + 1, np.int64)
 
+    def greedy(adj, P, seed):              # out of memory stays what it is: the command's own line says so
+        raise RuntimeError("std::bad_alloc: cannot allocate memory")
+
     try:
-        for name, fn in (("two", two), ("raises", raises), ("long", long)):
+        for name, fn in (("two", two), ("raises", raises), ("long", long), ("greedy", greedy)):
             PARTITIONERS[name] = fn
+        with pytest.raises(RuntimeError, match="cannot allocate memory"):
+            make_partition("greedy", g.adj, 2)
         with pytest.raises(SpgnnError, match=r"^partitioner 'two' does not take \(adj, P, seed, \*\*params\) \(too "):
             make_partition("two", g.adj, 2)
         with pytest.raises(SpgnnError, match="^partitioner 'raises' failed on a graph of 40 nodes into 2 parts: "
@@ -549,7 +554,7 @@ def test_a_partitioner_that_fails_or_takes_other_arguments_is_one_line(capsys):
         assert capsys.readouterr().err.strip() == \
             "spgnn: error: partition vector has length 2709 but the graph has 2708 nodes"
     finally:
-        for name in ("two", "raises", "long"):
+        for name in ("two", "raises", "long", "greedy"):
             PARTITIONERS.pop(name, None)
     for method, params, needle in (("fennel", {"nu": math.inf}, "fennel's nu must be a number of at least 1"),
                                    ("fennel", {"gamma": 1e6}, "fennel's gamma 1000000.0 makes its balance weight"),

@@ -233,10 +233,10 @@ def test_out_of_core_opens_a_file_at_a_time(tmp_path, monkeypatch):
     mem = make_partition("fennel", g.adj, 4, seed=3)
     assert np.array_equal(np.sort(PartitionedDataset(streamed).share(2).node_ids), np.flatnonzero(mem.parts == 2))
     (tmp_path / "a-file").write_text("")
-    with pytest.raises(SpgnnError, match="^cannot partition .* out of core: .*a-file"):
+    monkeypatch.setattr(ooc, "_parts", lambda *a: pytest.fail("the edges were read before the output was checked"))
+    with pytest.raises(SpgnnError, match="^--output .*a-file/out cannot be written (.*a-file is a file)"):
         partition_edge_folder(src, tmp_path / "a-file" / "out", 2, "block")
     np.save(src / "train_mask.npy", np.ones(n - 5, bool))      # refused before any pass over the edges
-    monkeypatch.setattr(ooc, "_parts", lambda *a: pytest.fail("the edges were read before the masks were checked"))
     with pytest.raises(SpgnnError, match=f"the train mask has shape \\({n - 5},\\), expected \\({n},\\)"):
         partition_edge_folder(src, tmp_path / "bad-mask", 4, "fennel")
 

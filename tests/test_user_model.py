@@ -32,13 +32,13 @@ def _program():
     return module
 
 
-def _args(algo, grid=None):
-    return Namespace(dataset="cora", algo=algo, grid=grid, hidden=8, epochs=EPOCHS, nprocs=1)
+def _args(algo, grid=None, predictions=None):
+    return Namespace(dataset="cora", algo=algo, grid=grid, hidden=8, epochs=EPOCHS, nprocs=1, predictions=predictions)
 
 
-def _rank(comm):
+def _rank(comm, folder):
     program = _program()
-    return {algo: program.main(comm, _args(algo, grid)) for algo, grid in LAYOUTS}
+    return {algo: program.main(comm, _args(algo, grid, f"{folder}/{algo}.npy")) for algo, grid in LAYOUTS}
 
 
 def _plain_pytorch() -> list[float]:
@@ -68,16 +68,18 @@ def _plain_pytorch() -> list[float]:
     return losses
 
 
-def test_your_model_has_one_loss_curve_on_every_layout():
-    single, _, logits = _program().main(Comm(0, 1), _args("1d-halo"))
+def test_your_model_has_one_loss_curve_on_every_layout(tmp_path):
+    single = _program().main(Comm(0, 1), _args("1d-halo", predictions=tmp_path / "one.npy"))[0]
     plain = _plain_pytorch()
     np.testing.assert_allclose(single, plain, rtol=2e-5, err_msg="one process against plain PyTorch")
+    logits = np.load(tmp_path / "one.npy")
     assert logits.shape == (2708, 7)
-    for algo, (losses, acc, gathered) in run_local(_rank, 4, timeout_s=600)[0].items():
+    for algo, (losses, acc) in run_local(_rank, 4, tmp_path, timeout_s=600)[0].items():
         np.testing.assert_allclose(losses, single, rtol=2e-5, err_msg=f"{algo} at P = 4 against one process")
         assert 0 < acc["train_acc"] <= 1
         # every node's logits, in original order, from the rows (and on 2D/3D column blocks) of four ranks
-        np.testing.assert_allclose(gathered, logits, rtol=1e-4, atol=1e-5, err_msg=f"{algo}: g.gather")
+        np.testing.assert_allclose(np.load(tmp_path / f"{algo}.npy"), logits, rtol=1e-4, atol=1e-5,
+                                   err_msg=f"{algo}: g.gather")
 
 
 class RowWise(spgnn.Layer):
@@ -152,8 +154,7 @@ REFUSED = {
     "unsummed": "the gradient of parameter 'convs.0.weight' was not summed over the ranks: call g.sync_gradients",
     "unsummed, prepared without the optimizer": "the gradient of parameter 'convs.0.weight' was not summed over the "
                                                 "ranks: call g.sync_gradients",
-    "not prepared": "a loss to train by, but no model was prepared on this graph, so nothing sums its gradients "
-                    "over the ranks: call model = g.prepare(model, opt)",
+    "not prepared": "a loss to train a parameter of shape (",
     "adjacency": "adjacency 'mean' was not laid out: build the DistGraph with adjacency=['gcn', 'mean']",
     "whole rows": "layer 1 (RowWise) needs whole rows, which --algo 2d does not offer: use --algo",
     "twice": "sync_gradients: the gradient of parameter 'convs.0.weight' was summed already and has not changed "
@@ -183,6 +184,21 @@ def test_what_a_user_gets_wrong_is_refused_with_one_line():
             continue
         assert mine[what] is not None and mine[what].startswith(expected), (what, mine[what])
         assert theirs[what].split(", a tensor of")[0] == mine[what].split(", a tensor of")[0], what
+
+
+def test_a_loss_is_refused_only_for_parameters_no_graph_prepared():
+    """A model prepared on one graph trains on another (another layout), and a gradient of the inputs alone (a
+    saliency map) needs no model; a parameter no graph prepared is refused, at P = 1 as at any P."""
+    first, second = spgnn.DistGraph(dataset="cora"), spgnn.DistGraph(dataset="cora", algo="1d")
+    torch.manual_seed(0)
+    model = first.prepare(spgnn.GCNConv(first.num_features, first.num_classes))
+    second.cross_entropy(model(second, second.x)).backward()
+    x = second.x.clone().requires_grad_()
+    second.cross_entropy(second.spmm(x)[:, :7]).backward()
+    assert x.grad is not None and x.grad.abs().sum() > 0
+    other = spgnn.GCNConv(first.num_features, first.num_classes)
+    with pytest.raises(SpgnnError, match=r"^a loss to train a parameter of shape \(1433, 7\) that no DistGraph "):
+        second.cross_entropy(other(second, second.x))
 
 
 def test_a_model_prepared_on_a_second_graph_steps_once_that_graph_summed():

@@ -119,16 +119,13 @@ STEP_STRIDE = 9973      # a prime, so that the steps of one job (srun ... & srun
 
 def slurm_rendezvous() -> str:
     """The torch.distributed address of an srun job step: MASTER_ADDR and MASTER_PORT when set, else the step's
-    first host and the first of the ports Slurm reserved for the step (``srun --resv-ports``), else port
-    20000 + (job id + step id · 9973) mod 20000 (the same on every task, no communication needed; step 0 on
-    20000 + job id mod 20000)."""
+    first host and port 20000 + (job id + step id · 9973) mod 20000 (the same on every task, no communication
+    needed; step 0 on 20000 + job id mod 20000)."""
     env = os.environ
     addr = env.get("MASTER_ADDR") or slurm_first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
                                                       or "127.0.0.1")
     step = int(env.get("SLURM_STEP_ID", 0)) if env.get("SLURM_STEP_ID", "").isdigit() else 0   # (a batch step's name)
-    reserved = env.get("SLURM_STEP_RESV_PORTS", "").split("-")[0].split(",")[0]
-    port = env.get("MASTER_PORT") or reserved or str(20000 + (int(env.get("SLURM_JOB_ID", 0)) + step * STEP_STRIDE)
-                                                     % 20000)
+    port = env.get("MASTER_PORT") or str(20000 + (int(env.get("SLURM_JOB_ID", 0)) + step * STEP_STRIDE) % 20000)
     return f"tcp://{addr}:{port}"
 
 
@@ -340,8 +337,10 @@ def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
     orphans. Watched through a pidfd, which a process that died (a zombie, too) makes readable, where Linux has
     them; else by the parent's id (a --nprocs rank is then re-parented) or, for a `run` caller, by signal 0."""
     parent = pid or int(os.environ.get("SPGNN_PARENT_PID") or os.getppid())
+    poll = select.poll()                # (select.select refuses a descriptor numbered 1024 or more)
     try:
         fd = os.pidfd_open(parent)
+        poll.register(fd, select.POLLIN)
     except ProcessLookupError:                                          # gone already: ends at once
         fd = -1
     except (AttributeError, OSError):
@@ -349,7 +348,7 @@ def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
 
     def alive() -> bool:
         if fd is not None:
-            return fd >= 0 and not select.select([fd], [], [], every_s)[0]
+            return fd >= 0 and not poll.poll(every_s * 1000)
         time.sleep(every_s)
         if parent != os.getppid() and pid is None:
             return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..config import MAX_TIMEOUT_S
+from ..config import timeout_fits, timeout_rule
 from ..errors import SpgnnError
 from . import launch
 
@@ -18,9 +18,8 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     launched = launch.detect()
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise SpgnnError(f"run: nprocs must be a whole number of at least 1, got {nprocs!r}")
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 1 <= timeout <= MAX_TIMEOUT_S:
-        raise SpgnnError(f"run: timeout must be a number of seconds of at least 1 and at most {MAX_TIMEOUT_S:.0f} "
-                         f"(how long a rank waits for the others before the job ends), got {timeout!r}")
+    if not timeout_fits(timeout):
+        raise SpgnnError(timeout_rule("run: timeout", timeout))
     if launched.kind == "single" and nprocs > 1:
         launch.check_device(device)
         launch.resolve_transport(transport, replace(launched, kind="spawn"), device)

@@ -37,7 +37,7 @@ from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
 from .partition import block, fill_empty, get_partitioner, partitioner_params
-from .partitioned import write
+from .partitioned import check_output, write
 from .share import SPLITS, GraphInfo, Share, gcn_degree
 
 METHODS = ("block", "random", "ldg", "fennel")
@@ -247,6 +247,7 @@ def partition_edge_folder(folder, output, P: int, method: str, seed: int = 0, ch
     partitioned dataset `output`, reading `chunk` edges at a time."""
     if method not in METHODS:
         raise SpgnnError(f"--out-of-core partitions with {', '.join(METHODS)}, not {method!r}")
+    check_output(output, folder)                                        # before any work, as the command line does
     params = partitioner_params(get_partitioner(method), **params)     # the in-memory partitioner's, checked alike
     base, sep, split = str(folder).rpartition(":")
     ogb, split = (base, split) if sep and split and not Path(folder).exists() and is_ogb(base) else (folder, None)

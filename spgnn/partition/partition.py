@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from ..errors import SpgnnError
+from ..errors import SpgnnError, out_of_memory
 from ..memory import rss_growth
 from ..progress import stage
 from .order import check_order, part_order
@@ -400,8 +400,10 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
 
 
 def _called(name: str, fn, adj, P: int, seed: int, params: dict):
-    """fn(adj, P, seed, **params); SpgnnError naming partitioner `name` where it does not take those arguments or
-    fails (but for running out of memory, which is the command's one line), before or after its own checks."""
+    """fn(adj, P, seed, **params); for a plug-in (not spgnn's own, whose failures are tracebacks to fix), SpgnnError
+    naming partitioner `name` where it does not take those arguments or fails, but for running out of memory."""
+    if (getattr(fn, "__module__", None) or "").startswith("spgnn."):
+        return fn(adj, P, seed, **params)
     try:
         inspect.signature(fn).bind(adj, P, seed, **params)
     except TypeError as e:
@@ -411,9 +413,9 @@ def _called(name: str, fn, adj, P: int, seed: int, params: dict):
         pass
     try:
         return fn(adj, P, seed, **params)
-    except (SpgnnError, MemoryError, KeyboardInterrupt):
-        raise
     except Exception as e:
+        if isinstance(e, SpgnnError) or out_of_memory(e):
+            raise
         raise SpgnnError(f"partitioner {name!r} failed on a graph of {adj.shape[0]} nodes into {P} parts: "
                          f"{type(e).__name__}: {e}") from e
 

@@ -261,15 +261,22 @@ def check_output(path, source=None) -> Path:
     if path.exists() and not is_partitioned(path) and (not path.is_dir() or any(path.iterdir())):
         raise SpgnnError(f"--output {path} exists and is not a partitioned dataset folder, which is all a partitioned "
                          "dataset replaces: name a new or empty folder")
-    above = next(p for p in path.parents if p.exists())         # where its folders would be made: tried, not judged
-    try:
-        if not above.is_dir():
-            raise NotADirectoryError(f"{above} is a file")
-        tempfile.TemporaryFile(dir=above).close()
-    except OSError as e:
-        raise SpgnnError(f"--output {path} cannot be written ({e.strerror or e}): name a folder in a writable "
-                         "place") from None
+    above = next(p for p in path.parents if p.exists())         # where its folders would be made
+    if not above.is_dir():
+        raise SpgnnError(f"--output {path} cannot be written ({above} is a file): name a folder in a writable place")
+    if why := unwritable(above):
+        raise SpgnnError(f"--output {path} cannot be written ({why}): name a folder in a writable place")
     return path
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be made in the existing `folder` (tried, not judged: root passes every access check), or
+    None."""
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True) -> Path:
@@ -416,10 +423,10 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
     root = folder.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".probe-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
     except OSError as e:
         raise SpgnnError(f"the partition cache folder {root} is not writable ({e.strerror}): set --cache-dir or "
                          f"${CACHE_ENV} to a writable folder") from None
+    if why := unwritable(root):
+        raise SpgnnError(f"the partition cache folder {root} is not writable ({why}): set --cache-dir or "
+                         f"${CACHE_ENV} to a writable folder")
     return write_parts(folder, InMemoryParts(graph, partition_fn()), overwrite=False)
