@@ -246,12 +246,12 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
                 return launch.spawn(argv, args.nprocs)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             # variables a launcher (or a program that started MPI: Open MPI 4 alone, say) left to this command
-            names = {"mpirun": launch.MPI_RANK_VARS, "env": ("RANK", "WORLD_SIZE"), "srun": launch.SLURM_VARS}
+            names = {"mpirun": launch.MPI_RANK_VARS, "env": ("RANK", "WORLD_SIZE")}
             left = [k for k in names.get(launched.kind, ()) if k in os.environ]
-            raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes "
-                             f"{launched.kind} started: drop --nprocs"
-                             + (f"; outside {launched.kind}, unset {', '.join(left)}, left in the environment"
-                                if left else ""))
+            by = "torchrun" if launched.kind == "env" else launched.kind
+            raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes {by} "
+                             "started: drop --nprocs" + (f"; outside {by}, unset {', '.join(left)}, left in the "
+                                                         "environment" if left else ""))
     return launch.init(device, timeout, transport)
 
 
@@ -320,8 +320,8 @@ def train(args, argv) -> int:
 
 
 # options naming files, which may lie at other paths on other hosts (rank 0 alone writes the outputs), and the log's
-PER_HOST = frozenset({"dataset", "given_dataset", "partition", "ogb_split", "calibration", "resume", "checkpoint",
-                      "output", "quiet"})
+PER_HOST = frozenset({"dataset", "given_dataset", "data_dir", "cache_dir", "partition", "ogb_split", "calibration",
+                      "resume", "checkpoint", "output", "quiet"})
 
 
 def _same_flags(comm, args) -> None:
