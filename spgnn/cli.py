@@ -11,14 +11,12 @@ import sys
 import traceback
 from pathlib import Path
 
-import torch
-
 from . import dense, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .comm.agree import agree, on_rank0
 from .config import TrainConfig, plugin_options
-from .errors import SpgnnError
+from .errors import SpgnnError, out_of_memory
 from .graph import validate
 from .graph.datasets import load_dataset
 from .graph.ogbl import ogbl_folder
@@ -366,9 +364,12 @@ def calibrate(args, argv) -> int:
                          "(one size fits α = 0 and any β)")
     if args.repeats < 1:
         raise SpgnnError(f"--repeats must be at least 1, got {args.repeats}")
-    if not (1 <= args.timeout < math.inf and 0 < args.budget < math.inf):
-        raise SpgnnError(f"--timeout must be at least 1 second and --budget a positive number of seconds, got "
-                         f"{args.timeout} and {args.budget}")
+    TrainConfig(device=args.device, transport=args.transport, timeout=args.timeout).validate()     # as train's
+    if not 0 < args.budget < math.inf:
+        raise SpgnnError(f"--budget must be a positive number of seconds, got {args.budget}")
+    launched = launch.detect()
+    P = (args.nprocs or 1) if launched.kind == "single" else launched.world_size
+    calibration.check_memory(args.sizes, sizes, P, ops, P if launched.kind == "single" else launched.local_world_size)
     _check_files(args.output)
     comm = _join(args, argv, args.device, args.timeout, args.transport)
     if isinstance(comm, int):
@@ -561,6 +562,20 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
 
 
 COST_MAX_P = 8192           # spgnn cost's model keeps P×P statistics of the blocks: 0.5 GiB each at this P
+# What spgnn cost models (docs/cost-model.md#limits): a graph of up to 2^40 nodes and 2^48 nonzeros, a model of up to
+# 128 layers (GCNII's deepest is 64; planning takes about 3 s a layer for the default --nprocs on 2 cores) of widths up
+# to 2^24 (a rank's bytes 4·n·f then stay within int64)
+COST_MAX = {"--nodes": (2**40, "graphs of at most 2^40 nodes (about 1.1e12)"),
+            "--nnz": (2**48, "graphs of at most 2^48 nonzeros (about 2.8e14)"),
+            "--layers": (128, "at most 128 layers"), "width": (2**24, "widths of at most 2^24 (16777216)")}
+
+
+def _cost_bound(flag: str, value, kind: str | None = None) -> None:
+    """SpgnnError where `flag`'s `value` exceeds what spgnn cost models (`COST_MAX[kind or flag]`)."""
+    most, what = COST_MAX[kind or flag]
+    if value > most:
+        shown = f"{value:g}" if isinstance(value, float) else value
+        raise SpgnnError(f"{flag} {shown}: spgnn cost models {what}: give {flag} {most} or less")
 
 
 def _process_counts(text: str) -> list[int]:
@@ -585,6 +600,7 @@ def cost_command(args, argv) -> int:
                         ("--classes", args.classes)):
         if value < 1:
             raise SpgnnError(f"{flag} must be at least 1, got {value}")
+        _cost_bound(flag, value, None if flag == "--layers" else "width")
     model_options = {"model": args.model, "hidden": args.hidden, "layers": args.layers, "dropout": args.dropout,
                      "precompute": args.precompute} | {name: getattr(args, name) for name in layer_options()}
     TrainConfig(**model_options).validate()
@@ -614,9 +630,12 @@ def cost_command(args, argv) -> int:
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit,
                             strict=False)
     elif args.nodes is not None and args.nnz is not None:
-        if not (1 <= args.nodes < math.inf and args.nodes == int(args.nodes) and 0 <= args.nnz <= args.nodes ** 2):
-            raise SpgnnError(f"--nodes {args.nodes:g} --nnz {args.nnz:g}: n must be a whole number of at least 1 "
-                             "and nnz between 0 and n²")
+        n, nnz = args.nodes, args.nnz
+        if not (1 <= n < math.inf and n == int(n) and 0 <= nnz <= n ** 2 and nnz == int(nnz)):
+            raise SpgnnError(f"--nodes {n:g} --nnz {nnz:g}: n must be a whole number of at least 1 and nnz between 0 "
+                             "and n², a whole number too")
+        _cost_bound("--nodes", n)
+        _cost_bound("--nnz", nnz)
         model = cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes)
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
                                ordered=args.node_order == "rcm", strict=False)
@@ -648,6 +667,14 @@ def cost_command(args, argv) -> int:
 
 COMMANDS = {"train": train, "calibrate": calibrate, "partition": partition, "cost": cost_command,
             "plot": plot_command}
+OUT_OF_MEMORY = {       # what to do when a command runs out of memory
+    "train": "use more processes, a smaller model, or spgnn cost --memory-per-rank to find a layout that fits",
+    "calibrate": "give smaller --sizes (each rank holds its message of the largest size, and an all-gather P of them)",
+    "partition": "partition on a machine with more memory, or an edge-list folder with --out-of-core (methods block, "
+                 "random, ldg, fennel), which never holds the graph",
+    "cost": "give smaller widths (--hidden, --features), plan a large --dataset by its statistics (--nodes, --nnz), or "
+            "give fewer or smaller --nprocs (spgnn cost keeps P×P block statistics)",
+    "plot": "chart fewer reports at once"}
 
 
 def _communicating(e: BaseException) -> bool:
@@ -696,10 +723,9 @@ def main(argv: list[str] | None = None) -> int:
         return launch.JOIN_FAILED if again else 2
     except (RuntimeError, MemoryError) as e:       # (numpy's allocation failure is a MemoryError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        if isinstance(e, torch.OutOfMemoryError | MemoryError) or "allocate memory" in first or \
-                "out of memory" in first.lower():
-            _error(f"rank {rank}: out of memory ({first[:200]}): use more processes, a smaller model, or spgnn cost "
-                   "--memory-per-rank to find a layout that fits")
+        if out_of_memory(e):
+            remedy = OUT_OF_MEMORY.get(args.command, "use a machine with more memory")
+            _error(f"rank {rank}: out of memory ({first[:200]}): {remedy}")
         elif _communicating(e):   # a collective failed: a peer died or timed out
             _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
                    "its output")

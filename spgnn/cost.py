@@ -27,7 +27,7 @@ import json
 import math
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -84,10 +84,11 @@ class BlockStats:
                    bool(symmetric) and adjacency.symmetric, ordered)
 
     @classmethod
-    def expected(cls, n: int, nnz: int, P: int, ordered: bool = False) -> BlockStats:
+    def expected(cls, n: int, nnz: int, P: int, ordered: bool = False, symmetric: bool = True) -> BlockStats:
         """Statistics of a graph known only by n and nnz, parts of equal size and columns uniformly random:
         block row i (nnz/P nonzeros) touches a row of part j with probability 1 − exp(−nnz/(P·n)); `ordered`:
-        each part's nodes in a locality order, as ``--node-order rcm`` puts them. SpgnnError for a graph that
+        each part's nodes in a locality order, as ``--node-order rcm`` puts them; `symmetric`: whether the matrix
+        is (an adjacency's normalisation of a symmetric A, `Adjacency.symmetric`). SpgnnError for a graph that
         cannot be (n below 1, or nnz outside [0, n²])."""
         if not (n >= 1 and 0 <= nnz <= n * n):
             raise SpgnnError(f"a graph of n = {n:g} nodes and nnz = {nnz:g} nonzeros cannot be: n must be at least 1 "
@@ -95,7 +96,7 @@ class BlockStats:
         sizes = np.full(P, n / P)
         halo = np.outer(np.ones(P), sizes) * -math.expm1(-nnz / (P * n))
         np.fill_diagonal(halo, 0)
-        return cls(sizes, halo, np.full((P, P), nnz / P**2), ordered=ordered)
+        return cls(sizes, halo, np.full((P, P), nnz / P**2), symmetric, ordered)
 
 
 @dataclass(frozen=True)
@@ -178,11 +179,19 @@ class ModelCost:
 
     @classmethod
     def of_config(cls, cfg, f_in: int, classes: int) -> ModelCost:
-        """The costs of the built-in model `cfg` describes (``--model``, widths, options)."""
+        """The costs of the built-in model `cfg` describes (``--model``, widths, options), built on torch's meta
+        device: its parameters have shapes and no storage, so that a plan takes the same time and memory whatever
+        its widths (its counts and declared costs are those of the model built on the CPU). A model whose layers
+        read their weights' values as they are built (a plug-in's, say) is built on the CPU."""
         from .layers.stack import config_model
 
         with torch.random.fork_rng(devices=[]):
-            return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")
+            try:
+                with torch.device("meta"):
+                    model = config_model(cfg, f_in, classes)
+            except NotImplementedError:         # "Cannot copy out of meta tensor": a layer read its weights
+                model = config_model(cfg, f_in, classes)
+            return cls.of(model, cfg.precompute == "on")
 
     @property
     def attends(self) -> bool:
@@ -384,12 +393,18 @@ def load_calibration(path) -> dict:
     data = _calibration(path)
     with _not_a_calibration(path):
         for op, v in data["collectives"].items():
+            if op not in OPS:
+                raise SpgnnError(f"{path}: collective {op!r} is none spgnn models ({', '.join(OPS)}): calibrate "
+                                 "again")
             if "points" in v and len({p["bytes"] for p in v["points"]}) < 2:
                 raise SpgnnError(f"{path}: {op} was timed at one message size, which fits no latency α; calibrate "
                                  "again with at least two --sizes")
             if not all(_figure(v.get(k)) and v[k] >= 0 for k in ("alpha_s", "beta_s_per_byte")):
                 raise SpgnnError(f"{path}: {op}'s α {v.get('alpha_s')!r} and β {v.get('beta_s_per_byte')!r} must "
                                  "be finite numbers of at least 0: calibrate again")
+            if not (_figure(v.get("messages")) and v["messages"] >= 0):
+                raise SpgnnError(f"{path}: {op}'s messages {v.get('messages')!r} must be a finite count of at least 0 "
+                                 "(the messages a call sent): calibrate again")
         g = max(int(data.get("world_size", 2)), 2)
         old = data.get("schema") in ("spgnn.calibration/1", "spgnn.calibration/2")
         return DEFAULT_ALPHA_BETA | {op: (v["alpha_s"] / max(latency_steps(op, 1, v["messages"]), 1),
@@ -412,9 +427,11 @@ def load_rates(path=None) -> Rates:
         if "compute" in data:
             rates = with_measured(rates, {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None,
                                           "alone": None} | data["compute"])
-    if bad := next((b for r in (rates, rates.alone) if r is not None for b in [implausible(r)] if b), None):
+    if bad := next((who + b for r, who in ((rates, ""), (rates.alone, "alone's ")) if r is not None
+                    for b in [implausible(r)] if b), None):
         raise SpgnnError(f"{path}: {bad} is no figure a machine could have (rates positive, seconds at least 0, "
-                         "cores at least 1): calibrate again")
+                         "cores and ranks whole numbers of at least 1, the two spmm_ordered rates both given or both "
+                         "null): calibrate again")
     return rates
 
 
@@ -441,10 +458,11 @@ def _calibration(path) -> dict:
 
 @contextmanager
 def _not_a_calibration(path):
-    """A calibration file of the wrong layout (a field missing, of the wrong type) as one SpgnnError."""
+    """A calibration file of the wrong layout (a field missing, of the wrong type, a count too large for an
+    integer) as one SpgnnError."""
     try:
         yield
-    except (KeyError, TypeError, AttributeError, ValueError) as e:
+    except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as e:
         raise SpgnnError(f"{path} is not a calibration spgnn reads ({type(e).__name__}: {e}): calibrate again with "
                          "this version's spgnn calibrate --output") from None
 
@@ -456,12 +474,19 @@ def _figure(v) -> bool:
 
 def implausible(rates: Rates) -> str | None:
     """The first figure of `rates` (not its `alone`) no machine could have ("flops_per_s 0"), else None: rates
-    (bytes or flops a second, bytes) must be positive finite numbers, seconds (a field ending ``_s``) at least 0."""
-    for k, v in vars(rates).items():
+    (bytes or flops a second, bytes) must be positive finite numbers, seconds (a field ending ``_s``) at least 0,
+    the cores and ranks whole numbers; None (not measured) only where the field's default is None, and the two
+    rcm-order SpMM rates both None or neither (`Rates.spmm_s` takes both)."""
+    for f in fields(rates):
+        k, v = f.name, getattr(rates, f.name)
         seconds = k.endswith("_s") and not k.endswith("_per_s")
-        if k != "alone" and v is not None and (not _figure(v) or not (v >= 0 if seconds else v > 0)
-                                               or k == "cores" and v < 1):
+        if k == "alone" or v is None and f.default is None:
+            continue
+        if not _figure(v) or not (v >= 0 if seconds else v > 0) or k in COUNTS and (v < 1 or v != int(v)):
             return f"{k} {v!r}"
+    if (rates.spmm_ordered_nnz_s is None) != (rates.spmm_ordered_bytes_per_s is None):
+        return next(f"{k} None" for k in ("spmm_ordered_nnz_s", "spmm_ordered_bytes_per_s")
+                    if getattr(rates, k) is None)
     return None
 
 
@@ -611,7 +636,8 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
 def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,
                memory_per_rank: int | None = None, ordered: bool = False, strict: bool = True) -> list[dict]:
     """`compare` for a graph known by n and nnz (`BlockStats.expected`, each part's nodes in a locality order if
-    `ordered`), on machines like the calibrated one, a rank a core: the largest over the first `ranks` ranks.
+    `ordered`; A symmetric, as an undirected graph's, and Â as each adjacency keeps it: GraphSAGE's mean D⁻¹A is
+    not), on machines like the calibrated one, a rank a core: the largest over the first `ranks` ranks.
     Parts are equal, so those ranks stand for all (in 2D/3D up to the one column more that the first f mod C
     column blocks hold)."""
     rates = rates or DEFAULT_RATES
@@ -620,7 +646,8 @@ def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: i
         B = cls.num_parts(shape)
         if B > n:
             return None
-        return {a: BlockStats.expected(n, min(nnz + n * get_adjacency(a).unit_diagonal, n * n), B, ordered)
+        return {a: BlockStats.expected(n, min(nnz + n * get_adjacency(a).unit_diagonal, n * n), B, ordered,
+                                       get_adjacency(a).symmetric)
                 for a in model.adjacencies}              # Â = D^-½(A + I)D^-½ holds A's nonzeros and the n of I
     return compare(Ps, model, stats_of, alpha_beta, rates, memory_per_rank, ranks, rates.cores, strict)
 
@@ -680,6 +707,7 @@ PHASES = ("forward", "backward", "optimizer", "eval")
 WORK = ("spmm_nnz", "spmm_bytes", "spmm_ordered_nnz", "spmm_ordered_bytes", "flops", "dense_bytes", "pack_bytes",
         "elementwise_bytes", "dropout_bytes", "fresh_bytes", "ops")                                         # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
+COUNTS = ("cores", "comm_ranks")    # the `Rates` fields that count (whole numbers of at least 1)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ the memory its steps reuse (freed blocks kept by the C allocator, large result b
 from __future__ import annotations
 
 import ctypes
+import os
 import platform
 import resource
 import sys
@@ -140,6 +141,14 @@ def peak_rss_bytes() -> int:
     except (OSError, StopIteration):         # no /proc (macOS): ru_maxrss, in bytes there
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     return max(int(peak), _PEAK_BEFORE_RESET[0])
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's physical memory: its pages times the page size (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):      # a name the system does not know; no sysconf (Windows)
+        return None
 
 
 def rss_bytes() -> int:

@@ -39,6 +39,11 @@ def _calibration(cfg: TrainConfig):
     return cost.load_calibration(cfg.calibration) if cfg.calibration else None
 
 
+def grid_text(cls, shape) -> str:
+    """The grid `shape` of `cls` as ``--grid`` gives it: 2d's R×C×1 (SUMMA's of one fiber) as RxC."""
+    return format_grid(shape[:getattr(cls, "dims", len(shape))])
+
+
 def _shape(cls, P: int, cfg: TrainConfig, n: int) -> tuple:
     """The grid shape of `cls` on P processes under cfg's options, checked against a graph of n nodes."""
     return _fits(cls, cls.grid_for(P, **{o: getattr(cfg, o) for o in spmm.options()}), n)
@@ -47,8 +52,8 @@ def _shape(cls, P: int, cfg: TrainConfig, n: int) -> tuple:
 def _fits(cls, shape: tuple, n: int) -> tuple:
     """`shape`, when its row blocks are no more than the graph's n nodes; else SpgnnError."""
     if cls.num_parts(shape) > n:
-        raise SpgnnError(f"--algo {cls.name} on grid {format_grid(shape)} splits the graph into {cls.num_parts(shape)} "
-                         f"row blocks but it has only {n} nodes: use fewer processes")
+        raise SpgnnError(f"--algo {cls.name} on grid {grid_text(cls, shape)} splits the graph into "
+                         f"{cls.num_parts(shape)} row blocks but it has only {n} nodes: use fewer processes")
     return shape
 
 
@@ -95,7 +100,8 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
     limit = cost.memory_limit(cfg.memory_per_rank)
     if limit is None or cfg.algo == "auto":
         return
-    cls, what = spmm.get(cfg.algo), f"--algo {cfg.algo} on grid {format_grid(shape)}"
+    cls = spmm.get(cfg.algo)
+    what = f"--algo {cfg.algo} on grid {grid_text(cls, shape)}"
     try:
         model = model_cost(cfg, info, costs_of)
     except SpgnnError:
@@ -241,7 +247,7 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     shape = _shape(cls, P, cfg, parts.info.n)
     if cls.num_parts(shape) != K:
         raise SpgnnError(f"{where} holds {K} parts but --algo {cfg.algo} on grid "
-                         f"{format_grid(shape)} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
+                         f"{grid_text(cls, shape)} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
                          f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
                          f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "
                          f"{cls.num_parts(shape)} --output DIR")

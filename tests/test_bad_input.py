@@ -681,3 +681,22 @@ def test_numpy_out_of_memory_is_one_line(monkeypatch, capsys):
         "spgnn: error: rank 0: out of memory (Unable to allocate 7.28 TiB for an array with shape (1000000000001,) and "
         "data type int64): use more processes, a smaller model, or spgnn cost --memory-per-rank to find a layout that "
         "fits"]
+
+
+@pytest.mark.parametrize("command, argv, remedy", [
+    ("cost", ["cost", "--nodes", "10", "--nnz", "10"], "give smaller widths (--hidden, --features)"),
+    ("calibrate", ["calibrate"], "give smaller --sizes"),
+    ("partition", ["partition", "--nparts", "2", "--method", "block"], "with --out-of-core"),
+    ("train", ["train"], "spgnn cost --memory-per-rank to find a layout that fits"),
+])
+def test_out_of_memory_advises_what_the_command_can_change(command, argv, remedy, monkeypatch, capsys):
+    """Every command out of memory advised "use more processes, a smaller model, or spgnn cost --memory-per-rank":
+    nonsense inside spgnn cost (whose model of --hidden 100000000000 ran out), calibrate or partition."""
+    def short_of_memory(args, argv):
+        raise MemoryError("Unable to allocate 7.28 TiB for an array with shape (1000000000001,) and data type int64")
+
+    monkeypatch.setitem(cli.COMMANDS, command, short_of_memory)
+    assert cli.main(argv) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("spgnn: error: rank 0: out of memory (Unable to allocate 7.28 TiB") and remedy in line, line
+    assert ("--memory-per-rank" in line) == (command == "train"), line

@@ -75,10 +75,19 @@ def test_one_message_size_fits_no_latency(tmp_path, capsys):
     (lambda d: d["compute"].update(flops_per_s=float("inf")), "flops_per_s inf is no figure a machine could have"),
     (lambda d: d.update(schema="spgnn.calibration/99"), "of schema 'spgnn.calibration/99', which this spgnn does "
                                                         "not read"),
+    # a null rate passed as "not measured" and was divided by after the last epoch (TypeError, no report)
+    (lambda d: d["compute"].update(flops_per_s=None), "flops_per_s None is no figure a machine could have"),
+    (lambda d: d["compute"].update(spmm_ordered_bytes_per_s=None), "spmm_ordered_bytes_per_s None is no figure"),
+    (lambda d: d["compute"].update(alone={"op_s": None}), "alone's op_s None is no figure"),
+    (lambda d: d.update(cores=1.5), "cores 1.5 is no figure a machine could have"),
+    (lambda d: d["collectives"]["broadcast"].update(messages=float("inf")), "broadcast's messages inf must be"),
+    (lambda d: d.update(world_size=float("inf")), "is not a calibration spgnn reads (OverflowError"),
+    (lambda d: d["collectives"].update(gather=d["collectives"]["broadcast"]), "collective 'gather' is none"),
 ])
 def test_a_calibration_no_run_can_use_is_refused_before_any_work(change, needle, tmp_path, capsys):
     """Each passed the start's check and ended the run after its last epoch (KeyError, TypeError,
-    ZeroDivisionError), its report lost; a negative β predicted −198151 s an epoch."""
+    ZeroDivisionError), its report lost, or spgnn cost's in a traceback; a negative β predicted −198151 s an
+    epoch."""
     import json
 
     from spgnn.cli import main
@@ -89,10 +98,28 @@ def test_a_calibration_no_run_can_use_is_refused_before_any_work(change, needle,
             "compute": {k: v for k, v in vars(DEFAULT_RATES).items() if k not in ("cores", "comm_ranks", "alone")}}
     change(good)
     (tmp_path / "c.json").write_text(json.dumps(good))
-    assert main(["train", "--dataset", "sbm:60:3", "--epochs", "1", "--quiet", "--calibration",
-                 str(tmp_path / "c.json")]) == 2
-    err = capsys.readouterr().err
-    assert needle in err and not ("calibrate again" in err and "give --calibration a file" in err)   # one remedy
+    for command in (["train", "--dataset", "sbm:60:3", "--epochs", "1", "--quiet"], ["cost", "--nprocs", "2"]):
+        assert main([*command, "--calibration", str(tmp_path / "c.json")]) == 2
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        assert needle in err and not ("calibrate again" in err and "give --calibration a file" in err)   # one remedy
+
+
+def test_rates_a_calibration_may_leave_null_are_read():
+    """Of the rates only the rcm-order SpMM's pair (both, as files before schema 4 lack them) and the rates of a
+    process alone (before schema 6) may be null: they fall back to the SpMM's own rates and the shared ones."""
+    import json
+    import tempfile
+
+    from spgnn.cost import DEFAULT_RATES, load_rates
+
+    compute = {k: v for k, v in vars(DEFAULT_RATES).items() if k not in ("cores", "comm_ranks", "alone")}
+    compute |= {"spmm_ordered_nnz_s": None, "spmm_ordered_bytes_per_s": None, "alone": None}
+    with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
+        json.dump({"world_size": 2, "cores": 2.0, "collectives": {}, "compute": compute}, f)
+        f.flush()
+        rates = load_rates(f.name)
+    assert rates.spmm_ordered_nnz_s is None and rates.alone is None and rates.cores == 2
+    assert rates.spmm_s(10, 400, ordered=True) == rates.spmm_s(10, 400)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -116,13 +143,34 @@ def test_a_file_that_is_no_calibration_is_one_line_with_one_remedy(text, needle,
 
 
 def test_calibrate_refuses_what_train_refuses(capfd):
-    """--device bogus started both ranks and failed in their collectives; --timeout 0 was blamed on the network;
-    --sizes 1,2 are one message size once rounded to words, which fitted α = 0 and 1/β = 0 GB/s."""
+    """--device bogus started both ranks and failed in their collectives; --timeout 0 was blamed on the network,
+    1e13 (which train refuses) an OverflowError in both ranks; --sizes 1,2 are one message size once rounded to words,
+    which fitted α = 0 and 1/β = 0 GB/s."""
     from spgnn.cli import main
 
     for args, needle in ((["--device", "bogus"], "--device must be cpu or cuda[:N], got 'bogus'"),
-                         (["--timeout", "0"], "--timeout must be at least 1 second"),
-                         (["--budget", "nan"], "--budget a positive number of seconds"),
+                         (["--timeout", "0"], "--timeout must be a number of seconds of at least 1 and at most"),
+                         (["--timeout", "1e13"], "--timeout must be a number of seconds of at least 1 and at most "
+                                                 "2592000 (how long"),      # an OverflowError in every rank
+                         (["--budget", "nan"], "--budget must be a positive number of seconds"),
                          (["--sizes", "1,2"], "--sizes 1, 2 bytes are one message size on 2 processes")):
         assert main(["calibrate", "--nprocs", "2", "--sizes", "4K,64K", *args]) == 2
         assert needle in capfd.readouterr().err                     # the processes' own stderr too
+
+
+def test_sizes_beyond_the_memory_are_refused_before_any_process(monkeypatch, capfd):
+    """--sizes 4K,99999999999G was a traceback in both ranks, 4K,64G an out-of-memory message that advised
+    spgnn cost --memory-per-rank: what the largest size's buffers need (every local rank holds its message and an
+    all-gather's P of them) is checked against the machine's memory first."""
+    from spgnn.cli import main
+    from spgnn.comm import calibrate
+    from spgnn.comm.calibrate import buffer_bytes
+
+    assert buffer_bytes([4096, 1 << 20], 2, ["all_gather"], 2) == 2 * 3 * (1 << 20)
+    assert buffer_bytes([4096, 1 << 20], 4, ["broadcast"], 1) == 2 * (1 << 20)
+    for sizes, memory_bytes in (("4K,99999999999G", None), ("4K,64M", 256 << 20)):
+        if memory_bytes:
+            monkeypatch.setattr(calibrate, "physical_memory_bytes", lambda have=memory_bytes: have)
+        assert main(["calibrate", "--nprocs", "2", "--sizes", sizes]) == 2
+        (line,) = capfd.readouterr().err.strip().splitlines()
+        assert line.startswith(f"spgnn: error: --sizes {sizes}: ") and "give smaller --sizes" in line, line

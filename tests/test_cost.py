@@ -178,9 +178,9 @@ def test_statistics_count_the_diagonal_an_adjacency_adds(monkeypatch):
     exactly); GraphSAGE's mean D⁻¹A adds none."""
     seen, expected = [], cost.BlockStats.expected.__func__
 
-    def spy(cls, n, nnz, P, ordered=False):
+    def spy(cls, n, nnz, P, *args, **kwargs):
         seen.append(nnz)
-        return expected(cls, n, nnz, P, ordered)
+        return expected(cls, n, nnz, P, *args, **kwargs)
 
     monkeypatch.setattr(cost.BlockStats, "expected", classmethod(spy))
     for model, nnz in (("gcn", 10556 + 2708), ("sage", 10556)):
@@ -220,3 +220,77 @@ def test_gin_keeps_its_input_and_makes_its_products_inputs():
     assert added == {"forward": 4 * graph.n * sum(5 * op.width for op in passes),
                      "backward": 4 * graph.n * sum((op.backward_reads + op.backward_writes) * op.width
                                                    for op in passes)}
+
+
+def test_statistics_keep_the_adjacency_s_asymmetry(monkeypatch):
+    """By statistics every Â was taken as symmetric, so GraphSAGE's mean D⁻¹A (not symmetric) was planned without
+    the blocks of Âᵀ that 1d, 1.5d, 2d and 3d keep: its graph memory 1.27-1.38× under. The graph's A is symmetric
+    (both directions counted), Â is as its adjacency keeps it."""
+    seen = {}
+    layout_bytes = cost.layout_bytes
+
+    def spy(cls, stats, *args, **kwargs):
+        seen.setdefault(cls.name, set()).add(stats.symmetric)
+        return layout_bytes(cls, stats, *args, **kwargs)
+
+    monkeypatch.setattr(cost, "layout_bytes", spy)
+    for model, symmetric in (("gcn", True), ("sage", False)):
+        seen.clear()
+        cost.plan_table(10_000, 100_000, [8], cost.ModelCost.of_config(TrainConfig(model=model), 64, 8))
+        assert {"1d", "1.5d", "2d", "3d"} <= seen.keys() and set().union(*seen.values()) == {symmetric}, (model, seen)
+    stats = {"mean": cost.BlockStats.expected(10_000, 100_000, 4, symmetric=False)}
+    model = cost.ModelCost.of_config(TrainConfig(model="sage"), 64, 8)
+    oned = cost.spmm.get("1d")
+    assert cost.memory_bytes(oned, stats, (4, 1), 0, model)["graph"] > \
+        cost.memory_bytes(oned, {"mean": replace(stats["mean"], symmetric=True)}, (4, 1), 0, model)["graph"]
+
+
+@pytest.mark.parametrize("options", [dict(model="gcn"), dict(model="sage", batch_norm=True), dict(model="gat"),
+                                     dict(model="gat", heads=3, dropout=0.0, batch_norm=True), dict(model="gin"),
+                                     dict(model="appnp", steps=3), dict(model="gcnii", layers=4, batch_norm=True),
+                                     dict(model="gcn", precompute="off", dropout=0.0, layers=1)])
+def test_a_model_s_costs_are_those_of_its_built_weights(options):
+    """`ModelCost.of_config` builds the model without its weights' storage (spgnn cost made a 6.6 GB model to plan a
+    run, and ran out of memory at --hidden 100000000000): its declared costs and parameter counts are those of the
+    model built on the CPU."""
+    from spgnn.layers.stack import config_model
+
+    cfg = TrainConfig(**({"hidden": 16, "layers": 3} | options))
+    assert cost.ModelCost.of_config(cfg, 24, 5) == cost.ModelCost.of(config_model(cfg, 24, 5), cfg.precompute == "on")
+
+
+def test_a_plan_of_any_width_allocates_no_weights(capsys):
+    """--hidden and --features of 2²⁰ are a model of 4 TiB of weights: spgnn cost ran out of memory building it (and
+    advised spgnn cost --memory-per-rank); now it is planned, its parameters counted."""
+    assert cli.main(["cost", "--nodes", "100000", "--nnz", "1000000", "--nprocs", "4", "--features", str(2**20),
+                     "--hidden", str(2**20), "--layers", "2", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    gib = float(out.split("the graph at P = 4: ")[1].split(" GiB per rank")[0].split(", ")[1])
+    assert gib > 16 * (2**40 + 2**20 * 128) / 2**30        # its weights with their gradients and Adam's moments
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--nodes", "1e30", "--nnz", "1e31"], "--nodes 1e+30: spgnn cost models graphs of at most 2^40 nodes"),
+    (["--nodes", "1e18", "--nnz", "1e19"], "--nodes 1e+18: spgnn cost models graphs of at most 2^40 nodes"),
+    (["--nodes", "1e12", "--nnz", "1e15"], "--nnz 1e+15: spgnn cost models graphs of at most 2^48 nonzeros"),
+    (["--nodes", "1000", "--nnz", "10.7"], "--nodes 1000 --nnz 10.7: n must be a whole number of at least 1 and nnz "
+                                           "between 0 and n², a whole number too"),
+    (["--nodes", "1000", "--nnz", "10000", "--layers", "100000"], "--layers 100000: spgnn cost models at most 128 "
+                                                                   "layers"),
+    (["--nodes", "1000", "--nnz", "10000", "--hidden", "100000000000"], "--hidden 100000000000: spgnn cost models "
+                                                                          "widths of at most 2^24"),
+])
+def test_a_graph_or_model_beyond_the_model_s_range_is_one_line(flags, said, capsys):
+    """--nodes 1e30 was an OverflowError, 1e18 meaningless figures, --nnz 10.7 taken as 10, --layers 100000 never
+    finished, --hidden 100000000000 an out-of-memory message."""
+    assert cli.main(["cost", "--nprocs", "64", "--quiet", *flags]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"spgnn: error: {said}"), line
+
+
+def test_messages_name_the_grid_as_given():
+    """2d's grid is R×C×1 inside (SUMMA's, of one fiber): messages said "--algo 2d on grid 2x2x1" of --grid 2x2."""
+    with pytest.raises(cli.SpgnnError, match=r"--algo 2d on grid 2x2 needs .* GiB a rank"):
+        plan.plan(TrainConfig(algo="2d", grid="2x2", memory_per_rank="1K"), 4, small_graph(n=40))
+    with pytest.raises(cli.SpgnnError, match=r"--algo 3d on grid 2x1x2 needs"):
+        plan.plan(TrainConfig(algo="3d", grid="2x1x2", memory_per_rank="1K"), 4, small_graph(n=40))

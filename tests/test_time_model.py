@@ -438,7 +438,7 @@ def test_memory_per_rank_refuses_a_named_algo_that_does_not_fit(capsys):
     need = max(cost.memory_bytes(cost.spmm.get("2d"), {"gcn": plan.block_stats(g, p.partition, "gcn")}, p.shape, r,
                                  plan.model_cost(p.cfg, g))["total"] for p in [plan.plan(cfg, 4, g)] for r in range(4))
     assert plan.plan(cost.replace(cfg, memory_per_rank=f"{need}B"), 4, g).cfg.algo == "2d"
-    with pytest.raises(cost.SpgnnError, match=r"--memory-per-rank .*--algo 2d on grid 2x2x1 needs"):
+    with pytest.raises(cost.SpgnnError, match=r"--memory-per-rank .*--algo 2d on grid 2x2 needs"):
         plan.plan(cost.replace(cfg, memory_per_rank=f"{need - 1}B"), 4, g)
     for algo, says in (("1d-halo", "--algo 1d-halo on grid 1 needs"), ("auto", "no layout fits")):
         argv = ["train", "--dataset", "cora", "--algo", algo, "--epochs", "1", "--memory-per-rank", "1K"]

@@ -81,7 +81,7 @@ import torch
 from .. import dense
 from ..cost import charged_bytes
 from ..errors import SpgnnError
-from ..memory import LARGE_BYTES, rss_bytes
+from ..memory import LARGE_BYTES, physical_memory_bytes, rss_bytes
 from .comm import Comm
 
 SCHEMA = "spgnn.calibration/6"
@@ -103,6 +103,23 @@ def parse_sizes(text: str, what: str = "message size") -> list[int]:
             raise SpgnnError(f"bad {what} {item!r} in {text!r}: give positive sizes like 4K,1M,64M")
         sizes.append(int(m[1]) * _UNITS[m[2]])
     return sizes
+
+
+def buffer_bytes(sizes, P: int, ops, local: int) -> int:
+    """Bytes the `local` ranks on a machine hold for the largest of `sizes` on P processes: each its message of s
+    bytes and the result, P·s for an all-gather, at most s for the others (`collective`)."""
+    return local * max(sizes) * (1 + (P if "all_gather" in ops else 1))
+
+
+def check_memory(text: str, sizes, P: int, ops, local: int) -> None:
+    """SpgnnError where the buffers of the largest of `sizes` (--sizes `text`; `buffer_bytes`) exceed the machine's
+    physical memory, so that no rank starts to run out of it."""
+    need, have = buffer_bytes(sizes, P, ops, local), physical_memory_bytes()
+    if have is not None and need > have:
+        raise SpgnnError(f"--sizes {text}: messages of {max(sizes) / 2**30:.3g} GiB take {need / 2**30:.3g} GiB of "
+                         f"buffers on this machine ({local} rank(s), each its message and "
+                         f"{'an all-gather of P of them' if 'all_gather' in ops else 'the result'}), which has "
+                         f"{have / 2**30:.3g} GiB: give smaller --sizes")
 
 
 def parse_ops(text: str) -> list[str]:

@@ -42,8 +42,8 @@ class GATConv(KeepsDraws, Layer):
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope
         self.initialise(init, f_in, f_out, heads, self.f_out)
-        salt = int.from_bytes(hashlib.sha256(self.weight.detach().cpu().numpy().tobytes()).digest()[:8], "little",
-                              signed=True)
+        salt = 0 if self.weight.is_meta else int.from_bytes(   # (meta: a plan's model, which never runs)
+            hashlib.sha256(self.weight.detach().cpu().numpy().tobytes()).digest()[:8], "little", signed=True)
         self.register_buffer("salt", torch.tensor(salt))                # in state_dict, as the count: see above
         self.register_buffer("forwards", torch.zeros((), dtype=torch.int64))
 
