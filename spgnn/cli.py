@@ -27,7 +27,7 @@ from .layers.registry import options as layer_options
 from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.order import ORDERS
-from .partition.partition import available, make_partition, save_partition
+from .partition.partition import available, check_method, make_partition, save_partition
 from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, parts_stats
 from .tasks import TASKS, get_task
 from .train import checkpoint
@@ -441,6 +441,10 @@ def partition(args, argv) -> int:
     if not all(methods):
         raise SpgnnError(f"--compare {args.compare!r} names no method between commas: give methods such as "
                          f"{','.join(available()[:3])}")
+    for method in methods:                  # each, before the first is partitioned
+        check_method(method)
+    if args.nparts < 1:
+        raise SpgnnError(f"--nparts must be at least 1, got {args.nparts}")
     params = dict(_param(t) for t in args.param)
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
@@ -485,7 +489,8 @@ def partition(args, argv) -> int:
     print(f"spgnn: {g.name} (n={g.n}, nnz={g.nnz}), {args.nparts} parts, seed {args.seed}", flush=True)
     print(metrics_table(rows), flush=True)
     if folder:
-        path = partitioned.write_parts(args.output, partitioned.InMemoryParts(g, part))
+        path = partitioned.write_parts(args.output, partitioned.InMemoryParts(g, part, part.info | {
+            "split_seed": args.seed}))                  # (a partition file's seed is the file's, not the split's)
         print(f"wrote {path}: train with spgnn train --dataset {path} on {args.nparts} processes (1d, 1d-halo, "
               "sar), or on any grid with that many row blocks", flush=True)
     elif args.output:

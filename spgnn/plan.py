@@ -282,8 +282,8 @@ def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=No
                       beat_s=min(30.0, cfg.timeout / 4))
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
     cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
-    if cfg.seed != ds.partition_info.get("seed", 0) and given_folder(cfg):     # (a cache folder has cfg's seed)
+    drawn = ds.partition_info.get("split_seed", ds.partition_info.get("seed", 0))     # (older folders: the seed)
+    if cfg.seed != drawn and given_folder(cfg):                                     # (a cache folder has cfg's seed)
         progress.say(f"{folder} keeps its split (the dataset's own, or, where it has none, the random one of the "
-                     f"seed it was partitioned with, {ds.partition_info.get('seed', 0)}): --seed {cfg.seed} seeds the "
-                     "weights and dropout only")
+                     f"seed it was made with, {drawn}): --seed {cfg.seed} seeds the weights and dropout only")
     return cfg, ds, shape, compared

@@ -561,3 +561,13 @@ def test_a_partitioner_that_fails_or_takes_other_arguments_is_one_line(capsys):
                                    ("metis", {"ufactor": 10**20}, "metis's ufactor must be a whole number in")):
         with pytest.raises(SpgnnError, match=f"^{re.escape(needle)}"):
             make_partition(method, g.adj, 4, **params)
+
+
+def test_every_method_compared_and_the_part_count_are_checked_before_any_work(monkeypatch, capsys):
+    """--compare metis,typo partitioned with metis before it found 'typo' unknown; --nparts 0 was refused only
+    once the dataset was read."""
+    monkeypatch.setattr(cli, "load_dataset", lambda *a, **k: pytest.fail("the dataset was read"))
+    for argv, line in ((["--compare", "block,typo"], "unknown partition 'typo': use one of block, "),
+                       (["--method", "block", "--nparts", "0"], "--nparts must be at least 1, got 0")):
+        assert cli.main(["partition", "--dataset", "cora", "--nparts", "2", *argv]) == 2
+        assert capsys.readouterr().err.startswith(f"spgnn: error: {line}")

@@ -372,3 +372,27 @@ def test_unit_diagonal_in_place_of_a_coo_round_trip():
     rows = [with_unit_diagonal(whole[i:i + 10], i) for i in range(0, 40, 10)]
     assert (sp.vstack(rows).tocsr() != add_self_loops(whole)).nnz == 0
     assert np.array_equal(add_self_loops(whole).diagonal(), np.where(np.arange(40) % 3 == 0, 2.5, 1.0))
+
+
+def test_a_folder_made_from_a_partition_file_records_the_seed_of_its_split(tmp_path, capsys):
+    """The folder recorded the file's seed (0) as the one its random split was drawn with (--seed 5), so training on
+    it with --seed 5 said that --seed does not change the split, and with --seed 0 said nothing."""
+    from spgnn import cli
+
+    rng, n, src = np.random.default_rng(5), 300, tmp_path / "graph"            # no split of its own
+    src.mkdir()
+    np.save(src / "edges.npy", np.stack([rng.integers(0, n, 1500), rng.integers(0, n, 1500)], 1))
+    np.save(src / "features.npy", rng.standard_normal((n, 5)).astype(np.float32))
+    np.save(src / "labels.npy", rng.integers(0, 3, n))
+    quick = ["--epochs", "1", "--hidden", "4", "--eval-every", "0"]
+    assert cli.main(["partition", "--dataset", str(src), "--nparts", "1", "--method", "random", "--output",
+                     str(tmp_path / "p.npz")]) == 0
+    assert cli.main(["partition", "--dataset", str(src), "--nparts", "1", "--method", str(tmp_path / "p.npz"),
+                     "--seed", "5", "--output", str(tmp_path / "folder")]) == 0
+    made = PartitionedDataset(tmp_path / "folder").partition_info
+    assert (made["seed"], made["split_seed"]) == (0, 5)
+    capsys.readouterr()
+    for seed, said in (("5", False), ("0", True)):
+        assert cli.main(["train", "--dataset", str(tmp_path / "folder"), "--seed", seed, *quick]) == 0
+        out = "".join(capsys.readouterr())
+        assert ("keeps its split" in out) == said and (not said or "the seed it was made with, 5)" in out), out

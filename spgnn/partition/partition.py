@@ -334,6 +334,13 @@ def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
     return _make(method, adj, P, seed, params)[0]
 
 
+def check_method(method) -> None:
+    """SpgnnError unless `method` names a partitioner or an existing saved partition file."""
+    if (not isinstance(method, str) or get_partitioner(method) is None) and not Path(method).exists():
+        raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
+                         f"or the path of a saved .npz, .npy or text part vector")
+
+
 def make_partition(method, adj, P: int, seed: int = 0, node_order: str = "natural", **params) -> Partition:
     """The checked Partition, its nodes inside each part in `node_order` (`spgnn.partition.order`), with `info`:
     method, params, seed (or the file's), node_order, the seconds the partitioner and the order took and their
@@ -378,9 +385,8 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
                                                   if k in method.info}
     fn = get_partitioner(method) if isinstance(method, str) else None
     saved = fn is None and isinstance(method, (str, Path))
-    if saved and not Path(method).exists():
-        raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
-                         f"or the path of a saved .npz, .npy or text part vector")
+    if saved:
+        check_method(method)
     if fn is None and params:
         raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
                          f"{f'the saved partition {str(method)!r}' if saved else 'a part array'}: drop them")

@@ -129,8 +129,8 @@ class PartitionedDataset:
                                   np.asarray(p["offsets"], np.int64), g["graph_hash"], int(g.get("targets", 0)),
                                   dict(g.get("label_counts", {})), g.get("split_hash", ""), g.get("source", ""))
             self.partition_info = {k: p[k] for k in ("method", "params", "seed")} | {
-                "node_order": p.get("node_order", "natural"), "folder": str(self.path)} | (
-                {"file_sha256": p["file_sha256"]} if "file_sha256" in p else {})       # made from a partition file
+                "node_order": p.get("node_order", "natural"), "folder": str(self.path)} | {
+                k: p[k] for k in ("file_sha256", "split_seed") if k in p}    # a partition file's; the split's seed
         except KeyError as e:
             raise SpgnnError(f"{meta_file} lacks the key {e.args[0]!r}: {REMAKE}") from None
         except (TypeError, ValueError) as e:
@@ -312,7 +312,7 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
                               "params": partition.get("params", {}), "seed": partition.get("seed", 0),
                               "node_order": partition.get("node_order", "natural"),
                               "rows": sizes.tolist(), "offsets": g["offsets"], "metrics": tally.metrics(sizes)}
-                             | {k: partition[k] for k in ("file_sha256",) if k in partition},
+                             | {k: partition[k] for k in ("file_sha256", "split_seed") if k in partition},
                 "versions": versions()}
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
         if overwrite and path.exists():
@@ -429,4 +429,5 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
     if why := unwritable(root):
         raise SpgnnError(f"the partition cache folder {root} is not writable ({why}): set --cache-dir or "
                          f"${CACHE_ENV} to a writable folder")
-    return write_parts(folder, InMemoryParts(graph, partition_fn()), overwrite=False)
+    partition = partition_fn()
+    return write_parts(folder, InMemoryParts(graph, partition, partition.info | {"split_seed": seed}), overwrite=False)
