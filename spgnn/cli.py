@@ -369,7 +369,9 @@ def calibrate(args, argv) -> int:
         raise SpgnnError(f"--budget must be a positive number of seconds, got {args.budget}")
     launched = launch.detect()
     P = (args.nprocs or 1) if launched.kind == "single" else launched.world_size
-    calibration.check_memory(args.sizes, sizes, P, ops, P if launched.kind == "single" else launched.local_world_size)
+    if not args.device.startswith("cuda"):      # (a GPU's buffers are not the host's)
+        calibration.check_memory(args.sizes, sizes, P, ops,
+                                 P if launched.kind == "single" else launched.local_world_size)
     _check_files(args.output)
     comm = _join(args, argv, args.device, args.timeout, args.transport)
     if isinstance(comm, int):
@@ -568,11 +570,12 @@ def _cost_parser(sub) -> argparse.ArgumentParser:
 
 COST_MAX_P = 8192           # spgnn cost's model keeps P×P statistics of the blocks: 0.5 GiB each at this P
 # What spgnn cost models (docs/cost-model.md#limits): a graph of up to 2^40 nodes and 2^48 nonzeros, a model of up to
-# 128 layers (GCNII's deepest is 64; planning takes about 3 s a layer for the default --nprocs on 2 cores) of widths up
-# to 2^24 (a rank's bytes 4·n·f then stay within int64)
+# 128 layers (GCNII's deepest is 64; planning takes about 3 s a layer for the default --nprocs on 2 cores) and 1024
+# products a step, of widths up to 2^24 (planning's time and memory; its byte counts are exact Python integers)
 COST_MAX = {"--nodes": (2**40, "graphs of at most 2^40 nodes (about 1.1e12)"),
             "--nnz": (2**48, "graphs of at most 2^48 nonzeros (about 2.8e14)"),
             "--layers": (128, "at most 128 layers"), "width": (2**24, "widths of at most 2^24 (16777216)")}
+COST_MAX_PRODUCTS = 1024
 
 
 def _cost_bound(flag: str, value, kind: str | None = None) -> None:
@@ -581,6 +584,15 @@ def _cost_bound(flag: str, value, kind: str | None = None) -> None:
     if value > most:
         shown = f"{value:g}" if isinstance(value, float) else value
         raise SpgnnError(f"{flag} {shown}: spgnn cost models {what}: give {flag} {most} or less")
+
+
+def _cost_products(model):
+    """`model` (a `ModelCost`), or SpgnnError where it makes more products a step than spgnn cost models (APPNP's
+    --steps, say), before any planning."""
+    if (products := sum(map(len, model.layers))) > COST_MAX_PRODUCTS:
+        raise SpgnnError(f"the model makes {products} products a step: spgnn cost models at most {COST_MAX_PRODUCTS} "
+                         "(fewer --layers, or --steps)")
+    return model
 
 
 def _process_counts(text: str) -> list[int]:
@@ -602,7 +614,7 @@ def cost_command(args, argv) -> int:
 
     Ps = _process_counts(args.nprocs)
     for flag, value in (("--layers", args.layers), ("--hidden", args.hidden), ("--features", args.features),
-                        ("--classes", args.classes)):
+                        ("--classes", args.classes), ("--heads", getattr(args, "heads", 1))):
         if value < 1:
             raise SpgnnError(f"{flag} must be at least 1, got {value}")
         _cost_bound(flag, value, None if flag == "--layers" else "width")
@@ -632,6 +644,7 @@ def cost_command(args, argv) -> int:
         else:
             graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
             model, stats_of = model_cost(cfg, graph), graph_stats(cfg, graph)
+        _cost_products(model)
         rows = cost.compare(Ps, model, lambda cls, shape: stats_of(cls, shape, model.adjacencies), ab, rates, limit,
                             strict=False)
     elif args.nodes is not None and args.nnz is not None:
@@ -641,7 +654,7 @@ def cost_command(args, argv) -> int:
                              "and n², a whole number too")
         _cost_bound("--nodes", n)
         _cost_bound("--nnz", nnz)
-        model = cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes)
+        model = _cost_products(cost.ModelCost.of_config(TrainConfig(**model_options), args.features, args.classes))
         rows = cost.plan_table(int(args.nodes), int(args.nnz), Ps, model, ab, rates=rates, memory_per_rank=limit,
                                ordered=args.node_order == "rcm", strict=False)
     else:

@@ -182,16 +182,15 @@ class ModelCost:
         """The costs of the built-in model `cfg` describes (``--model``, widths, options), built on torch's meta
         device: its parameters have shapes and no storage, so that a plan takes the same time and memory whatever
         its widths (its counts and declared costs are those of the model built on the CPU). A model whose layers
-        read their weights' values as they are built (a plug-in's, say) is built on the CPU."""
+        read their weights' values as they are built or costed (a plug-in's, say) is built on the CPU."""
         from .layers.stack import config_model
 
         with torch.random.fork_rng(devices=[]):
             try:
                 with torch.device("meta"):
-                    model = config_model(cfg, f_in, classes)
-            except NotImplementedError:         # "Cannot copy out of meta tensor": a layer read its weights
-                model = config_model(cfg, f_in, classes)
-            return cls.of(model, cfg.precompute == "on")
+                    return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")
+            except Exception:   # a layer read its weights' values (.item(), .numpy(), .cpu()): its own error, if any,
+                return cls.of(config_model(cfg, f_in, classes), cfg.precompute == "on")     # comes from the CPU
 
     @property
     def attends(self) -> bool:

@@ -279,13 +279,36 @@ def test_a_plan_of_any_width_allocates_no_weights(capsys):
                                                                    "layers"),
     (["--nodes", "1000", "--nnz", "10000", "--hidden", "100000000000"], "--hidden 100000000000: spgnn cost models "
                                                                           "widths of at most 2^24"),
+    (["--nodes", "1000", "--nnz", "10000", "--model", "gat", "--heads", "100000000"], "--heads 100000000: spgnn cost "
+                                                                                       "models widths of at most 2^24"),
+    (["--nodes", "1000", "--nnz", "10000", "--model", "appnp", "--steps", "100000"], "the model makes 100003 products "
+                                                                                      "a step: spgnn cost models at "
+                                                                                      "most 1024"),
 ])
 def test_a_graph_or_model_beyond_the_model_s_range_is_one_line(flags, said, capsys):
-    """--nodes 1e30 was an OverflowError, 1e18 meaningless figures, --nnz 10.7 taken as 10, --layers 100000 never
-    finished, --hidden 100000000000 an out-of-memory message."""
+    """--nodes 1e30 was an OverflowError, 1e18 meaningless figures, --nnz 10.7 taken as 10, --layers 100000 and
+    APPNP's --steps 100000 never finished, --hidden 100000000000 an out-of-memory message, GAT's --heads 10^8 a
+    traceback."""
     assert cli.main(["cost", "--nprocs", "64", "--quiet", *flags]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"spgnn: error: {said}"), line
+
+
+def test_a_layer_that_reads_its_weights_is_costed_on_the_cpu(monkeypatch):
+    """A layer reading its weights' values as it is costed (float(), .item(), .numpy() fail on torch's meta device)
+    made spgnn cost and --algo auto a traceback: it is costed on the CPU, to the same figures."""
+    from spgnn.layers.gcn import GCNConv
+
+    cfg = TrainConfig(model="gcn", hidden=16, layers=2)
+    before = cost.ModelCost.of_config(cfg, 30, 4)
+    costs = GCNConv.costs
+
+    def reading(self, *args, **kwargs):
+        float(self.weight.sum())
+        return costs(self, *args, **kwargs)
+
+    monkeypatch.setattr(GCNConv, "costs", reading)
+    assert cost.ModelCost.of_config(cfg, 30, 4) == before
 
 
 def test_messages_name_the_grid_as_given():

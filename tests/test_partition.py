@@ -568,6 +568,7 @@ def test_every_method_compared_and_the_part_count_are_checked_before_any_work(mo
     once the dataset was read."""
     monkeypatch.setattr(cli, "load_dataset", lambda *a, **k: pytest.fail("the dataset was read"))
     for argv, line in ((["--compare", "block,typo"], "unknown partition 'typo': use one of block, "),
+                       (["--compare", "block," + "x" * 300], f"unknown partition '{'x' * 300}': use one of "),
                        (["--method", "block", "--nparts", "0"], "--nparts must be at least 1, got 0")):
         assert cli.main(["partition", "--dataset", "cora", "--nparts", "2", *argv]) == 2
         assert capsys.readouterr().err.startswith(f"spgnn: error: {line}")

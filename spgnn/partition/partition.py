@@ -336,7 +336,11 @@ def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
 
 def check_method(method) -> None:
     """SpgnnError unless `method` names a partitioner or an existing saved partition file."""
-    if (not isinstance(method, str) or get_partitioner(method) is None) and not Path(method).exists():
+    try:
+        saved = Path(method).is_file()
+    except (OSError, ValueError):       # a name too long for a path, a NUL in it
+        saved = False
+    if (not isinstance(method, str) or get_partitioner(method) is None) and not saved:
         raise SpgnnError(f"unknown partition {str(method)!r}: use one of {', '.join(available())} "
                          f"or the path of a saved .npz, .npy or text part vector")
 
