@@ -36,9 +36,21 @@ def _free_port_below_40000() -> int:
     pytest.skip("no free port in [20000, 40000)")
 
 
+def _launchers(name: str) -> bool:
+    """Whether environment variable `name` is one a launcher sets (torchrun, mpirun, srun, spgnn's own)."""
+    return name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SPGNN_LAUNCHER") \
+        or name.startswith(("MASTER_", "OMPI_", "PMI", "SLURM_", "MPI_"))
+
+
 def _clean_env() -> dict:
-    drop = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SPGNN_LAUNCHER")
-    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    return {k: v for k, v in os.environ.items() if not _launchers(k)}
+
+
+def _no_launcher(monkeypatch) -> None:
+    """This process's environment without a launcher's variables, as from a plain shell."""
+    for k in list(os.environ):
+        if _launchers(k):
+            monkeypatch.delenv(k)
 
 
 def _srun(tmp_path, P, extra_env) -> dict:
@@ -68,9 +80,7 @@ def _losses(comm):
 
 
 def test_slurm_environment_read(monkeypatch):
-    for k in list(os.environ):
-        if k in ("RANK", "WORLD_SIZE") or k.startswith(("OMPI_", "PMI", "SLURM_", "MPI_")):
-            monkeypatch.delenv(k)
+    _no_launcher(monkeypatch)
     monkeypatch.setenv("SLURM_STEP_ID", "3")
     monkeypatch.setenv("SLURM_PROCID", "5")
     monkeypatch.setenv("SLURM_NTASKS", "11")
@@ -102,10 +112,7 @@ def test_slurm_environment_read(monkeypatch):
 def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
     """RANK and WORLD_SIZE left from another launch under mpirun ran P separate one-process jobs racing for one
     --output; WORLD_SIZE=abc was a ValueError traceback, RANK=5 WORLD_SIZE=2 a wait of --timeout."""
-    for k in list(os.environ):
-        if k in ("RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID", "SPGNN_LAUNCHER") or k.startswith(("OMPI_", "PMI",
-                                                                                                   "SLURM_", "MPI_")):
-            monkeypatch.delenv(k)
+    _no_launcher(monkeypatch)
     for env, needle in (({"RANK": "0", "WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
                          "RANK=0 and WORLD_SIZE=1 in the environment disagree with mpirun's OMPI_COMM_WORLD_RANK=1"),
                         ({"RANK": "0", "WORLD_SIZE": "abc"}, "environment variable WORLD_SIZE='abc' is not a whole"),
@@ -124,9 +131,7 @@ def test_a_launchers_environment_that_cannot_be_right_is_refused(monkeypatch):
 
 def test_a_torchrun_style_launch_without_its_address_is_one_line(monkeypatch, capsys):
     """RANK and WORLD_SIZE without MASTER_ADDR was "could not join the job at 127.0.0.1:?" with advice on networks."""
-    for k in list(os.environ):
-        if k in ("RANK", "WORLD_SIZE") or k.startswith(("MASTER_", "OMPI_", "PMI", "SLURM_", "MPI_")):
-            monkeypatch.delenv(k)
+    _no_launcher(monkeypatch)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MASTER_PORT", "29500")
@@ -146,9 +151,7 @@ def test_a_launchers_variables_left_in_the_environment_are_named(monkeypatch, ca
     """Open MPI 4 started alone (a program's `from mpi4py import MPI`) leaves OMPI_COMM_WORLD_SIZE=1 to the commands
     it runs, a shell may keep RANK and WORLD_SIZE: `spgnn train --nprocs 2` there said only "drop --nprocs", which
     cannot help outside the launcher."""
-    for k in list(os.environ):
-        if k in ("RANK", "WORLD_SIZE") or k.startswith(("OMPI_", "PMI", "SLURM_", "MPI_")):
-            monkeypatch.delenv(k)
+    _no_launcher(monkeypatch)
     for k, v in left.items():
         monkeypatch.setenv(k, v)
     assert cli.main(["train", "--nprocs", "2", "--epochs", "1"]) == 2
