@@ -574,8 +574,8 @@ COST_MAX_P = 8192           # spgnn cost's model keeps P×P statistics of the bl
 # products a step, of widths up to 2^24 (planning's time and memory; its byte counts are exact Python integers)
 COST_MAX = {"--nodes": (2**40, "graphs of at most 2^40 nodes (about 1.1e12)"),
             "--nnz": (2**48, "graphs of at most 2^48 nonzeros (about 2.8e14)"),
-            "--layers": (128, "at most 128 layers"), "width": (2**24, "widths of at most 2^24 (16777216)")}
-COST_MAX_PRODUCTS = 1024
+            "--layers": (128, "at most 128 layers"), "width": (2**24, "widths of at most 2^24 (16777216)"),
+            "products": (1024, "at most 1024 products a step")}
 
 
 def _cost_bound(flag: str, value, kind: str | None = None) -> None:
@@ -589,9 +589,10 @@ def _cost_bound(flag: str, value, kind: str | None = None) -> None:
 def _cost_products(model):
     """`model` (a `ModelCost`), or SpgnnError where it makes more products a step than spgnn cost models (APPNP's
     --steps, say), before any planning."""
-    if (products := sum(map(len, model.layers))) > COST_MAX_PRODUCTS:
-        raise SpgnnError(f"the model makes {products} products a step: spgnn cost models at most {COST_MAX_PRODUCTS} "
-                         "(fewer --layers, or --steps)")
+    most, what = COST_MAX["products"]
+    if (products := sum(map(len, model.layers))) > most:
+        raise SpgnnError(f"the model makes {products} products a step: spgnn cost models {what} (fewer --layers, or "
+                         "--steps)")
     return model
 
 
