@@ -69,4 +69,11 @@ if __name__ == "__main__":
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--predictions", default=None, help="save every node's logits here (.npy, n×classes)")
     p.add_argument("--nprocs", type=int, default=1, help="local processes (not needed under mpirun or torchrun)")
-    spgnn.run(main, p.parse_args(), nprocs=p.parse_args().nprocs)
+    args = p.parse_args()
+    if args.predictions:                       # checked now, not after training (numpy.save adds .npy)
+        args.predictions += "" if args.predictions.endswith(".npy") else ".npy"
+        try:
+            open(args.predictions, "ab").close()
+        except OSError as e:
+            p.error(f"cannot write --predictions {args.predictions}: {e.strerror}")
+    spgnn.run(main, args, nprocs=args.nprocs)

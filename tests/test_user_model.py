@@ -433,3 +433,17 @@ def test_dropout_without_keys_continues_on_resume(tmp_path):
     epoch 0's masks again. The resumed run, its weights first drawn from another seed, now equals the whole."""
     whole = _dropping_losses(tmp_path / "whole", 0, 0, 4)
     assert _dropping_losses(tmp_path / "part", 0, 0, 2) + _dropping_losses(tmp_path / "part", 1, 2, 4) == whole
+
+
+def test_an_unwritable_predictions_file_is_refused_before_training(tmp_path):
+    """--predictions is tried at start (as numpy.save writes it, .npy added): a folder in its place is one line, and
+    no rank starts (no loss printed)."""
+    import subprocess
+    import sys
+
+    (tmp_path / "taken.npy").mkdir()
+    out = subprocess.run([sys.executable, str(PROGRAM), "--epochs", "1", "--predictions", str(tmp_path / "taken")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2, out
+    assert "cannot write --predictions" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert "test accuracy" not in out.stdout
