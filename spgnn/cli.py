@@ -134,7 +134,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--eval-every", type=int, default=d.eval_every, help="evaluate every k epochs (0: only at the end)")
     a("--sampler", default=None, help="train on sampled minibatches instead (spgnn/sampling/; data-parallel, "
       "graph replicated on every rank unless --split-graph): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 "
-      "first) or ladies:SIZES layer-wise (e.g. ladies:512,512); one layer per size (overrides --layers)")
+      "first) or ladies:SIZES layer-wise (e.g. ladies:512,512); one layer per size (a --layers other than "
+      "the default must match)")
     a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch (default 1024, or the "
       "training set if smaller; a larger value given explicitly is an error)")
     a("--bulk", type=int, default=1, help="--sampler: minibatches each rank samples in one bulk call")

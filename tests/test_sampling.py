@@ -530,3 +530,34 @@ def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, c
     capsys.readouterr()
     assert main([*run, "--dataset", str(folder)]) == 2
     assert "is a partitioned folder: a replicated graph (--sampler without --split-graph)" in capsys.readouterr().err
+
+
+def test_bad_trainer_options(capsys):
+    """A batch size or bulk that is not an integer (a TypeError deep in the epoch, or True taken as 1), a graph
+    without training nodes ('--batch-size must lie in [1, 0] ..., got 0' with no --batch-size given) and a --layers
+    other than the sampler's sizes (silently replaced) are one line each, before any work."""
+    from spgnn.cli import main
+
+    g = GRAPHS["sym"]
+    cfg, train = TrainConfig(model="sage"), int(g.train_mask.sum())
+    for batch in (2.5, "8", True):
+        with pytest.raises(SpgnnError, match=rf"^--batch-size must be an integer in \[1, {train}\] .*got {batch!r}"):
+            check_options(cfg, "sage:3", batch, 1, g)
+    for bulk in (2.5, "2", False):
+        with pytest.raises(SpgnnError, match=rf"^--bulk must be an integer of at least 1, got {bulk!r}$"):
+            check_options(cfg, "sage:3", 4, bulk, g)
+    assert check_options(cfg, "sage:3", np.int64(4), np.int32(2), g)[2] == 4
+    with pytest.raises(SpgnnError, match=rf"^--batch-size must be an integer in \[1, {train}\] .*got {train + 1}$"):
+        check_options(cfg, "sage:3", np.int64(train + 1), 1, g)
+    empty = small_graph(n=80, seed=1)
+    empty.train_mask[:] = False
+    with pytest.raises(SpgnnError, match="^small has no training nodes: minibatches are drawn from them"):
+        MinibatchTrainer(cfg, Comm(0, 1), "sage:3", None, graph=empty)
+    with pytest.raises(SpgnnError, match="^--layers 3 but --sampler sage:3,3 samples 2 hops: the sampler sets the "
+                                         "layers, one per size; give 3 sizes, or drop --layers$"):
+        check_options(TrainConfig(model="sage", layers=3), "sage:3,3", 4, 1, g)
+    for layers in (TrainConfig.layers, 3):                     # the default, or as many as the sizes
+        assert check_options(TrainConfig(model="sage", layers=layers), "ladies:5,5,5", 4, 1, g)[0].layers == 3
+    capsys.readouterr()
+    assert main(["train", "--sampler", "sage:5,5", "--layers", "3", "--nprocs", "2"]) == 2
+    assert capsys.readouterr().err.startswith("spgnn: error: --layers 3 but --sampler sage:5,5 samples 2 hops")

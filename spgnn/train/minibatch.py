@@ -62,6 +62,16 @@ def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int)
     return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
 
 
+def is_int(v) -> bool:
+    """Whether v is an integer (Python's or numpy's; not a bool)."""
+    return isinstance(v, int | np.integer) and not isinstance(v, bool)
+
+
+def shown(v) -> str:
+    """v as an error message names it: an integer as a number, anything else as its repr."""
+    return str(int(v)) if is_int(v) else repr(v)
+
+
 DEFAULT_BATCH_SIZE = 1024
 FULL_BATCH = ("algo", "partition", "node_order", "precompute", "memory_per_rank", "calibration")   # not read here
 
@@ -79,12 +89,16 @@ def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None
     """cfg with one layer per sampler size; SpgnnError for options no run can use, and for those only full-batch
     training reads (`nprocs`, when known, is checked against the replication of a split graph and --batch-norm)."""
     _, sizes = parse_sampler(sampler)
+    if cfg.layers not in (TrainConfig.layers, len(sizes)):
+        raise SpgnnError(f"--layers {cfg.layers} but --sampler {sampler} samples {len(sizes)} hop"
+                         f"{'s' if len(sizes) > 1 else ''}: the sampler sets the layers, one per size; give "
+                         f"{cfg.layers} sizes, or drop --layers")
     cfg = replace(cfg, layers=len(sizes)).validate()
     if not get_layer(cfg.model).sampled:
         raise SpgnnError(f"--sampler trains models whose layers run on sampled blocks "
                          f"({', '.join(k for k, c in LAYERS.items() if c.sampled)}), not {cfg.model!r}")
-    if bulk < 1:
-        raise SpgnnError(f"--bulk must be at least 1, got {bulk}")
+    if not is_int(bulk) or bulk < 1:
+        raise SpgnnError(f"--bulk must be an integer of at least 1, got {shown(bulk)}")
     if flags := full_batch_flags(cfg):
         raise SpgnnError(f"{' and '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to full-batch training, not "
                          f"--sampler (minibatches are sampled from the whole graph, or its row blocks with "
@@ -121,18 +135,23 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
         raise SpgnnError(f"--sampler trains the multiclass node task only; dataset {g.name!r} has {g.targets} binary "
                          "targets per node: train it full-batch (drop --sampler)")
     train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
+    if not train:
+        raise SpgnnError(f"{g.name} has no training nodes: minibatches are drawn from them; give it a training mask "
+                         "with at least one node")
     if batch_size is None:
         batch_size = min(DEFAULT_BATCH_SIZE, train)
-    if not 1 <= batch_size <= train:
-        raise SpgnnError(f"--batch-size must lie in [1, {train}] (the training nodes of {g.name}), got {batch_size}")
+    if not is_int(batch_size) or not 1 <= batch_size <= train:
+        raise SpgnnError(f"--batch-size must be an integer in [1, {train}] (the training nodes of {g.name}), got "
+                         f"{shown(batch_size)}")
     return cfg, g, batch_size
 
 
 class MinibatchTrainer(Run):
     """One rank's share of a sampled minibatch training run (`sampler` as `--sampler`, e.g. 'sage:15,10,5';
-    the model gets one layer per sampler size, whatever cfg.layers says). `split_graph`: the adjacency's rows
-    (for sampling) and the features (for training) split 1.5D with replication c = cfg.replication (0 means 1)
-    and fetched from their owners (`spgnn.sampling.distributed`); else both replicated."""
+    the model gets one layer per sampler size, and cfg.layers must be its default or that many). `split_graph`:
+    the adjacency's rows (for sampling) and the features (for training) split 1.5D with replication
+    c = cfg.replication (0 means 1) and fetched from their owners (`spgnn.sampling.distributed`); else both
+    replicated."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
