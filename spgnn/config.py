@@ -198,4 +198,6 @@ def validate(self):
         for need in needs:
             cls.require(need, "--batch-norm" if need == "whole_rows" and self.batch_norm and
                         "whole_rows" not in model.needs else f"--model {self.model}")
+    if task is not None:
+        task.check_options(self)        # options the task cannot train with together
     return self

@@ -22,6 +22,7 @@ from spgnn.graph.ogbl import read_held_out, read_pt
 from spgnn.metrics import hits_at_k, mrr
 from spgnn.partition.partitioned import PartitionedDataset
 from spgnn.tasks.link import EdgeSplit, predict_edges
+from spgnn.train.fullbatch import Trainer
 from spgnn.train.link import LinkTrainer
 
 N, F, EDGES, HELD, NEG, M, EPOCHS = 120, 8, 480, 30, 90, 20, 3
@@ -279,6 +280,16 @@ def _refusal(comm, folder, cache):
         LinkTrainer(_cfg(folder, cache), comm)
     except SpgnnError as e:
         return str(e)
+
+
+@pytest.mark.parametrize("task", ["auto", "multiclass", "binary", "multilabel"])
+def test_a_node_task_on_a_link_folder_is_one_line(tmp_path, task):
+    """--task auto (the default) on an OGB link folder trained multiclass on its labels, zeros: one class, accuracy
+    1.0 on every split. A node task is refused there, naming --task link."""
+    folder = write_folder(tmp_path, "hits")
+    with pytest.raises(SpgnnError, match=r"^dataset 'ogbl-collab' is an OGB link-prediction graph, whose nodes have "
+                                         r"no labels: train it with --task link$"):
+        Trainer(TrainConfig(dataset=str(folder), task=task, epochs=1, cache_dir=str(tmp_path / "cache")), Comm(0, 1))
 
 
 def test_a_negative_no_node_is_refused_by_every_rank(tmp_path):

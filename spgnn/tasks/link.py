@@ -46,9 +46,11 @@ from ..errors import SpgnnError
 from ..graph import ogbl
 from ..graph.adjacency import ADJACENCIES, Adjacency, get_adjacency, register_adjacency
 from ..hashing import hash_uniform_array, mix_key
+from ..layers.registry import get_layer
 from ..options import Option
 from ..partition.share import gcn_degree
 from ..sparse.csr import row_ids
+from ..spmm import registry as spmm
 from .registry import SPLITS, Task, register_task
 
 TAG = 0x11E4            # the hash domain of link prediction's draws (split, negatives)
@@ -327,6 +329,23 @@ class Link(Task):
 
     def out_dim(self, info) -> int:         # the encoder's output is the embedding (its width is cfg's)
         raise SpgnnError("--task link's output width is the embedding's: LinkTrainer builds its encoder")
+
+    def check_options(self, cfg) -> None:
+        """Before any work: on an OGB link folder (``--ogb-split``, else ``--dataset``) no fractions, whose split is
+        the folder's; else fractions that leave every split some edges, and an encoder without attention (it would
+        run over the held-out edges too); ``--decoder mlp`` only on a layout of whole rows."""
+        folder = ogbl.ogbl_folder(cfg.ogb_split or cfg.dataset)
+        if folder and (given := [o.flag for o in self.options if o.name in ("val_edges", "test_edges")
+                                 and getattr(cfg, o.name) != o.default]):
+            raise SpgnnError(f"{' and '.join(given)}: {folder[0]} is an OGB link folder, whose split is its own: "
+                             f"drop {'them' if len(given) > 1 else 'it'}")
+        if not folder:
+            EdgeSplit(cfg.val_edges, cfg.test_edges, cfg.seed).check()
+            if "attention" in get_layer(cfg.model).needs:
+                raise SpgnnError(f"--task link cannot train --model {cfg.model}: its attention runs over the whole "
+                                 "graph, the held-out edges included; choose gcn, sage, gin, appnp or gcnii")
+        if cfg.decoder == "mlp" and cfg.algo != "auto":
+            spmm.get(cfg.algo).require("whole_rows", "--decoder mlp")
 
     def check(self, info) -> None:
         if info.nnz < 2 * len(SPLITS):

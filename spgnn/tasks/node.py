@@ -20,6 +20,7 @@ class Multiclass(Task):
         return info.targets == 0
 
     def check(self, info) -> None:
+        unlabelled(info)
         if info.targets:
             raise SpgnnError(f"dataset {info.name!r} has {info.targets} binary targets per node, not classes: use "
                              f"--task {'binary' if info.targets == 1 else 'multilabel'}")
@@ -60,6 +61,14 @@ class Targets(Task):
         return g.roc_auc(out, splits)
 
 
+def unlabelled(info) -> None:
+    """SpgnnError for the graph of an OGB link folder (its `source`, `spgnn.graph.ogbl.fingerprint`, says so): its
+    labels are zeros that no node task can learn from (one class, its accuracy 1)."""
+    if getattr(info, "source", "").startswith("ogbl:"):
+        raise SpgnnError(f"dataset {info.name!r} is an OGB link-prediction graph, whose nodes have no labels: train it "
+                         "with --task link")
+
+
 def target_counts(info, split: str) -> list:
     """[[negatives, positives] per target] of `split` (for two classes: class 0 the negatives)."""
     counts = info.label_counts[split]
@@ -78,6 +87,7 @@ class Binary(Targets):
         return info.targets == 1
 
     def check(self, info) -> None:
+        unlabelled(info)
         if info.targets > 1 or (not info.targets and info.num_classes != 2):
             what = f"{info.targets} binary targets" if info.targets else f"{info.num_classes} classes"
             raise SpgnnError(f"--task binary needs one binary target or two classes; dataset {info.name!r} has "
@@ -97,6 +107,7 @@ class Multilabel(Targets):
         return info.targets > 1
 
     def check(self, info) -> None:
+        unlabelled(info)
         if not info.targets:
             raise SpgnnError(f"--task multilabel needs n×t binary targets; dataset {info.name!r} has class ids "
                              f"({info.num_classes} classes): use --task multiclass"

@@ -9,6 +9,7 @@ A task is a `Task` that declares
     node            whether it predicts a value per node (trained by the full-batch `spgnn.Trainer`); a task that
                     is not (link prediction) names its own trainer with `trainer`
     found(info)     whether it is the task the data describe (``--task auto`` takes the first that is)
+    check_options(cfg)      one line for options it cannot train with together, before any work
     out_dim(info)   the width of the model's output
     loss(g, out, mask)      the global mean loss over `mask`'s rows, its gradient this rank's share
     evaluate(g, out)        {"<split>_<metric>": the global figure} for each split
@@ -48,6 +49,10 @@ class Task:
 
     def check(self, info) -> None:
         """Raise SpgnnError (one line, naming what to do) when this task cannot be trained on `info`'s graph."""
+
+    def check_options(self, cfg) -> None:
+        """Raise SpgnnError (one line, naming what to do) for options of `cfg` (a `spgnn.TrainConfig`) this task cannot
+        train with together: called by ``cfg.validate()``, before any data is read or any process started."""
 
     def out_dim(self, info) -> int:
         """The width of the model's output for `info`'s graph."""

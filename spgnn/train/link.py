@@ -74,20 +74,20 @@ class LinkTrainer(Run):
     task = get_task("link")
 
     def __init__(self, cfg, comm, graph=None, parts=None):
-        cfg = replace(cfg, task="link").validate()
+        cfg = replace(cfg, task="link").validate()         # the link options together too (`Link.check_options`)
         folder = ogbl_folder(cfg.ogb_split) if cfg.ogb_split else \
             ogbl_folder(cfg.dataset) if graph is None and parts is None else None
-        if folder and (fractions := [o.flag for o in self.task.options if o.name in ("val_edges", "test_edges")
-                                     and getattr(cfg, o.name) != o.default]):
-            raise SpgnnError(f"{' and '.join(fractions)}: {folder[0]} is an OGB link folder, whose split is its own: "
-                             f"drop {'them' if len(fractions) > 1 else 'it'}")
         given = agree(comm, lambda: read_held_out(*folder)) if folder else None     # its own pairs: LinkShare
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
         graph = as_graph(graph)
-        cfg, opened, _, _ = open_parts(cfg, comm, graph, parts,        # --algo auto weighs the encoder
-                                       lambda info: ModelCost.of_config(cfg, info.num_features, width))
+
+        def costs_of(info):     # what --algo auto weighs: the encoder, on layouts of whole rows for the MLP decoder
+            costs = ModelCost.of_config(cfg, info.num_features, width)
+            return replace(costs, needs=costs.needs | {"whole_rows"}) if decoder == "mlp" else costs
+
+        cfg, opened, _, _ = open_parts(cfg, comm, graph, parts, costs_of)
         perm = node_order(opened)
         made_from = getattr(opened.info, "source", "")      # "" for a folder that does not say (written before)
         if given and (given.n != opened.info.n or made_from and made_from != on_rank0(comm, lambda: fingerprint(
@@ -99,9 +99,6 @@ class LinkTrainer(Run):
         encoder = config_model(cfg, opened.info.num_features, width)
         for layer in encoder.modules():         # an OGB folder's graph is its training edges: nothing to hold out
             if isinstance(layer, Layer) and layer.adjacency is not None and not given:
-                if "attention" in layer.needs:
-                    raise SpgnnError(f"--task link cannot train --model {cfg.model}: its attention runs over the "
-                                     "whole graph, the held-out edges included; choose gcn, sage, gin, appnp or gcnii")
                 layer.adjacency = train_edges(layer.adjacency, self.split, perm)
         self.model = LinkModel(encoder, width, decoder)
         self.opt = Adam(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -109,8 +106,6 @@ class LinkTrainer(Run):
             self.g = DistGraph(comm, cfg, graph=graph, parts=opened.partition.parts, model=encoder)
         else:
             self.g = DistGraph(comm, cfg, dataset=str(opened.path), model=encoder)
-        if decoder == "mlp":
-            self.g.require("whole_rows", "--decoder mlp")
         self.cfg, self.comm, self.parts, self.decoder = self.g.cfg, comm, self.g.parts, decoder
         self.model = self.g.prepare(self.model)
         share = self.g.parts.share(self.g.algo.part_of(self.g.grid.shape, self.g.grid.coord))
@@ -121,10 +116,12 @@ class LinkTrainer(Run):
         self.columns = columns if columns is not None and columns.size > 1 else None
         self.counts = {s: int(c) for s, c in zip(SPLITS, self._sum([c * self.counting for c in self.edges.counted()]))}
         empty = [s for s in SPLITS if not self.counts[s]]
-        if empty:
+        if empty:                       # (larger fractions held out leave the training split fewer edges)
+            fix = "lower --val-edges and --test-edges, or " if empty == ["train"] else "" if "train" in empty else \
+                f"raise {' and '.join(f'--{s}-edges' for s in empty)}, or "
+            so = "nothing trains" if "train" in empty else "its ROC-AUC is undefined"
             raise SpgnnError(f"--task link: the {' and '.join(empty)} split of {self.g.info.name!r} holds no edge "
-                             f"({self.counts}), so its ROC-AUC is undefined: raise --val-edges/--test-edges or use "
-                             "a graph with more edges")
+                             f"({self.counts}), so {so}: {fix}use a graph with more edges")
         self.info = replace(self.g.info, counts={f"{s}_edges": c for s, c in self.counts.items()})
         self.positives = self.counts["train"] + self.g.info.n * self.edges.self_pairs   # training positives
         self.meter, self._eval = SavedTensorMeter(), None
