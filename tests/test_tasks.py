@@ -326,6 +326,17 @@ def test_a_task_that_is_no_node_task_names_its_run():
     assert Task().trainer().__name__ == "Trainer"
 
 
+def test_the_node_trainer_refuses_a_link_task_before_partitioning(tmp_path):
+    """spgnn.Trainer given --task link partitioned the dataset into the cache, then failed on the output width."""
+    from spgnn.comm.comm import Comm
+
+    cache = tmp_path / "cache"
+    with pytest.raises(SpgnnError, match="^spgnn.Trainer trains node tasks, not --task link: train it with "
+                                         "spgnn.LinkTrainer$"):
+        Trainer(TrainConfig(dataset="cora", task="link", epochs=1, cache_dir=str(cache)), Comm(0, 1))
+    assert not cache.exists()
+
+
 def test_a_task_whose_figures_are_not_named_by_its_metric_is_one_line():
     """Its evaluate's keys were looked up after training: a bare KeyError."""
     misnamed = type("Misnamed", (LogProb,), {"name": "misnamed", "evaluate": lambda self, g, out, splits=(

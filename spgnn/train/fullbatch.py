@@ -20,6 +20,7 @@ from ..errors import SpgnnError
 from ..graph.graph import Graph
 from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
+from ..tasks import get_task
 from .loop import Run
 
 
@@ -30,6 +31,9 @@ class Trainer(Run):
     ``Data``; `parts` overriding cfg.partition)."""
 
     def __init__(self, cfg: TrainConfig, comm: Comm, graph: Graph | None = None, parts=None):
+        if cfg.task != "auto" and not (task := get_task(cfg.task)).node:     # before any partitioning
+            raise SpgnnError(f"spgnn.Trainer trains node tasks, not --task {cfg.task}: train it with "
+                             f"spgnn.{task.trainer().__name__}")
         self.g = DistGraph(comm, cfg.validate(), graph=graph, parts=parts,
                            model=lambda f, c: config_model(cfg, f, c))
         self.task = self.g.task
