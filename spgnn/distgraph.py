@@ -47,6 +47,7 @@ from .graph.graph import row_normalize
 from .graph.pyg import as_graph
 from .layers.registry import options as layer_options
 from .plan import open_parts
+from .spmm.base import check_attend
 from .tasks import resolve as resolve_task
 from .tasks.node import target_counts
 
@@ -275,6 +276,7 @@ class DistGraph:
     def attend(self, v, s_src, s_dst, slope: float, dropout: float = 0.0, key: int = 0, adjacency="self-loops"):
         """Attention over the pattern of `adjacency` (`spgnn.spmm.DistSpMM.attend`); refused by layouts without it."""
         self.algo.require("attention", "attention")
+        check_attend(v, s_src, s_dst, slope, dropout, len(self.node_ids))
         return self.layout(adjacency).attend(v, s_src, s_dst, slope, dropout, key)
 
     def linear(self, h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:

@@ -158,3 +158,60 @@ def test_gat_attends_over_its_own_adjacency():
             assert_close(out, ref[ids], f"GAT over {adjacency}")
     layer.adjacency = "mean"
     assert not np.allclose(layer(SerialSpMM(cora.adj, raw=True), x).detach().numpy(), ref)
+
+
+@pytest.mark.parametrize("slope, scale", [(-0.5, 1.0), (1.7, 1.0), (0.2, 1e4)])
+def test_gat_equals_pyg_at_any_slope_and_scores_of_any_size(slope, scale):
+    """PyG's GATConv at another negative_slope, and with scores of ±10⁴ (exp of which overflows float32 unless the
+    softmax is shifted by each row's maximum), on a directed graph with a node whose only in-edge is its self-loop
+    and an isolated one."""
+    g = small_graph(n=50, f=6, directed=True, seed=4)
+    torch.manual_seed(1)
+    layer = GATConv(g.num_features, 3, 2, negative_slope=slope)
+    twin = pyg.GATConv(g.num_features, 3, heads=2, negative_slope=slope, add_self_loops=True)
+    with torch.no_grad():
+        layer.att_src.mul_(scale), layer.att_dst.mul_(scale)
+    twin.lin.weight.data = layer.weight.data.T.clone()
+    twin.att_src.data, twin.att_dst.data = (a.data.view(1, 2, 3).clone() for a in (layer.att_src, layer.att_dst))
+    coo = g.adj.tocoo()
+    x = torch.as_tensor(g.x)
+    out = layer(SerialSpMM(add_self_loops(g.adj)), x).detach()
+    ref = twin(x, torch.as_tensor(np.vstack([coo.col, coo.row]), dtype=torch.int64)).detach()
+    assert out.isfinite().all() and g.adj[g.n - 2].nnz == 0       # node n-2's only in-edge: its self-loop
+    assert_close(out.numpy(), ref.numpy(), f"slope {slope}, scores ×{scale}")
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_attention_gradient_is_autograds_in_float64(dropout):
+    """torch.autograd.gradcheck of attend (the C kernels' weighted sum and its adjoint, the softmax over each row's
+    edges) in float64: a row of three edges, one with none, one with only its self-loop, one with one edge."""
+    from spgnn.sparse import attention
+
+    rows, cols = torch.tensor([0, 0, 0, 2, 3, 4, 4, 5, 6, 6]), torch.tensor([1, 2, 5, 2, 0, 4, 6, 3, 0, 6])
+    g = torch.Generator().manual_seed(0)
+    v, s_src, s_dst = (torch.randn(7, *shape, generator=g, dtype=torch.float64, requires_grad=True)
+                       for shape in ((2, 3), (2,), (2,)))
+    mask = (torch.rand(10, 2, generator=g) > 0.3).double() / 0.7 if dropout else None
+    assert torch.autograd.gradcheck(lambda *xs: attention.attend(rows, cols, *xs, -0.3, mask), (v, s_src, s_dst))
+
+
+def test_bad_attention_input_is_one_line():
+    """A negative slope of NaN or ∞ made every output NaN; a heads of 2.5, an f_out of 0 or a slope given as a string
+    were a TypeError or a ZeroDivisionError from inside torch; attend on a DistGraph took a V of two dimensions, of
+    other rows or scores of other heads to a torch traceback, and a dropout below 0 or NaN as none."""
+    for kwargs in (dict(negative_slope=float("nan")), dict(negative_slope=float("inf")), dict(negative_slope="0.2"),
+                   dict(heads=2.5), dict(f_out=0), dict(dropout=float("nan"))):
+        with pytest.raises(SpgnnError, match="^GATConv: heads must be at least 1, as must f_in and f_out"):
+            GATConv(**(dict(f_in=4, f_out=3) | kwargs))
+    g = DistGraph(dataset="cora", algo="1d-halo", adjacency=["self-loops"])
+    n = g.x.shape[0]
+    v, s = torch.randn(n, 2, 3), torch.randn(n, 2)
+    for args, said in (((v.flatten(1), s, s, 0.2), r"got shapes \(2708, 6\), \(2708, 2\), \(2708, 2\)"),
+                       ((v, torch.randn(n, 3), s, 0.2), r"got shapes \(2708, 2, 3\), \(2708, 3\)"),
+                       ((v[:5], s[:5], s[:5], 0.2), r"^attend takes V of this rank's 2708 rows"),
+                       ((v, s, s, float("nan")), r"^attend: slope must be a finite number and dropout in \[0, 1\), got "
+                                                 r"nan and 0.0"),
+                       ((v, s, s, 0.2, -0.5), r"got 0.2 and -0.5")):
+        with pytest.raises(SpgnnError, match=said):
+            g.attend(*args)
+    assert g.attend(v, s, s, 0.2).shape == v.shape

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -35,9 +37,12 @@ class GATConv(KeepsDraws, Layer):
 
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
                  negative_slope: float = 0.2, init: str = "auto"):
-        if not (heads >= 1 and 0 <= dropout < 1):
-            raise SpgnnError(f"GATConv: heads must be at least 1 and dropout in [0, 1), got heads {heads}, dropout "
-                             f"{dropout}")
+        counts, reals = (f_in, f_out, heads), (dropout, negative_slope)
+        if not (all(isinstance(k, numbers.Integral) and k >= 1 for k in counts)
+                and all(isinstance(r, numbers.Real) and math.isfinite(r) for r in reals) and 0 <= dropout < 1):
+            raise SpgnnError(f"GATConv: heads must be at least 1, as must f_in and f_out (integers all), dropout in "
+                             f"[0, 1) and negative_slope a finite number, got heads {heads!r}, f_in {f_in!r}, f_out "
+                             f"{f_out!r}, dropout {dropout!r}, negative_slope {negative_slope!r}")
         super().__init__(f_in, heads * f_out if concat else f_out)
         self.heads, self.channels, self.concat = heads, f_out, concat
         self.dropout, self.negative_slope = dropout, negative_slope

@@ -8,6 +8,8 @@ written once against this interface.
 
 from __future__ import annotations
 
+import math
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +26,19 @@ from ..graph.adjacency import get_adjacency
 from ..partition.partition import Partition
 from ..sparse import attention
 from . import registry
+
+
+def check_attend(v, s_src, s_dst, slope, dropout, rows: int) -> None:
+    """SpgnnError unless `DistSpMM.attend`'s inputs are V (rows×H×F), s_src and s_dst (rows×H), a finite slope and
+    dropout in [0, 1)."""
+    if not (isinstance(v, torch.Tensor) and v.dim() == 3 and v.shape[0] == rows
+            and all(isinstance(s, torch.Tensor) and s.shape == v.shape[:2] for s in (s_src, s_dst))):
+        got = ", ".join(str(tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+                        for t in (v, s_src, s_dst))
+        raise SpgnnError(f"attend takes V of this rank's {rows} rows×heads×features and s_src, s_dst of rows×heads, "
+                         f"got shapes {got}")
+    if not all(isinstance(x, numbers.Real) and math.isfinite(x) for x in (slope, dropout)) or not 0 <= dropout < 1:
+        raise SpgnnError(f"attend: slope must be a finite number and dropout in [0, 1), got {slope!r} and {dropout!r}")
 
 
 @dataclass
