@@ -467,6 +467,9 @@ def partition(args, argv) -> int:
         raise SpgnnError("--node-order rcm orders each part by its diagonal block, which --out-of-core never holds: "
                          "its parts keep the natural order (drop --node-order, or partition in memory)")
     args.node_order = args.node_order or TrainConfig.node_order
+    if args.plot:                                        # a format matplotlib writes, before partitioning
+        from . import plot
+        args.plot = plot.target(args.plot)
     for flag, path, what in (("--json", args.json, "the metrics"), ("--plot", args.plot, "the chart"),
                              ("--output", None if folder else args.output, "the partition")):
         if path:
@@ -522,14 +525,15 @@ def _plot_parser(sub) -> argparse.ArgumentParser:
 
 def plot_command(args, argv) -> int:
     from . import plot
+    output = plot.target(args.output)                    # before any work: its format, and that it can be written
+    _writable_file(output, "--output", "the plot", args.reports)
     reports = plot.read_reports(args.reports)
     try:
         figure = plot.report_figure(reports)
     except (KeyError, TypeError, IndexError, AttributeError) as e:   # a report some field of which is gone or null
         raise SpgnnError(f"a report given is not whole ({type(e).__name__}: {e}): plot reports as spgnn train "
                          "--output writes them") from None
-    path = plot.save(figure, args.output)
-    print(f"wrote {path}", flush=True)
+    print(f"wrote {plot.save(figure, output)}", flush=True)
     return 0
 
 

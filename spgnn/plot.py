@@ -43,16 +43,56 @@ def pyplot():
     return plt
 
 
+NUMBER, COUNT = (float, int, type(None)), (float, int)     # null: a NaN, which a report writes as null
+TYPE_NAMES = {float: "a number", int: "an integer", str: "a string"}     # a schema's tuple by its first named
+PER_RANK = {"rank": int, "sent_bytes": COUNT}
+REPORT = {      # what `report_figure` reads; "key?" may be absent or null
+    "config": {"algo": str, "partition": str}, "world_size": int, "task?": {"metric": str, "label": str},
+    "epochs": [{"epoch": int, "loss": NUMBER}], "median_epoch_s?": NUMBER,
+    "comm": {"per_rank": [PER_RANK | {"table?": [{"phase": str, "layer": (int, type(None)), "sent_bytes": COUNT}]}]},
+    "memory": {"per_rank": [{"rank": int, "peak_rss_bytes": COUNT, "graph_bytes?": NUMBER}]},
+    "predicted?": {"per_rank": [PER_RANK]}}
+
+
+def mismatch(value, schema, where: str = "the report") -> str | None:
+    """Where `value` (parsed JSON) departs from `schema` (`REPORT`'s form: a dict of keys, a list of one item's
+    schema, or the types allowed), said in words; None where it does not."""
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return f"{where} is {json.dumps(value)[:40]}, not an object"
+        for key, item in schema.items():
+            name = key.rstrip("?")
+            if key.endswith("?") and value.get(name) is None:
+                continue
+            if name not in value:
+                return f"{where} lacks {name!r}"
+            if found := mismatch(value[name], item, f"{where}.{name}" if where != "the report" else name):
+                return found
+        return None
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return f"{where} is {json.dumps(value)[:40]}, not a list"
+        return next(filter(None, (mismatch(v, schema[0], f"{where}[{i}]") for i, v in enumerate(value))), None)
+    if not isinstance(value, schema) or isinstance(value, bool):
+        kinds = schema if isinstance(schema, tuple) else (schema,)
+        return f"{where} is {json.dumps(value)[:40]}, not {TYPE_NAMES[next(t for t in kinds if t in TYPE_NAMES)]}"
+    return None
+
+
 def read_reports(paths: list[str]) -> list[dict]:
-    """The JSON reports at `paths`; SpgnnError naming a file that is missing or is no spgnn train report."""
+    """The JSON reports at `paths`; SpgnnError naming a file that is missing or is no spgnn train report, and
+    what in it is not (each checked against `REPORT` before any is drawn)."""
     reports = []
     for p in paths:
         try:
             r = json.loads(Path(p).read_text())
         except (OSError, ValueError) as e:
             raise SpgnnError(f"cannot read report {p}: {e}") from None
-        if not isinstance(r, dict) or not {"config", "epochs", "comm", "memory"} <= set(r):
-            raise SpgnnError(f"{p} is not a report of spgnn train --output (it lacks config, epochs, comm or memory)")
+        if isinstance(r, dict) and "rows" in r:
+            raise SpgnnError(f"{p} is a table of spgnn cost or spgnn partition --json, not a report of spgnn train "
+                             "--output (which spgnn plot draws)")
+        if found := mismatch(r, REPORT):
+            raise SpgnnError(f"{p} is not a report of spgnn train --output: {found}")
         reports.append(r)
     return reports
 
@@ -74,7 +114,7 @@ def phase_bytes(report: dict) -> list[dict[str, int]]:
     out = []
     for rank in report["comm"]["per_rank"]:
         rows: dict[str, int] = {}
-        for row in rank.get("table", []):
+        for row in rank.get("table") or []:
             key = row["phase"] + ("" if row["layer"] is None else f" L{row['layer']}")
             rows[key] = rows.get(key, 0) + row["sent_bytes"]
         out.append(rows)
@@ -94,7 +134,7 @@ def report_figure(reports: list[dict]):
     ax.legend(fontsize=7)
 
     ax = axes[0, 1]
-    tasks = [r.get("task", {"metric": "acc", "label": "accuracy"}) for r in reports]     # reports before tasks: acc
+    tasks = [r.get("task") or {"metric": "acc", "label": "accuracy"} for r in reports]     # reports before tasks: acc
     for i, (name, r, task) in enumerate(zip(names, reports, tasks)):
         m = task["metric"]
         evaluated = [e for e in r["epochs"] if f"test_{m}" in e]
@@ -116,7 +156,8 @@ def report_figure(reports: list[dict]):
         bottom += mib
     set_ticks(ax, [tick(name, rank) for name, rank, _ in per_rank])
     ax.set(title="bytes sent by phase and layer", ylabel="MiB")
-    ax.legend(fontsize=6, ncol=2)
+    if keys:                                   # (a report of no rank, or of nothing sent: no legend to draw)
+        ax.legend(fontsize=6, ncol=2)
 
     pred = [{p["rank"]: p["sent_bytes"] for p in (r.get("predicted") or {}).get("per_rank", [])} for r in reports]
     sent = [(name, m["rank"], m["sent_bytes"], pr.get(m["rank"], np.nan))
@@ -126,7 +167,8 @@ def report_figure(reports: list[dict]):
     mem = [(name, m) for name, r in zip(names, reports) for m in r["memory"]["per_rank"]]
     pairs(axes[1, 1], [tick(n, m["rank"]) for n, m in mem],
           {"peak RSS": [m["peak_rss_bytes"] / MiB for _, m in mem],
-           "graph bytes held": [m.get("graph_bytes", np.nan) / MiB for _, m in mem]}, "memory per rank", "MiB")
+           "graph bytes held": [np.nan if m.get("graph_bytes") is None else m["graph_bytes"] / MiB
+                                 for _, m in mem]}, "memory per rank", "MiB")
     epoch_ms = [1e3 * (r.get("median_epoch_s") or np.nan) for r in reports]
     pairs(axes[1, 2], [n.split(":")[0] for n in names], {"median epoch": epoch_ms}, "time per run", "ms")
     if any(ms > 0 for ms in epoch_ms):         # NaN for a run of no epochs: a log axis of nothing fails
@@ -148,7 +190,7 @@ def tick(name: str, rank: int) -> str:
 
 def set_ticks(ax, ticks: list[str], most: int = 32) -> None:
     """Label the bars `ticks`; of many ranks, every k-th, so that labels stay readable at hundreds of ranks."""
-    every = -(-len(ticks) // most)
+    every = max(1, -(-len(ticks) // most))
     ax.set_xticks(range(0, len(ticks), every), ticks[::every], fontsize=7, rotation=90 if every > 1 else 0)
 
 
@@ -178,13 +220,26 @@ def partition_figure(result: dict):
     return fig
 
 
-def save(fig, path: str | Path) -> Path:
-    """Write `fig` as an image (format from the suffix; without one, PNG at path.png) and close it; returns the
-    path written."""
+def target(path: str | Path) -> Path:
+    """The file `save` writes for `path` (format from the suffix; without one, PNG at path.png); SpgnnError, before
+    anything is drawn, where matplotlib is missing or writes no such format."""
+    pyplot()                                     # (one line where matplotlib is missing)
+    from matplotlib.backend_bases import FigureCanvasBase
+
     path = Path(path)
     path = path if path.suffix else path.with_suffix(".png")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise SpgnnError(f"cannot write a plot to {path}: matplotlib writes no {path.suffix} files; end it in one of "
+                         f"{', '.join('.' + f for f in sorted(formats))}")
+    return path
+
+
+def save(fig, path: str | Path) -> Path:
+    """Write `fig` as an image at `target` (`path`) and close it; returns the path written."""
     try:
+        path = target(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=110)
     except (OSError, ValueError) as e:
         raise SpgnnError(f"cannot write the plot to {path}: {e}") from None

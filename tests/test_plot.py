@@ -93,7 +93,79 @@ def test_plot_command_writes_the_image(tmp_path, reports, capsys):
     for field in ("config", "comm", "memory"):            # a field gone null: a KeyError or TypeError traceback
         (tmp_path / "part.json").write_text(json.dumps(reports[0] | {field: None}))
         assert main(["plot", str(tmp_path / "part.json"), "--output", str(out)]) == 2
-        assert "a report given is not whole" in capsys.readouterr().err
+        assert f"part.json is not a report of spgnn train --output: {field} is null, not an object" in \
+            capsys.readouterr().err
+
+
+def _damaged(report, where, value):
+    """`report` (a copy) with the field at the path `where` (keys and indices) set to `value`, or removed (None)."""
+    report = json.loads(json.dumps(report))
+    *path, last = where
+    node = report
+    for k in path:
+        node = node[k]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    return report
+
+
+@pytest.mark.parametrize("where, value, said", [
+    (("epochs", 1, "loss"), "x", 'epochs[1].loss is "x", not a number'),
+    (("comm", "per_rank", 1, "table", 0, "sent_bytes"), "x", 'comm.per_rank[1].table[0].sent_bytes is "x", not a'),
+    (("memory", "per_rank", 0, "peak_rss_bytes"), None, "memory.per_rank[0] lacks 'peak_rss_bytes'"),
+    (("median_epoch_s",), [1], "median_epoch_s is [1], not a number"),
+    (("predicted", "per_rank"), {}, "predicted.per_rank is {}, not a list"),
+    (("config", "algo"), None, "config lacks 'algo'"),
+])
+def test_a_damaged_report_is_named_before_any_drawing(tmp_path, reports, capsys, monkeypatch, where, value, said):
+    """A field of another type (a string for a number, a list for an object), or gone, was a traceback from inside
+    matplotlib or numpy (a ValueError the command did not catch), or a line naming neither file nor field after
+    the figure was drawn; now the file and the field, before anything is drawn."""
+    monkeypatch.setattr(plot, "report_figure", lambda reports: pytest.fail("drew a figure of a damaged report"))
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(reports[0]))
+    bad.write_text(json.dumps(_damaged(reports[0], where, value)))
+    assert main(["plot", str(good), str(bad), "--output", str(tmp_path / "x.png")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"spgnn: error: {bad} is not a report of spgnn train --output: {said}"), line
+
+
+def test_a_table_of_spgnn_cost_is_not_a_run(tmp_path, capsys):
+    table = tmp_path / "cost.json"
+    assert main(["cost", "--nodes", "1000", "--nnz", "8000", "--nprocs", "2", "--quiet", "--output", str(table)]) == 0
+    capsys.readouterr()
+    assert main(["plot", str(table), "--output", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err.strip() == f"spgnn: error: {table} is a table of spgnn cost or spgnn partition " \
+        "--json, not a report of spgnn train --output (which spgnn plot draws)"
+
+
+def test_an_output_that_cannot_be_written_is_said_before_any_work(tmp_path, reports, capsys, monkeypatch):
+    """An --output under a file was a FileExistsError traceback, and one matplotlib writes no format of (or in
+    spgnn partition --plot, after every method had partitioned) a line after the figure was drawn."""
+    monkeypatch.setattr(plot, "read_reports", lambda paths: pytest.fail("read the reports"))
+    a_file = tmp_path / "a.json"
+    a_file.write_text(json.dumps(reports[0]))
+    for output, said in ((a_file / "x.png", f"cannot write the plot to {a_file / 'x.png'}: "),
+                         (tmp_path / "x.json", f"cannot write a plot to {tmp_path / 'x.json'}: matplotlib writes no "
+                          ".json files; end it in one of "),
+                         (tmp_path / "x.foo", "matplotlib writes no .foo files")):
+        assert main(["plot", str(a_file), "--output", str(output)]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert said in line, line
+    import spgnn.cli
+
+    monkeypatch.setattr(spgnn.cli, "make_partition", lambda *a, **k: pytest.fail("partitioned"))
+    assert main(["partition", "--nparts", "2", "--compare", "block,random", "--plot", str(tmp_path / "p.foo")]) == 2
+    assert "matplotlib writes no .foo files" in capsys.readouterr().err
+
+
+def test_a_report_of_no_ranks_draws_empty_bars(reports):
+    """set_ticks of no ticks was a range() of step 0: a ValueError traceback."""
+    empty = _damaged(_damaged(reports[0], ("comm", "per_rank"), []), ("memory", "per_rank"), [])
+    fig = plot.report_figure([empty])
+    assert heights(axis(fig, "memory per rank"), "peak RSS").size == 0
 
 
 def test_partition_compare_plot(tmp_path):
