@@ -163,7 +163,7 @@ class DistGraph:
         self.counts = dict(self.info.counts)
         self._prepared = {}                         # id of a parameter `prepare` saw → its name
         self._summed, self._added = {}, {}          # id → (gradient, its version) as summed; → backwards added since
-        self._checkpoints = set()                   # folders this graph wrote or loaded a checkpoint in
+        self._checkpoints = {}          # folders this graph wrote or loaded a checkpoint in: that file's stamp
         self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
         self._kept, self._kept_x = {}, None    # (adjacency, id of H) → (H, Â·H, its version); (x, its version) then
 
@@ -666,16 +666,15 @@ class DistGraph:
         state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                  "optimizer_class": type(optimizer).__qualname__, "progress": {"extra": extra},
                  "identity": self._identity(model), "partition": {}, "config": {}}
-        ours = Path(folder).resolve() in self._checkpoints
+        key = Path(folder).resolve()
 
         def write():
-            if not ours and (Path(folder) / checkpoint.FILE).exists():
+            if key not in self._checkpoints and (Path(folder) / checkpoint.FILE).exists():
                 raise SpgnnError(f"{folder} holds a checkpoint that this run neither wrote nor loaded: save to "
                                  "another folder, or load_checkpoint it first to continue it")
-            checkpoint.save(checkpoint.writable(folder, resuming=True), state)
+            return checkpoint.save(checkpoint.writable(folder, resuming=True), state, self._checkpoints.get(key))
 
-        agree(self.comm, write, everyone=False)
-        self._checkpoints.add(Path(folder).resolve())
+        self._checkpoints[key] = checkpoint.save_on_rank0(self.comm, write, self.cfg.timeout)
 
     def load_checkpoint(self, folder, model, optimizer) -> tuple[int, dict]:
         """Restore `model` and `optimizer` from folder/checkpoint.pt (of this graph, a model of the same parameter
@@ -695,7 +694,7 @@ class DistGraph:
                              f"({type(e).__name__}: {e}): resume with the optimizer, and parameter groups, it was "
                              "saved with") from None
         model.load_state_dict(state["model"])
-        self._checkpoints.add(Path(folder).resolve())
+        self._checkpoints[Path(folder).resolve()] = checkpoint.stamp(folder)
         return state["epoch"], state["progress"].get("extra", {})
 
     def _identity(self, model) -> dict:

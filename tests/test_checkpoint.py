@@ -372,3 +372,108 @@ def test_a_checkpoint_without_the_dropout_counts_loads():
         fresh.load_state_dict(old | {"stray": torch.zeros(1)})
     with pytest.raises(RuntimeError, match="Missing key"):
         fresh.load_state_dict({k: v for k, v in old.items() if k != "layers.0.weight"})
+
+
+def _slow_saves(comm, folder):
+    """A run and a program of one's own checkpointing at P = 2, rank 0's writes lasting three times the collectives'
+    timeout (2 s)."""
+    import time
+
+    real = checkpoint.save
+    if comm.rank == 0:
+        checkpoint.save = lambda *a: time.sleep(6) or real(*a)
+    cfg = TrainConfig(**BASE | {"epochs": 1, "timeout": 2.0})
+    report = Trainer(replace_cfg(cfg, checkpoint=f"{folder}/run"), comm).run(log=None)
+    g = DistGraph(comm, cfg)
+    model = build_model("gcn", g.num_features, g.num_classes)
+    g.save_checkpoint(f"{folder}/own", model, Adam(model.parameters()), 0)
+    return len(report["epochs"]), comm.all_gather_object(comm.rank)
+
+
+def replace_cfg(cfg, **changes):
+    from dataclasses import replace
+
+    return replace(cfg, **changes)
+
+
+def test_a_long_checkpoint_write_outlasts_the_timeout(tmp_path):
+    """Rank 0 wrote while the others waited in a collective: a write longer than --timeout (a large model, a slow
+    disk) failed them ("Timed out waiting 1000ms"; hidden 3072 on cora at P = 2, --timeout 1), and so the run."""
+    assert run_local(_slow_saves, 2, str(tmp_path), timeout_s=2.0, deadline_s=120.0) == [(1, [0, 1])] * 2
+    assert {p.parent.name for p in tmp_path.glob(f"*/{checkpoint.FILE}")} == {"run", "own"}
+
+
+@pytest.mark.parametrize("at", [0, 1])
+def test_a_folder_another_run_writes_to_is_not_overwritten(tmp_path, at):
+    """Two runs given one empty --checkpoint folder both passed its check and then replaced each other's checkpoints
+    in turn, both ending well: a resume took whichever wrote last (another --lr, say) as its own. The other run's
+    checkpoint appears before this run's first (`at` 0) or after it (1)."""
+    other = {"epoch": 7, "model": {"w": torch.ones(2)}, "optimizer": {}, "progress": {}, "identity": {}}
+    run = Trainer(TrainConfig(**BASE | {"epochs": 3, "checkpoint_every": 1, "checkpoint": str(tmp_path)}), Comm(0, 1))
+    step = run.epoch
+
+    def epoch(e):
+        if e == at:
+            checkpoint.save(tmp_path, other)
+        return step(e)
+
+    run.epoch = epoch
+    with pytest.raises(SpgnnError, match=f"checkpoint.pt has changed since this run {'began' if at == 0 else 'wrote'}"
+                                         ".*another run writes checkpoints to .* too"):
+        run.run(log=None)
+    assert torch.load(tmp_path / checkpoint.FILE, weights_only=True)["epoch"] == 7
+    g = DistGraph(dataset="cora")                   # and a program of one's own
+    model = build_model("gcn", g.num_features, g.num_classes)
+    opt = Adam(model.parameters())
+    g.save_checkpoint(tmp_path / "own", model, opt, 0)
+    checkpoint.save(tmp_path / "own", other)
+    with pytest.raises(SpgnnError, match="has changed since this run wrote or resumed from it"):
+        g.save_checkpoint(tmp_path / "own", model, opt, 1)
+    (tmp_path / "own" / checkpoint.FILE).unlink()                   # (removed: nothing to overwrite)
+    g.save_checkpoint(tmp_path / "own", model, opt, 1)
+    assert g.load_checkpoint(tmp_path / "own", model, opt)[0] == 1
+
+
+def test_a_checkpoint_of_another_task_is_one_line_before_any_work(tmp_path, capsys):
+    """A multiclass checkpoint resumed with --task binary was refused after the set-up, as 'written by another
+    version of spgnn; start the run again' (its output layer's width differs)."""
+    from spgnn.cli import main
+
+    run = ["train", "--dataset", "sbm:300:2", "--hidden", "8", "--quiet"]
+    assert main(run + ["--epochs", "2", "--checkpoint", str(tmp_path / "ck")]) == 0
+    capsys.readouterr()
+    assert main(run + ["--epochs", "3", "--task", "binary", "--resume", str(tmp_path / "ck")]) == 2
+    assert "is of another run (task 'multiclass' here 'binary')" in capsys.readouterr().err
+    Trainer(TrainConfig(dataset="sbm:300:2", hidden=8, epochs=3, task="binary", checkpoint=str(tmp_path / "b")),
+            Comm(0, 1)).run(log=None)
+    with pytest.raises(SpgnnError, match=re.escape("is of another run (task 'binary' here 'multiclass')")):
+        Trainer(TrainConfig(dataset="sbm:300:2", hidden=8, epochs=4, resume=str(tmp_path / "b")),
+                Comm(0, 1)).run(log=None)
+
+
+def test_a_resumed_run_keeps_no_copy_of_the_checkpoint(written, monkeypatch):
+    """The checkpoint read at resume stayed referenced through the run: its weights and Adam's moments were held
+    twice (a resumed GCN of hidden 8192 on cora peaked 113 MiB above the uninterrupted run)."""
+    import gc
+    import weakref
+
+    loaded, load = [], checkpoint.load
+
+    def kept(*args, **kwargs):
+        state = load(*args, **kwargs)
+        moments = [t for s in state["optimizer"]["state"].values() for t in s.values() if torch.is_tensor(t)]
+        loaded.extend(weakref.ref(t) for t in [*state["model"].values(), *moments])
+        return state
+
+    monkeypatch.setattr(checkpoint, "load", kept)
+    run = Trainer(TrainConfig(**BASE | {"resume": str(written)}), Comm(0, 1))
+    alive, step = [], run.epoch
+
+    def epoch(e):
+        gc.collect()
+        alive.append(sum(r() is not None for r in loaded))
+        return step(e)
+
+    run.epoch = epoch
+    run.run(log=None)
+    assert len(loaded) > len(run.model.state_dict()) and alive == [0] * (EPOCHS - 2)

@@ -9,16 +9,18 @@
     progress    the per-epoch records and the best-validation record so far, and the run's own counters
                 (minibatch: the steps taken, which key the next steps' dropout masks)
     identity    the graph (name, n, nnz, hash of its structure), the model's kind and widths, and what else
-                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation, split
+                fixes the run: seed (split, weights, dropout masks), dropout, feature normalisation, task, split
                 sizes, the way of training (full-batch, or the sampler and batch size; a link run's self-pairs)
     partition   method, seed and parts of the run that wrote it
     config      the run's TrainConfig
     digest      SHA-256 of all of the above (`digest`), checked when it is read: a file changed since is refused
 
 A write goes to ``.checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
-previous checkpoint, so a crash mid-write leaves the previous one intact. Nothing depends on P, the algorithm, the
-grid or the partition: a checkpoint resumes under another of each (to float rounding; under the same ones, bit for
-bit).
+previous checkpoint, so a crash mid-write leaves the previous one intact; the other ranks wait, told that rank 0
+is still writing (`save_on_rank0`), however long that outlasts --timeout. A run replaces only the checkpoint it
+last wrote or resumed from (`stamp`): two runs given one folder do not overwrite each other's. Nothing depends on
+P, the algorithm, the grid or the partition: a checkpoint resumes under another of each (to float rounding; under
+the same ones, bit for bit).
 """
 
 from __future__ import annotations
@@ -94,9 +96,29 @@ def loadable(obj, what: str) -> None:
             from None
 
 
-def save(folder, state: dict) -> Path:
-    """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically."""
+def stamp(folder) -> tuple | None:
+    """(device, inode, modification time, size) of folder's checkpoint file, None where it has none: the same until
+    the file is replaced or changed."""
+    try:
+        st = (Path(folder) / FILE).stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+ANY = "any"     # `save`'s `last` where any file may be replaced
+
+
+def save(folder, state: dict, last=ANY) -> tuple:
+    """Write `state` (see the module docstring) as folder/checkpoint.pt, atomically; returns its `stamp`. `last`:
+    the stamp of the checkpoint this run last wrote or resumed from there (None: none); a checkpoint there of
+    another stamp is SpgnnError (another run writes checkpoints to the folder too: overwriting its checkpoint, or
+    resuming from it, would mix the two)."""
     path = Path(folder) / FILE
+    if last != ANY and stamp(folder) not in (None, last):
+        raise SpgnnError(f"{path} has changed since this run {'wrote or resumed from it' if last else 'began'}: "
+                         f"another run writes checkpoints to {folder} too, and neither may overwrite the other's; "
+                         "give each run its own --checkpoint folder")
     for old in [*Path(folder).glob(f".{FILE}.*.tmp"), *Path(folder).glob(f"{FILE}.*.tmp")]:   # (and as named before)
         pid = old.name.lstrip(".")[len(FILE) + 1:-len(".tmp")]   # a writer killed mid-write left it: gone with it
         if pid.isdigit() and not _alive(int(pid)):
@@ -108,7 +130,16 @@ def save(folder, state: dict) -> Path:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
                          "unchanged; free space or give another folder") from None
-    return path
+    return stamp(folder)
+
+
+def save_on_rank0(comm, write, timeout: float):
+    """`write()` (a `save`) run by rank 0 alone while the others wait, told every timeout/4 seconds (at most 30) that
+    it is still at it (`spgnn.comm.agree.on_rank0`): a write that outlasts --timeout (a large model, a slow disk)
+    does not fail their collectives; its SpgnnError is every rank's."""
+    from ..comm.agree import on_rank0
+
+    return on_rank0(comm, write, beat_s=min(30.0, timeout / 4))
 
 
 KEYS = {"epoch", "model", "optimizer", "progress", "identity"}
@@ -163,7 +194,7 @@ def _same_run(path, state: dict, mine: dict) -> None:
         raise SpgnnError(f"{path} is of another run ({differ}): {RESUME_SAME}")
 
 
-RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, split and way of training (full-batch, "
+RESUME_SAME = ("resume with the same --seed, --dropout, --feature-norm, --task, split and way of training (full-batch, "
                "or the same --sampler and --batch-size; a link run's --self-pairs) (a new --lr or --weight-decay, "
                "more --epochs, another P, --algo, grid or --partition are allowed)")
 FIXES = {"graph": "resume on the data it was trained on",
@@ -174,12 +205,14 @@ FIXES = {"graph": "resume on the data it was trained on",
 def check_early(folder, cfg, model: bool = True) -> None:
     """What a --resume of `folder` can be checked against before any work is spent: the file reads as a checkpoint,
     cfg.epochs reaches it, (`model`) cfg's model fields are its model's, and its seed, dropout and feature
-    normalisation are the run's; the graph and the split are checked once they are known (`load`)."""
+    normalisation (and a --task named) are the run's; the graph and the split are checked once they are known
+    (`load`)."""
     path, state = _read(folder)
     if model:
         theirs, fields = state["identity"]["model"], model_fields(cfg)
         _same(path, "model", {k: theirs.get(k) for k in fields}, {k: getattr(cfg, k) for k in fields})
-    _same_run(path, state, {k: getattr(cfg, k) for k in RUN_FIELDS})
+    named = {"task": cfg.task} if cfg.task != "auto" else {}          # (auto's is known once the data is)
+    _same_run(path, state, {k: getattr(cfg, k) for k in RUN_FIELDS} | named)
     _beyond(path, state, cfg.epochs)
 
 

@@ -65,32 +65,22 @@ class Run:
     def _train(self, log) -> dict:
         cfg, start, records, best = self.cfg, 0, [], None
         mine = checkpoint.identity(cfg, self.info) | {"run": checkpoint.run_identity(cfg, self.info) |
-                                                      self.training()} \
+                                                      {"task": self.task.name} | self.training()} \
             if cfg.resume or cfg.checkpoint else None                                          # hashes the graph
         if cfg.resume:
-            state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
-            try:
-                self.model.load_state_dict(state["model"])
-            except RuntimeError as e:       # same flags, another layout of the weights: an earlier spgnn's model
-                first = str(e).strip().splitlines()[-1].strip()[:200]
-                raise SpgnnError(f"{cfg.resume}: its weights do not fit this version's --model {cfg.model} ({first}): "
-                                 "it was written by another version of spgnn; start the run again") from None
-            self.opt.load_state_dict(state["optimizer"])
-            self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
-            self.restore(state["progress"]["counters"])
-            start = state["epoch"] + 1
-            records, best = on_schedule(state["progress"]["epochs"], cfg.eval_every, cfg.epochs, self.metric,
-                                        self.task.higher_is_better)
+            start, records, best = self.resume(mine)
         folder = cfg.checkpoint and agree(self.comm, lambda: checkpoint.writable(
             cfg.checkpoint, cfg.resume and Path(cfg.resume).resolve() == Path(cfg.checkpoint).resolve()))
 
         good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
+        last = [folder and checkpoint.stamp(folder)]                   # (rank 0's) of the checkpoint there now
         self.setup_peak_rss = restart_peak()                            # the set-up's peak; training's from here
 
         def save(epoch, records, best):
             if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
-                agree(self.comm, lambda: checkpoint.save(folder, state), everyone=False)   # a failure: every rank's
+                last[0] = checkpoint.save_on_rank0(self.comm, lambda: checkpoint.save(folder, state, last[0]),
+                                                   cfg.timeout)
                 good[0] = (folder, epoch)
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
@@ -113,6 +103,24 @@ class Run:
             val, test = f"val_{self.metric}", f"test_{self.metric}"
             best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
         return self.report(records, final, best)
+
+    def resume(self, mine: dict) -> tuple[int, list[dict], dict]:
+        """The weights, Adam's state and the counters of the checkpoint in cfg.resume (checked against `mine`, the
+        run's identity); returns (the first epoch to run, the records carried over, the best so far). The checkpoint's
+        tensors go with the return: kept, they held the weights and Adam's moments twice through the run."""
+        cfg = self.cfg
+        state = agree(self.comm, lambda: checkpoint.load(cfg.resume, mine, cfg.epochs))
+        try:
+            self.model.load_state_dict(state["model"])
+        except RuntimeError as e:       # same flags, another layout of the weights: an earlier spgnn's model
+            first = str(e).strip().splitlines()[-1].strip()[:200]
+            raise SpgnnError(f"{cfg.resume}: its weights do not fit this version's --model {cfg.model} ({first}): "
+                             "it was written by another version of spgnn; start the run again") from None
+        self.opt.load_state_dict(state["optimizer"])
+        self.opt.lr, self.opt.weight_decay = cfg.lr, cfg.weight_decay
+        self.restore(state["progress"]["counters"])
+        return state["epoch"] + 1, *on_schedule(state["progress"]["epochs"], cfg.eval_every, cfg.epochs, self.metric,
+                                                 self.task.higher_is_better)
 
     def finite(self) -> bool:
         """Whether every weight and gradient is finite (the same on every rank: weights are replicated)."""
