@@ -99,6 +99,11 @@ class BlockStats:
         return cls(sizes, halo, np.full((P, P), nnz / P**2), symmetric, ordered)
 
 
+class Undeclared(SpgnnError):
+    """A model whose layers do not declare what the cost model reads (a layer's `costs` is None, no sparse product,
+    parameters outside any layer): trained without a prediction. A malformed declaration is a plain SpgnnError."""
+
+
 @dataclass(frozen=True)
 class ModelCost:
     """What the cost model needs of a model: per layer (in ledger-layer order) the operations its layers declare
@@ -135,7 +140,7 @@ class ModelCost:
         covered = {id(p) for m in layers + norms for p in m.parameters()}
         stray = next((k for k, p in model.named_parameters() if id(p) not in covered), None)
         if not layers or stray is not None:
-            raise SpgnnError(f"the cost model cannot see {'parameter ' + repr(stray) if stray else 'any layer'} of "
+            raise Undeclared(f"the cost model cannot see {'parameter ' + repr(stray) if stray else 'any layer'} of "
                              f"{type(model).__name__}: build it from spgnn.layers.Layer modules (e.g. spgnn.layers."
                              "Linear for a dense product) that declare costs()")
         features = precompute and not drops_features(model)
@@ -144,7 +149,7 @@ class ModelCost:
             takes = i == 0 and features and "features" in inspect.signature(layer.costs).parameters
             ops = layer.costs(grad, features=True) if takes else layer.costs(grad)
             if ops is None:
-                raise SpgnnError(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
+                raise Undeclared(f"layer {i} ({type(layer).__name__}{', --model ' + layer.name if layer.name else ''}) "
                                  "declares no cost (Layer.costs), so the cost model cannot predict it: --algo auto and "
                                  "spgnn cost need a model whose layers declare theirs; name an --algo to train it")
             ops = tuple(ops)
@@ -166,7 +171,7 @@ class ModelCost:
             out.append(tuple(ops))
             grad = grad or any(p.requires_grad for p in layer.parameters())
         if not any(isinstance(op, (Spmm, Attend)) for ops in out for op in ops):
-            raise SpgnnError(f"the layers of {type(model).__name__} declare no sparse product (an Spmm or Attend) in "
+            raise Undeclared(f"the layers of {type(model).__name__} declare no sparse product (an Spmm or Attend) in "
                              "costs(), which is what the cost model predicts a layout by: declare each layer's Spmm "
                              "over its adjacency")
         normed = [bool(m.costs()) for m in norms]       # whether a batch norm follows layer i (a NoNorm: none)

@@ -104,7 +104,7 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
     what = f"--algo {cfg.algo} on grid {grid_text(cls, shape)}"
     try:
         model = model_cost(cfg, info, costs_of)
-    except SpgnnError:
+    except cost.Undeclared:
         model = None
     if model is None or not model.modelled_on(cls):
         raise SpgnnError(f"--memory-per-rank: the cost model cannot predict the memory of {what} (an algorithm or "

@@ -217,7 +217,7 @@ class DistSpMM(RowLayout):
         with comm.phase("setup"):
             halo = Halo(share.indices, share.info.offsets, share.part, comm, grid.group(cls.parts_group)) \
                 if cls.uses_halo or get_adjacency(norm).remote_degrees else None
-            return cls(Block.of(share, norm, halo), comm, grid, device, **options)
+            return cls._built(cls(Block.of(share, norm, halo), comm, grid, device, **options))
 
     @classmethod
     def from_matrix(cls, adj, partition: Partition, comm: Comm, grid: ProcessGrid, device: str = "cpu", **options):
@@ -230,7 +230,17 @@ class DistSpMM(RowLayout):
         a = block_row(adj, partition, part)
         halo = Halo(a.indices, partition.offsets, part, comm, grid.group(cls.parts_group)) if cls.uses_halo else None
         ids = partition.perm[partition.offsets[part]:partition.offsets[part + 1]]
-        return cls(Block(a, partition.offsets, part, ids, is_symmetric(adj), halo), comm, grid, device, **options)
+        return cls._built(cls(Block(a, partition.offsets, part, ids, is_symmetric(adj), halo), comm, grid, device,
+                              **options))
+
+    @classmethod
+    def _built(cls, algo):
+        """`algo`, checked to have run `DistSpMM.__init__` (a plug-in's __init__ without it failed at its first
+        product, on an attribute missing)."""
+        if "offsets" not in vars(algo):
+            raise SpgnnError(f"algorithm {cls.name!r}: its __init__ does not call super().__init__(block, comm, grid, "
+                             "device) before its own set-up")
+        return algo
 
     @property
     def hides_comm(self) -> bool:

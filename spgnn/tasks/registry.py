@@ -84,6 +84,9 @@ def register_task(cls):
     plugins.admit(TASKS, cls, "task", "--task", Task)
     if cls.name == "auto":
         raise SpgnnError("'auto' is not a task name: --task auto means the task the data describe")
+    if cls.node and (missing := [m for m in ("loss", "evaluate") if getattr(cls, m) is getattr(Task, m)]):
+        raise SpgnnError(f"task {cls.name!r} does not define {' and '.join(missing)} (a node task defines "
+                         "loss(self, g, out, mask) and evaluate(self, g, out, splits))")
     TASKS[cls.name] = cls()
     return cls
 

@@ -43,13 +43,12 @@ class Trainer(Run):
         self.build_model(self.info.num_features, self.g.num_outputs)
         self.model = self.g.prepare(self.model)
         self.costs = None       # the model's costs and block statistics for the prediction, on rank 0
-        if comm.rank == 0:
-            try:
-                model = cost.ModelCost.of(self.model, self.g.precompute)
-            except SpgnnError:          # a layer that declares no cost: no prediction in the report
-                model = None
-            if model is not None and model.modelled_on(type(self.algo)):       # nor where the algorithm states none
-                self.costs = model, {a: self.parts.stats(a) for a in model.adjacencies}
+        try:                    # on every rank, so that a malformed declaration stops them all
+            model = cost.ModelCost.of(self.model, self.g.precompute)
+        except cost.Undeclared:     # a layer that declares no cost: no prediction in the report
+            model = None
+        if comm.rank == 0 and model is not None and model.modelled_on(type(self.algo)):    # nor where the algorithm
+            self.costs = model, {a: self.parts.stats(a) for a in model.adjacencies}     # states none
         self.meter = SavedTensorMeter()
 
     x = property(lambda self: self.g.x, doc="This rank's block of the input features (`DistGraph.x`).")

@@ -6,6 +6,7 @@ best accuracies, and every rank's ledger summary, memory and seconds per stage, 
 from __future__ import annotations
 
 import math
+import numbers
 import time
 from pathlib import Path
 
@@ -244,6 +245,9 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
             if not {val, test} <= figures.keys():
                 raise SpgnnError(f"the task's evaluate gave {', '.join(sorted(figures))}, not {val} and {test}: a "
                                  f"task names its figures <split>_<metric> (its metric: {metric!r})")
+            if odd := next((k for k, v in figures.items() if not isinstance(v, numbers.Real)), None):
+                raise SpgnnError(f"the task's evaluate gave {odd} = {figures[odd]!r}, not a number: a figure is a "
+                                 "float (float(...) of a tensor), the same on every rank")
             record |= figures
             best = better(record, best, metric, higher)
         epochs.append(record)
