@@ -127,7 +127,8 @@ def weight_grad(h: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
 def transposed(x: torch.Tensor) -> torch.Tensor:
     """Xᵀ as a contiguous tensor, for X r×c whose rows are contiguous (a block of rows): spgnn's tiled C kernel for
     float32 on the CPU (module docstring), else torch's copy."""
-    if x.device.type != "cpu" or x.dtype != torch.float32 or x.stride(1) != 1 or not native.available():
+    if x.dim() != 2 or x.device.type != "cpu" or x.dtype != torch.float32 or x.stride(1) != 1 \
+            or not native.available():
         return x.t().contiguous()
     out = torch.empty(x.shape[1], x.shape[0], dtype=torch.float32, device="cpu")     # not torch's defaults
     if out.numel():

@@ -42,10 +42,10 @@ def available() -> bool:
 
 
 @functools.cache
-def function(name: str, *argtypes):
-    """The kernel `name` of the library, taking `argtypes` (ctypes types) and returning nothing."""
+def function(name: str, *argtypes, restype=None):
+    """The kernel `name` of the library, taking `argtypes` (ctypes types) and returning `restype` (None: nothing)."""
     fn = getattr(library(), name)
-    fn.argtypes, fn.restype = list(argtypes), None
+    fn.argtypes, fn.restype = list(argtypes), restype
     return fn
 
 
@@ -58,8 +58,16 @@ _SUFFIX = {"int32": "i32", "int64": "i64", "float32": "f32", "float64": "f64"}
 
 
 def ptr(x) -> int:
-    """The address of a numpy array's or a CPU tensor's first element."""
-    return x.data_ptr() if isinstance(x, torch.Tensor) else x.ctypes.data
+    """The address of a C-contiguous numpy array's or CPU tensor's first element (any other is refused: a kernel
+    would read it as one)."""
+    if isinstance(x, torch.Tensor):
+        if x.device.type != "cpu" or not x.is_contiguous():
+            raise SpgnnError(f"a C kernel takes contiguous CPU tensors, not a {tuple(x.shape)} tensor of strides "
+                             f"{x.stride()} on {x.device}")
+        return x.data_ptr()
+    if not x.flags.c_contiguous:
+        raise SpgnnError(f"a C kernel takes C-contiguous arrays, not a {x.shape} array of strides {x.strides}")
+    return x.ctypes.data
 
 
 __all__ = ["addr", "available", "f32", "f64", "function", "i32", "i64", "library", "ptr", "suffix", "u64"]

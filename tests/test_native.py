@@ -121,3 +121,62 @@ def test_the_old_backend_name_still_picks_the_c_kernels(monkeypatch):
     monkeypatch.setattr(kernels, "_backend", None)
     monkeypatch.setenv("SPGNN_SPMM_BACKEND", "numba")      # this backend's name when its kernel was numba's
     assert kernels.get_backend() == "native"
+
+
+def test_indices_out_of_range_are_an_error_on_any_number_of_threads():
+    """Row and column indices outside [0, n) given to the edge-list kernels (segment sums and maxima, attention's
+    weighted sum) were skipped on one thread and, on several, widened a thread's run of rows past the result: rows
+    past n were written beyond it, negative rows and columns crashed the process. Each is now a SpgnnError naming
+    the range, on 1, 2 or 3 threads (in a fresh process: the old kernels' stray writes corrupt the one they run in);
+    indices changed in place between the weighted sum's forward and backward are refused by autograd."""
+    code = textwrap.dedent("""
+        import torch
+        from spgnn.errors import SpgnnError
+        from spgnn.sparse import attention, segment
+        n, nnz = 1000, 60000
+        x, p, v = torch.randn(nnz, 4), torch.randn(nnz, 2), torch.randn(n, 2, 8)
+        def calls(bad):
+            rows, cols = torch.arange(nnz) % n, torch.arange(nnz) % n
+            yield "sum", lambda: segment.segment_sum(x, torch.where(torch.arange(nnz) % 4 > 0, bad, rows), n)
+            yield "max", lambda: segment.segment_max(x, torch.where(torch.arange(nnz) % 4 > 0, bad, rows), n)
+            yield "rows", lambda: attention.weighted_sum(p, torch.full((nnz,), bad), cols, v, n)
+            yield "cols", lambda: attention.weighted_sum(p, rows, torch.full((nnz,), bad), v, n)
+        for t in (1, 2, 3):
+            torch.set_num_threads(t)
+            for bad in (n, 10**9, -1, -10**9):
+                for name, call in calls(bad):
+                    try:
+                        call()
+                        print(t, bad, name, "no error")
+                    except SpgnnError as e:
+                        assert f"must lie in [0, {n})" in str(e), e
+        rows, cols = torch.arange(nnz) % n, torch.arange(nnz) % n
+        out = attention.weighted_sum(p.requires_grad_(), rows, cols, v.requires_grad_(), n)
+        rows[0] = -10**9
+        try:
+            out.sum().backward()
+            print("backward: no error")
+        except RuntimeError as e:
+            assert "modified by an inplace operation" in str(e), e
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout == "", res.stdout
+
+
+def test_what_the_kernels_would_misread_is_refused():
+    """A float or two-dimensional index was cast or flattened (rows 0.7, 1.2 summed into rows 0 and 1); a tensor a
+    kernel reads by address must be contiguous and on the CPU; `transposed` of three dimensions read it as two."""
+    from spgnn.dense import transposed
+    from spgnn.sparse import attention, segment
+    for rows in (torch.tensor([0.7, 1.2]), torch.tensor([True, False]), torch.tensor([[0], [1]])):
+        with pytest.raises(SpgnnError, match="^an index of rows must be one dimension of integers"):
+            segment.segment_sum(torch.ones(2, 1), rows, 2)
+    with pytest.raises(SpgnnError, match="^an index of rows"):
+        attention.weighted_sum(torch.ones(2, 1), [0, 1], [0.5, 1.0], torch.ones(2, 1, 3), 2)
+    assert segment.segment_sum(torch.ones(0, 2), [], 3).shape == (3, 2)         # an empty list is no float index
+    for x in (torch.ones(4, 3).t(), np.ones((4, 3)).T):
+        with pytest.raises(SpgnnError, match="^a C kernel takes"):
+            native.ptr(x)
+    with pytest.raises(RuntimeError, match="t\\(\\) expects a tensor with <= 2 dimensions"):
+        transposed(torch.arange(6.0).reshape(2, 3, 1))

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from .. import native
 from ..hashing import dropout_mask
-from .segment import gather, segment_max, segment_sum
+from .segment import as_index, gather, outside, segment_max, segment_sum
 
 
 def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
@@ -29,10 +29,19 @@ def scores(rows, cols, s_src, s_dst, slope: float) -> torch.Tensor:
 
 
 def _kernel(name: str, dtype: torch.dtype, arrays: int):
-    """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f, rows of the result it sums into)
-    and `arrays` addresses."""
+    """The C kernel `name` for `dtype` (`spgnn/csrc/attention.c`): (nnz, heads, f, rows of the result and of v) and
+    `arrays` addresses; it returns how many rows and cols it met outside those (and skipped)."""
     i64 = native.i64
-    return native.function(f"{name}_{native.suffix(dtype)}", i64, i64, i64, i64, *[native.addr] * arrays)
+    return native.function(f"{name}_{native.suffix(dtype)}", i64, i64, i64, i64, i64, *[native.addr] * arrays,
+                           restype=i64)
+
+
+def _call(name: str, p, rows, cols, v, n: int, *arrays) -> None:
+    """The kernel `name` on (p, rows, cols, v, *arrays); SpgnnError where it met indices out of range."""
+    if _kernel(name, v.dtype, 4 + len(arrays))(*p.shape, v.shape[2], n, v.shape[0],
+                                               *map(native.ptr, (p, rows, cols, v, *arrays))):
+        bad = rows.lt(0) | rows.ge(n)
+        raise outside("weighted_sum", *((rows, n, "row") if bad.any() else (cols, v.shape[0], "column")))
 
 
 class _WeightedSum(torch.autograd.Function):
@@ -42,25 +51,25 @@ class _WeightedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, p, rows, cols, v, n):
         p, v = p.contiguous(), v.contiguous()
-        ctx.save_for_backward(p, v)
-        ctx.edges = rows, cols
+        ctx.save_for_backward(p, v, rows, cols)       # rows, cols changed in place before the backward: refused
         out = v.new_zeros((n, *v.shape[1:]))
-        _kernel("weighted_sum", v.dtype, 5)(*p.shape, v.shape[2], n, *map(native.ptr, (p, rows, cols, v, out)))
+        _call("weighted_sum", p, rows, cols, v, n, out)
         return out
 
     @staticmethod
     def backward(ctx, g):
-        p, v = ctx.saved_tensors
+        p, v, rows, cols = ctx.saved_tensors
         g = g.contiguous()              # held here: a copy made inside the call's arguments is freed before it runs
         dp, dv = torch.empty_like(p), torch.zeros_like(v)
-        _kernel("weighted_sum_grad", v.dtype, 7)(*p.shape, v.shape[2], v.shape[0],
-                                                 *map(native.ptr, (p, *ctx.edges, v, g, dp, dv)))
+        _call("weighted_sum_grad", p, rows, cols, v, g.shape[0], g, dp, dv)
         return dp, None, None, dv, None
 
 
 def weighted_sum(p: torch.Tensor, rows, cols, v: torch.Tensor, n: int) -> torch.Tensor:
     """out[i] = Σ_{j→i} p_ij·V_j, n×H×F (p: nnz×H): by the C kernels on CPU, else by gather and index_add."""
-    rows, cols = torch.as_tensor(rows), torch.as_tensor(cols)
+    rows, cols = as_index(rows, v.device), as_index(cols, v.device)
+    if v.dim() != 3:
+        raise ValueError(f"weighted_sum: v must be n_src×H×F, not {tuple(v.shape)}")
     if p.shape != (rows.shape[0], v.shape[1]) or cols.shape != rows.shape:
         raise ValueError(f"weighted_sum: p {tuple(p.shape)} must be nnz×H = ({rows.shape[0]}, {v.shape[1]}) for "
                          f"rows and cols of {rows.shape[0]} and {cols.shape[0]} edges")

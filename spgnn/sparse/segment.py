@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .. import native
+from ..errors import SpgnnError
 
 __all__ = ["gather", "segment_max", "segment_sum"]
 
@@ -24,19 +25,33 @@ def _native(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64) and native.available()
 
 
-def _index(index, device) -> torch.Tensor:
-    return torch.as_tensor(index, device=device)
+def as_index(index, device) -> torch.Tensor:
+    """`index` as a tensor on `device`; integers of one dimension (a float or bool index is refused, not cast; an
+    empty one, such as [], is int64)."""
+    index = torch.as_tensor(index, device=device)
+    if index.shape == (0,):
+        index = index.to(torch.int64)
+    if index.dim() != 1 or index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+        raise SpgnnError(f"an index of rows must be one dimension of integers, not {tuple(index.shape)} {index.dtype}")
+    return index
+
+
+def outside(name: str, index: torch.Tensor, n: int, what: str = "row") -> SpgnnError:
+    """The error of a C kernel that met entries of `index` outside [0, n) (and skipped them)."""
+    return SpgnnError(f"{name}: {what} indices must lie in [0, {n}), got some in [{int(index.min())}, "
+                      f"{int(index.max())}]")
 
 
 def _reduce(name: str, x: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """out[rows[e]] (+= or max=) x[e] by the C kernel `name` (segment_sum, segment_max), in place; rows in [0, n)
-    (not checked: an O(nnz) pass; a row outside is skipped)."""
+    (a row outside is skipped by the kernel, which counts them: then SpgnnError)."""
     if rows.shape[0] != x.shape[0]:
         raise ValueError(f"{name}: {rows.shape[0]} row indices for {x.shape[0]} rows of x")
     x, rows = x.contiguous(), rows.to(torch.int64).contiguous()
-    i64 = native.i64
-    native.function(f"{name}_{native.suffix(x.dtype)}", i64, i64, i64, native.addr, native.addr, native.addr)(
-        rows.shape[0], x[0].numel() if x.shape[0] else 0, out.shape[0], *map(native.ptr, (rows, x, out)))
+    i64, a = native.i64, native.addr
+    if native.function(f"{name}_{native.suffix(x.dtype)}", i64, i64, i64, a, a, a, restype=i64)(
+            rows.shape[0], x[0].numel() if x.shape[0] else 0, out.shape[0], *map(native.ptr, (rows, x, out))):
+        raise outside(name, rows, out.shape[0])
     return out
 
 
@@ -68,7 +83,7 @@ class _SegmentSum(torch.autograd.Function):
 
 def gather(x: torch.Tensor, index) -> torch.Tensor:
     """X[index] along the first dimension (``index_select``), whose backward sums by index in a fixed order."""
-    index = _index(index, x.device)
+    index = as_index(index, x.device)
     if _native(x) and torch.is_grad_enabled() and x.requires_grad:
         return _Gather.apply(x, index)
     return x.index_select(0, index)
@@ -76,7 +91,7 @@ def gather(x: torch.Tensor, index) -> torch.Tensor:
 
 def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
     """out_i = Σ_{e: rows[e] = i} x_e, n×(x's other dimensions), for rows in [0, n)."""
-    rows = _index(rows, x.device)
+    rows = as_index(rows, x.device)
     if _native(x):
         return _SegmentSum.apply(x, rows, n)
     return x.new_zeros((n, *x.shape[1:])).index_add_(0, rows, x)
@@ -85,7 +100,7 @@ def segment_sum(x: torch.Tensor, rows, n: int) -> torch.Tensor:
 def segment_max(x: torch.Tensor, rows, n: int) -> torch.Tensor:
     """out_i = max_{e: rows[e] = i} x_e (−inf for rows without edges, NaN where an edge's is), n×(x's other
     dimensions); no gradient."""
-    x, rows = x.detach(), _index(rows, x.device)
+    x, rows = x.detach(), as_index(rows, x.device)
     out = x.new_full((n, *x.shape[1:]), float("-inf"))
     if _native(x):
         return _reduce("segment_max", x, rows, out)
