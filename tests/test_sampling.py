@@ -158,6 +158,14 @@ def heap_k_smallest(u, k):
     return sorted(hi)
 
 
+@pytest.mark.parametrize("indptr", [[0, 500000, 3], [-2, 1, 3]])
+def test_segmented_topk_refuses_a_pointer_array_that_decreases(indptr):
+    """A decreasing (or negative) CSR pointer gave the kernel negative row lengths: it wrote past its arrays (a
+    segfault at [0, 500000, 3])."""
+    with pytest.raises(ValueError, match="starts at 0 or more and never decreases"):
+        segmented_topk(np.array(indptr), np.random.default_rng(0).random(500000), 10**6)
+
+
 @pytest.mark.parametrize("distinct", [2, 5, 1000, 10**9])
 @pytest.mark.parametrize("per_row", [False, True])
 def test_segmented_topk_is_the_k_smallest_per_row(distinct, per_row):

@@ -92,7 +92,10 @@ def segmented_topk(indptr: np.ndarray, keys: np.ndarray, k) -> np.ndarray:
     indptr, keys = np.ascontiguousarray(indptr, np.int64), np.ascontiguousarray(keys, np.float64)
     if len(indptr) < 1 or len(keys) < indptr[-1]:
         raise ValueError(f"segmented_topk: {len(keys)} keys for a CSR pointer array ending at {indptr[-1:]}")
-    out_ptr = _row_counts(np.diff(indptr), np.broadcast_to(np.asarray(k, np.int64), len(indptr) - 1))
+    deg = np.diff(indptr)
+    if indptr[0] < 0 or (deg < 0).any():        # (the kernel would read and write past its arrays)
+        raise ValueError("segmented_topk: a CSR pointer array starts at 0 or more and never decreases")
+    out_ptr = _row_counts(deg, np.broadcast_to(np.asarray(k, np.int64), len(indptr) - 1))
     heap, pos = np.empty(out_ptr[-1], np.float64), np.empty(out_ptr[-1], np.int64)
     _kernel("segmented_topk", 5)(len(indptr) - 1, *map(native.ptr, (indptr, keys, out_ptr, heap, pos)))
     return pos
