@@ -7,6 +7,7 @@ nn.Module and trained with an ordinary loop and torch.optim.Adam on spgnn's publ
 """
 
 import argparse
+import os
 
 import numpy
 import torch
@@ -73,7 +74,10 @@ if __name__ == "__main__":
     if args.predictions:                       # checked now, not after training (numpy.save adds .npy)
         args.predictions += "" if args.predictions.endswith(".npy") else ".npy"
         try:
+            existed = os.path.exists(args.predictions)
             open(args.predictions, "ab").close()
+            if not existed:
+                os.remove(args.predictions)
         except OSError as e:
             p.error(f"cannot write --predictions {args.predictions}: {e.strerror}")
     spgnn.run(main, args, nprocs=args.nprocs)
