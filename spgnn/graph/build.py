@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from .graph import Graph, edges_to_adj
-from .validate import check_targets
+from .validate import class_labels, mask_array
 
 
 @contextmanager
@@ -118,35 +118,6 @@ def simple_adjacency(src, dst, n: int, *, directed: bool, name: str) -> sp.csr_m
     return a
 
 
-MAX_CLASSES = 1 << 16      # class ids beyond both this and the node count are refused as stray
-
-
-def class_labels(y, name: str) -> np.ndarray:
-    """Labels as spgnn keeps them: class ids (int64 [n]; a [n, 1] column is one too), or, for a [n, t] array with
-    t > 1 or a [n, 1] column holding NaN, t binary targets (float32, 0/1, NaN where a node's target is unknown, as
-    OGB writes them)."""
-    y = np.asarray(y)
-    if y.ndim == 2 and y.dtype.kind in "biuf" and (y.shape[1] > 1 or np.isnan(y.astype(np.float32)).any()):
-        targets = y.astype(np.float32)
-        check_targets(targets, f"dataset {name!r}")
-        return targets
-    y = y.reshape(-1) if y.ndim == 2 else y
-    if y.ndim != 1 or y.dtype.kind not in "biuf":
-        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids or an n×t array of binary "
-                         f"targets, got {y.dtype} array of shape {y.shape}")
-    if y.dtype.kind == "f" and not (np.isfinite(y).all() and (y == np.round(y)).all()):
-        raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1)")
-    most = max(y.size, MAX_CLASSES)         # (a stray id would size every per-class count: 7 TiB for 10^12)
-    if y.size and y.max() >= most:
-        top = y.max() if y.dtype.kind in "biu" else f"{y.max():.6g}"
-        raise SpgnnError(f"dataset {name!r}: labels must be class ids 0..C-1, C at most {most} (the larger of the "
-                         f"node count and {MAX_CLASSES}), found {top}")
-    y = y.astype(np.int64)
-    if y.size and y.min() < 0:
-        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
-    return y
-
-
 def random_split(n: int, seed: int, fractions=(0.6, 0.2)) -> tuple:
     """Boolean (train, val, test) masks: a seeded random 60/20/20 split of the n nodes."""
     perm = np.random.default_rng(seed).permutation(n)
@@ -200,9 +171,7 @@ def split_masks(found: dict, n_splits_where: str, split: int | None):
     for key, m in found.items():
         if m is None:
             continue
-        m = np.asarray(m)
-        if m.dtype != bool and not (m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
-            raise SpgnnError(f"{n_splits_where}: the {key} mask must be boolean (or 0/1), got {m.dtype}")
+        m = mask_array(m, n_splits_where, key)
         if m.ndim == 2:
             k = 0 if split is None else split
             if not 0 <= k < m.shape[0]:
@@ -211,7 +180,7 @@ def split_masks(found: dict, n_splits_where: str, split: int | None):
             m = m[k]
         elif split is not None and split != 0 and not several:
             raise SpgnnError(f"{n_splits_where} has one fixed split, asked for split {split}")
-        out[key] = m.astype(bool)
+        out[key] = m
     train = out["train"]
     for key, m in out.items():
         if m.shape != train.shape:

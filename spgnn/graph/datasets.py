@@ -20,6 +20,7 @@ validation nodes per class, the rest test, as in Shchur et al. 2018), seeded by 
 
 from __future__ import annotations
 
+import difflib
 import io
 import itertools
 import json
@@ -121,7 +122,9 @@ def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
         raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing .npz/.zip "
                          f"file or a Planetoid or edge-list folder)")
-    raise SpgnnError(f"unknown dataset {spec!r}; {_spec_help()}")
+    near = difflib.get_close_matches(key, [*KNOWN_DATASETS, "rmat", "sbm"], n=1, cutoff=0.6)
+    raise SpgnnError(f"unknown dataset {spec!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                     + f"; {_spec_help()}")
 
 
 def _spec_help() -> str:
@@ -566,13 +569,17 @@ def _load_synthetic(kind: str, arg: str, spec: str, seed: int, read: bool = True
         if scale is None:
             raise SpgnnError(f"bad synthetic spec {spec!r}: SCALE is required; "
                              f"syntax rmat:SCALE[:EDGEFACTOR]")
-        return rmat(scale, 16 if ef is None else ef, seed=seed) if read else None
+        ef = 16 if ef is None else ef
+        rmat_check(scale, ef)                   # (what rmat checks, before it is asked to generate)
+        return rmat(scale, ef, seed=seed) if read else None
     n, k, p_in, p_out, f = _parse_numbers(spec, fields, [("N", int, 2, 1 << 26), ("K", int, 1, 1 << 20),
                                                          ("PIN", float, 0, 1), ("POUT", float, 0, 1),
                                                          ("F", int, 1, 65536)])
     if n is None or k is None:
         raise SpgnnError(f"bad synthetic spec {spec!r}: N and K are required; syntax sbm:N:K[:PIN:POUT[:F]]")
-    return sbm(n, k, p_in, p_out, num_features=64 if f is None else f, seed=seed) if read else None
+    f = 64 if f is None else f
+    sbm_check(n, k, p_in, p_out, f)
+    return sbm(n, k, p_in, p_out, num_features=f, seed=seed) if read else None
 
 
 def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 128,
@@ -583,19 +590,25 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
     random projection XW averaged over each node's closed neighbourhood (one mean-aggregation layer can
     fit it exactly; features alone only partly; classes no node falls in, at small scales, are dropped). Split:
     per-class random."""
-    if not (1 <= scale <= 40 and edge_factor >= 1 and edge_factor << scale <= _MAX_EDGES):
-        raise SpgnnError(f"rmat: need SCALE >= 1 and EDGEFACTOR >= 1 with EDGEFACTOR*2^SCALE <= "
-                         f"{_MAX_EDGES}, got SCALE={scale}, EDGEFACTOR={edge_factor}")
+    rmat_check(scale, edge_factor)
     rng = np.random.default_rng(seed)
     n = 1 << scale
     src, dst = rmat_edges(scale, edge_factor, rng)
     name = f"rmat:{scale}:{edge_factor}"
     adj = simple_adjacency(src, dst, n, directed=False, name=name)
+    del src, dst                          # (the draws, 16 bytes each, are not held beside x)
     x = rng.standard_normal((n, num_features), dtype=np.float32)
     h = x @ rng.standard_normal((num_features, num_classes), dtype=np.float32)
     y = np.asarray(mean_norm(add_self_loops(adj)) @ h).argmax(axis=1)
     used, y = np.unique(y, return_inverse=True)       # classes no node fell in (small SCALE) are dropped
     return from_arrays(name, adj, x, y, None, seed, used.size)
+
+
+def rmat_check(scale: int, edge_factor: int) -> None:
+    """SpgnnError unless 1 ≤ SCALE ≤ 40, EDGEFACTOR ≥ 1 and EDGEFACTOR·2^SCALE ≤ `_MAX_EDGES` (`rmat`'s parameters)."""
+    if not (1 <= scale <= 40 and edge_factor >= 1 and edge_factor << scale <= _MAX_EDGES):
+        raise SpgnnError(f"rmat: need SCALE >= 1 and EDGEFACTOR >= 1 with EDGEFACTOR*2^SCALE <= "
+                         f"{_MAX_EDGES}, got SCALE={scale}, EDGEFACTOR={edge_factor}")
 
 
 def rmat_edges(scale: int, edge_factor: int, rng) -> tuple[np.ndarray, np.ndarray]:
@@ -640,18 +653,12 @@ def _unrank_pairs(t: np.ndarray):
     return i, t - i * (i - 1) // 2
 
 
-def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, num_features: int = 64,
-        seed: int = 0) -> Graph:
-    """Stochastic block model: n nodes in k near-equal classes (random ids), each pair joined with probability
-    p_in inside a class and p_out across (defaults: mean degree 8 inside + 2 across), undirected, sampled
-    in O(edges). Features: class mean (N(0, 0.25²) per dimension, one per class) + N(0, 1) noise,
-    ``num_features`` columns. Split: per-class random.
-
-    Spec ``sbm:N:K[:PIN:POUT[:F]]``; an empty field takes its default, e.g. ``sbm:10000:5:::32``."""
+def sbm_check(n: int, k: int, p_in: float | None, p_out: float | None, num_features: int) -> tuple[float, float]:
+    """(PIN, POUT), defaults filled in (mean degree 8 inside a class of s = N/K nodes, 2 across), of `sbm`'s
+    parameters; SpgnnError unless 2 ≤ N, 1 ≤ K ≤ N, F ≥ 1, both are probabilities and the expected edges
+    N·(PIN·(s−1) + POUT·(N−s))/2 number at most `_MAX_EDGES`/2."""
     if not (2 <= n and 1 <= k <= n and num_features >= 1):
         raise SpgnnError(f"sbm: need N >= 2, 1 <= K <= N and F >= 1, got N={n}, K={k}, F={num_features}")
-    sizes = np.full(k, n // k, np.int64)
-    sizes[:n % k] += 1
     s = n / k
     p_in = min(1.0, 8 / max(s - 1, 1)) if p_in is None else float(p_in)
     p_out = (min(1.0, 2 / (n - s)) if k > 1 else 0.0) if p_out is None else float(p_out)
@@ -660,6 +667,20 @@ def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, n
     expected = n * (p_in * (s - 1) + p_out * (n - s)) / 2
     if expected > _MAX_EDGES / 2:
         raise SpgnnError(f"sbm: about {expected:.3g} edges expected, too many to hold; lower PIN/POUT")
+    return p_in, p_out
+
+
+def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, num_features: int = 64,
+        seed: int = 0) -> Graph:
+    """Stochastic block model: n nodes in k near-equal classes (random ids), each pair joined with probability
+    p_in inside a class and p_out across (defaults: mean degree 8 inside + 2 across), undirected, sampled
+    in O(edges). Features: class mean (N(0, 0.25²) per dimension, one per class) + N(0, 1) noise,
+    ``num_features`` columns. Split: per-class random.
+
+    Spec ``sbm:N:K[:PIN:POUT[:F]]``; an empty field takes its default, e.g. ``sbm:10000:5:::32``."""
+    p_in, p_out = sbm_check(n, k, p_in, p_out, num_features)
+    sizes = np.full(k, n // k, np.int64)
+    sizes[:n % k] += 1
     rng = np.random.default_rng(seed)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     src, dst = [], []

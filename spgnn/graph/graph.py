@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from . import validate as v
 from .validate import SPLITS, check_features, check_labels, check_masks, check_targets, whole_ids
 
 
@@ -38,9 +39,9 @@ class Graph:
         if np.asarray(self.x).dtype != np.float32:      # checked before the cast (which fails or overflows to inf)
             check_features(self.x, f"dataset {self.name!r}")
         self.x = np.ascontiguousarray(self.x, dtype=np.float32)
-        self.y = np.asarray(self.y, dtype=np.float32 if np.ndim(self.y) == 2 else np.int64)
-        for m in ("train_mask", "val_mask", "test_mask"):
-            setattr(self, m, np.asarray(getattr(self, m), dtype=bool))
+        self.y = v.class_labels(self.y, self.name)       # checked before the cast (1.5 → 1, NaN → -2^63)
+        for s in SPLITS:
+            setattr(self, f"{s}_mask", v.mask_array(getattr(self, f"{s}_mask"), f"dataset {self.name!r}", s))
         if self.y.ndim == 2:
             if self.num_classes not in (0, self.y.shape[1]):
                 raise SpgnnError(f"dataset {self.name!r}: num_classes {self.num_classes} but y holds "
@@ -81,15 +82,18 @@ class Graph:
             raise SpgnnError(f"{where}: adjacency must be square, got shape {self.adj.shape}")
         if n == 0:
             raise SpgnnError(f"{where}: the graph has no nodes")
-        if self.x.ndim != 2 or self.x.shape[0] != n:
-            raise SpgnnError(f"{where}: features have {self.x.shape[0] if self.x.ndim else 0} rows but the "
-                             f"graph has {n} nodes")
+        if self.x.ndim != 2:
+            raise SpgnnError(f"{where}: features must be a 2-D array (nodes x features), got shape {self.x.shape}")
+        if self.x.shape[0] != n:
+            raise SpgnnError(f"{where}: features have {self.x.shape[0]} rows but the graph has {n} nodes")
         if self.y.shape[:1] != (n,) or self.y.ndim > 2:
             raise SpgnnError(f"{where}: labels have shape {self.y.shape} but the graph has {n} nodes")
         for m in ("train_mask", "val_mask", "test_mask"):
             if getattr(self, m).shape != (n,):
                 raise SpgnnError(f"{where}: {m} has shape {getattr(self, m).shape}, expected ({n},)")
         values = np.asarray(self.adj.data)
+        if values.dtype.kind not in "biuf":
+            raise SpgnnError(f"{where}: the adjacency's values must be real numbers, got {values.dtype}")
         if values.size and not (np.isfinite(values).all() and values.min() >= 0):
             bad = int((~np.isfinite(values) | (values < 0)).sum())
             raise SpgnnError(f"{where}: {bad} edge values of the adjacency are NaN, infinite or negative; a "
@@ -122,6 +126,8 @@ def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "grap
         if symmetric:
             raise SpgnnError(f"dataset {name!r}: weighted edges are not symmetrised (whose weight would the reverse "
                              "take?): give both directions with their weights")
+    index = np.int32 if n <= np.iinfo(np.int32).max else np.int64    # scipy's, which would copy int64 ids
+    src, dst = src.astype(index, copy=False), dst.astype(index, copy=False)
     if symmetric:
         src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
     a = sp.csr_matrix((np.ones(src.size, np.float32) if weights is None else weights, (dst, src)), shape=(n, n))

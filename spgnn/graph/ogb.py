@@ -156,6 +156,8 @@ def _split(folder: Path, split: str | None, n: int) -> dict:
         if path is None:
             raise SpgnnError(f"{folder / 'split' / kind}: missing {stem}.csv.gz (node ids of the {key} set)")
         ids = _csv(path, np.int64)
+        if ids.ndim != 1:
+            raise SpgnnError(f"{path}: expected one node id a line, found {ids.shape[1]} columns")
         if ids.size and (ids.min() < 0 or ids.max() >= n):
             raise SpgnnError(f"{path}: node ids must lie in [0, {n}), found {ids.min()}..{ids.max()}")
         masks[key] = np.zeros(n, bool)
@@ -167,6 +169,10 @@ def _labels(raw_labels, masks: dict, where: Path) -> np.ndarray:
     """Class ids, a node without a label (NaN) outside the split and given 0; or, for t > 1 label columns
     (ogbn-proteins' 112), t binary targets as they are (float32, NaN unknown)."""
     y = np.asarray(raw_labels)
+    n = len(masks["train"])
+    if y.ndim not in (1, 2) or len(y) != n:
+        raise SpgnnError(f"{where}: the node labels (node-label) have shape {y.shape}, expected {n} rows as "
+                         f"num-node-list says")
     if y.ndim == 2 and y.shape[1] > 1:
         return y.astype(np.float32)
     y = y.reshape(-1).astype(np.float64)

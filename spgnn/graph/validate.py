@@ -8,8 +8,9 @@ of them, and what to do.
 * features: N×F numbers, F ≥ 1, all finite (`check_features`);
 * labels: class ids in 0..C−1, every class with a node (`check_labels`), or binary targets: 0, 1 or NaN
   (unknown) (`check_targets`), with the positives and negatives of each target in each split (`label_counts`);
-* masks: a training node at least, no node in two of train/val/test unless overlap is allowed (`check_masks`;
-  ``spgnn train --allow-overlap`` or `allow_overlap`).
+  what a file or a caller gave, read as one or the other without casting (`class_labels`);
+* masks: boolean or 0/1 (`mask_array`), a training node at least, no node in two of train/val/test unless overlap
+  is allowed (`check_masks`; ``spgnn train --allow-overlap`` or `allow_overlap`).
 """
 
 from __future__ import annotations
@@ -124,6 +125,48 @@ def check_targets(y, where: str, ids=None) -> None:
         raise SpgnnError(f"{where}: {int(bad.sum())} binary targets are not 0, 1 or NaN (first at node "
                          f"{_first(bad.any(1), ids)}, target {col}: {y[row, col]}); multi-label targets must be 0/1, "
                          f"NaN where unknown")
+
+
+MAX_CLASSES = 1 << 16      # class ids beyond both this and the node count are refused as stray
+
+
+def class_labels(y, name: str) -> np.ndarray:
+    """Labels as spgnn keeps them: class ids (int64 [n]; a [n, 1] column is one too), or, for a [n, t] array with
+    t > 1 or a [n, 1] column holding NaN, t binary targets (float32, 0/1, NaN where a node's target is unknown, as
+    OGB writes them)."""
+    y = np.asarray(y)
+    if y.ndim == 2 and y.dtype.kind in "biuf" and (y.shape[1] > 1 or np.isnan(y.astype(np.float32)).any()):
+        targets = y.astype(np.float32, copy=False)
+        check_targets(targets, f"dataset {name!r}")
+        return targets
+    y = y.reshape(-1) if y.ndim == 2 else y
+    if y.ndim != 1 or y.dtype.kind not in "biuf":
+        raise SpgnnError(f"dataset {name!r}: labels must be a vector of class ids or an n×t array of binary "
+                         f"targets, got {y.dtype} array of shape {y.shape}")
+    bad = ~(np.isfinite(y) & (y == np.round(y))) if y.dtype.kind == "f" else None
+    if bad is not None and bad.any():
+        raise SpgnnError(f"dataset {name!r}: labels must be whole numbers (class ids 0..C-1), {int(bad.sum())} are "
+                         f"not (first at node {_first(bad)}: {y[_first(bad)]})")
+    most = max(y.size, MAX_CLASSES)         # (a stray id would size every per-class count: 7 TiB for 10^12)
+    if y.size and y.max() >= most:
+        top = y.max() if y.dtype.kind in "biu" else f"{y.max():.6g}"
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids 0..C-1, C at most {most} (the larger of the "
+                         f"node count and {MAX_CLASSES}), found {top}")
+    y = y.astype(np.int64, copy=False)
+    if y.size and y.min() < 0:
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
+    return y
+
+
+def mask_array(m, where: str, key: str) -> np.ndarray:
+    """Split mask `key` as booleans: given as booleans or 0/1 integers; else SpgnnError (a float mask, or a list of
+    node ids, is not cast)."""
+    m = np.asarray(m)
+    if m.dtype != bool and not (m.dtype.kind in "iu" and np.isin(m, (0, 1)).all()):
+        raise SpgnnError(f"{where}: the {key} mask must be boolean (or 0/1), got {m.dtype}"
+                         + (" holding other values (node ids? make it a boolean [N] mask)" if m.dtype.kind in "iu"
+                            else ""))
+    return m.astype(bool, copy=False)
 
 
 def label_counts(y, masks: dict, num_classes: int) -> dict:
