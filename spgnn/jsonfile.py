@@ -29,16 +29,19 @@ def json_safe(obj):
     return obj
 
 
-def replace_whole(path: Path, write) -> None:
+def replace_whole(path: Path, write, check=None) -> None:
     """`write(tmp)` to a temporary file beside `path` (``.NAME.PID.tmp``: two writers never share one), then that
     file flushed to the disk and renamed over `path`, keeping the mode of a file already there: it is replaced
-    whole or not at all, also by a crash of the machine. The temporary file is removed where a step fails, and the
-    error raised again."""
+    whole or not at all, also by a crash of the machine. `check()`, where given, runs just before the rename (an
+    error it raises replaces nothing). The temporary file is removed where a step fails, and the error raised
+    again."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         write(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())        # the bytes on the disk before the name points at them
+        if check is not None:
+            check()
         if path.exists():
             os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)

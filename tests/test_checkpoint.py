@@ -434,6 +434,27 @@ def test_a_folder_another_run_writes_to_is_not_overwritten(tmp_path, at):
     assert g.load_checkpoint(tmp_path / "own", model, opt)[0] == 1
 
 
+def test_a_checkpoint_another_run_puts_in_place_during_the_write_is_kept(tmp_path, monkeypatch):
+    """The stamp was checked only before the write: another run's checkpoint renamed into the folder while this
+    one's was written (a large model) was then replaced, both runs ending well. It is checked again just before the
+    rename; nothing of this write is left."""
+    other = {"epoch": 7, "model": {"w": torch.ones(2)}, "optimizer": {}, "progress": {}, "identity": {}}
+    mine = other | {"epoch": 1}
+    real = torch.save
+
+    def slow(state, tmp):           # the other run's write lands while this one writes
+        if state["epoch"] == 1:
+            monkeypatch.setattr(checkpoint.torch, "save", real)
+            checkpoint.save(tmp_path, other)
+        real(state, tmp)
+
+    monkeypatch.setattr(checkpoint.torch, "save", slow)
+    with pytest.raises(SpgnnError, match="has changed since this run began"):
+        checkpoint.save(tmp_path, mine, None)
+    assert torch.load(tmp_path / checkpoint.FILE, weights_only=True)["epoch"] == 7
+    assert [p.name for p in tmp_path.iterdir()] == [checkpoint.FILE]
+
+
 def test_a_checkpoint_of_another_task_is_one_line_before_any_work(tmp_path, capsys):
     """A multiclass checkpoint resumed with --task binary was refused after the set-up, as 'written by another
     version of spgnn; start the run again' (its output layer's width differs)."""

@@ -115,17 +115,21 @@ def save(folder, state: dict, last=ANY) -> tuple:
     another stamp is SpgnnError (another run writes checkpoints to the folder too: overwriting its checkpoint, or
     resuming from it, would mix the two)."""
     path = Path(folder) / FILE
-    if last != ANY and stamp(folder) not in (None, last):
-        raise SpgnnError(f"{path} has changed since this run {'wrote or resumed from it' if last else 'began'}: "
-                         f"another run writes checkpoints to {folder} too, and neither may overwrite the other's; "
-                         "give each run its own --checkpoint folder")
+
+    def unchanged():
+        if last != ANY and stamp(folder) not in (None, last):
+            raise SpgnnError(f"{path} has changed since this run {'wrote or resumed from it' if last else 'began'}: "
+                             f"another run writes checkpoints to {folder} too, and neither may overwrite the other's; "
+                             "give each run its own --checkpoint folder")
+
+    unchanged()                                 # before the write, and again just before its rename
     for old in [*Path(folder).glob(f".{FILE}.*.tmp"), *Path(folder).glob(f"{FILE}.*.tmp")]:   # (and as named before)
         pid = old.name.lstrip(".")[len(FILE) + 1:-len(".tmp")]   # a writer killed mid-write left it: gone with it
         if pid.isdigit() and not _alive(int(pid)):
             old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:
-        replace_whole(path, lambda tmp: torch.save(state, tmp))
+        replace_whole(path, lambda tmp: torch.save(state, tmp), unchanged)
     except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
