@@ -161,9 +161,11 @@ def test_run_outside_the_main_guard_says_so(tmp_path):
     script.write_text("import spgnn\n\n\ndef main(comm):\n    return comm.rank\n\n\nprint(spgnn.run(main, nprocs=2))\n")
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
     assert res.returncode != 0
-    assert "spgnn: error: spgnn.run was called again as a process it started imported the program: call it under " \
-           "`if __name__ == \"__main__\":`" in res.stderr, res.stderr[-2000:]
-    assert "bootstrapping phase" not in res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert last == "spgnn.errors.SpgnnError: spgnn.run was called again as the processes it started imported the " \
+                   "program: call it under `if __name__ == \"__main__\":`", res.stderr[-2000:]
+    assert "bootstrapping phase" not in res.stderr and "rank 0 failed" not in res.stderr
+    assert res.stderr.count("Traceback") == 1, res.stderr[-2000:]          # the caller's own, of one exception
 
 
 def test_an_algorithm_that_skips_distspmms_init_is_refused_where_it_is_made():

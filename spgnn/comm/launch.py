@@ -569,6 +569,7 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
 
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
+UNGUARDED = 86      # the exit code of a rank whose program, as the rank imported it, called `spgnn.run` again
 
 
 def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: float | None = None,
@@ -590,6 +591,9 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
             return [results[r] for r in range(nprocs)]
         if attempt == JOIN_ATTEMPTS or any(stage != "join" for stage, *_ in failures.values()):
             break
+    if any(text.endswith(f"code {UNGUARDED} and no report") for _, _, text in failures.values()):
+        raise SpgnnError("spgnn.run was called again as the processes it started imported the program: call it "
+                         "under `if __name__ == \"__main__\":`")
     order = sorted(failures, key=lambda r: (failures[r][0] != "exit", failures[r][1]))  # a cause before its echoes
     echoes = "; ".join(f"rank {r}: {failures[r][2].splitlines()[0]}" for r in order[1:])
     raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))

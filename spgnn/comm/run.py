@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
-import sys
+import os
 from dataclasses import replace
 
 from ..config import timeout_fits, timeout_rule
@@ -18,9 +18,7 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     `timeout`: seconds before a stalled collective fails (a rank that dies ends the run; no limit on its length).
     A device or transport the job cannot have is refused in one line before any process starts."""
     if getattr(multiprocessing.current_process(), "_inheriting", False):   # a local rank importing the program
-        print("spgnn: error: spgnn.run was called again as a process it started imported the program: call it under "
-              "`if __name__ == \"__main__\":`", file=sys.stderr, flush=True)
-        raise SystemExit(1)     # (an exception here is printed as the start method's traceback, or not at all)
+        os._exit(launch.UNGUARDED)      # run_local says so, once (the start method would print an exception here)
     launched = launch.detect()
     if isinstance(nprocs, bool) or not isinstance(nprocs, int) or nprocs < 1:
         raise SpgnnError(f"run: nprocs must be a whole number of at least 1, got {nprocs!r}")
