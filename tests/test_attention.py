@@ -200,7 +200,7 @@ def test_bad_attention_input_is_one_line():
     were a TypeError or a ZeroDivisionError from inside torch; attend on a DistGraph took a V of two dimensions, of
     other rows or scores of other heads to a torch traceback, and a dropout below 0 or NaN as none."""
     for kwargs in (dict(negative_slope=float("nan")), dict(negative_slope=float("inf")), dict(negative_slope="0.2"),
-                   dict(heads=2.5), dict(f_out=0), dict(dropout=float("nan"))):
+                   dict(heads=2.5), dict(heads=True), dict(f_out=0), dict(dropout=float("nan"))):
         with pytest.raises(SpgnnError, match="^GATConv: heads must be at least 1, as must f_in and f_out"):
             GATConv(**(dict(f_in=4, f_out=3) | kwargs))
     g = DistGraph(dataset="cora", algo="1d-halo", adjacency=["self-loops"])
