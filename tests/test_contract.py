@@ -36,45 +36,50 @@ def cases(P: int) -> list[tuple]:
     return out
 
 
-def _run(comm, names=None):
-    """Each case's (of the algorithms `names`, default all) local product and gradient, the reference's on the
-    same rows and columns, and the measured and predicted calls (phase, op, group, sent, received, messages)."""
-    P, out = comm.world_size, []
+def contract_case(comm, cls, values: dict, adj, partition: Partition, f: int, norm: str = "mean") -> dict:
+    """One SpMM of `cls` (option `values`) on the n×n `adj` (normalised by `norm`) split by `partition`, width f:
+    this rank's Z and dH, the single-process reference's on the same rows and columns, and the measured and
+    predicted calls (phase, op, group, calls, sent, received, messages) of its set-up, forward and backward."""
     g = torch.Generator().manual_seed(11)
-    h_all, g_all = torch.randn(ADJ.shape[0], F, generator=g), torch.randn(ADJ.shape[0], F, generator=g)
-    ref = SerialSpMM(ADJ)
+    h_all, g_all = torch.randn(adj.shape[0], f, generator=g), torch.randn(adj.shape[0], f, generator=g)
     h_ref = h_all.clone().requires_grad_(True)
-    z_ref = ref.spmm(h_ref)
+    z_ref = SerialSpMM(adj).spmm(h_ref)
     z_ref.backward(g_all)
-    for name, values in cases(P):
+    shape = cls.grid_for(comm.world_size, **values)
+    comm.ledger.reset()
+    grid = ProcessGrid(comm, shape, cls.grid_names, "cpu", cls.planes())
+    op = cls.from_matrix(adj, partition, comm, grid, **cls.constructor_options(values))
+    ids = op.node_ids
+    h = op.scatter(h_all[ids]).requires_grad_(True)
+    with comm.phase("forward", layer=0):
+        z = op.spmm(h)
+    z.backward(op.scatter(g_all[ids]))
+    cols = op.columns(f)
+    measured = sorted((k[0], k[2], k[3], *v[:4]) for k, v in comm.ledger.rows.items())
+    stats = cost.BlockStats.of(partition.renumber(adj), partition)
+    calls = {"setup": cost.setup_cost(cls, stats, shape, comm.rank, norm)} | \
+        (cls.spmm_cost(stats, shape, comm.rank, f) if cls.has_cost_model() else {})
+    predicted = {}
+    for phase, rows in calls.items():
+        for op_, group, sent, recv, msgs in rows:
+            row = predicted.setdefault((phase, op_, group), [0, 0, 0, 0])
+            for i, v in enumerate((1, sent, recv, msgs)):
+                row[i] += int(v)
+    return {"case": (cls.name, tuple(sorted(values.items()))), "z": z.detach().numpy(),
+            "z_ref": z_ref.detach()[ids][:, cols].numpy(), "dh": h.grad.numpy(),
+            "dh_ref": h_ref.grad[ids][:, cols].numpy(),
+            "measured": measured, "predicted": sorted((*k, *v) for k, v in predicted.items())}
+
+
+def _run(comm, names=None):
+    """Each case's `contract_case` (of the algorithms `names`, default all) on a random partition."""
+    out = []
+    for name, values in cases(comm.world_size):
         if names is not None and name not in names:
             continue
         cls = algorithms.get(name)
-        shape = cls.grid_for(P, **values)
-        partition = Partition(make_parts("random", GRAPH.adj, cls.num_parts(shape), seed=3), cls.num_parts(shape))
-        comm.ledger.reset()
-        grid = ProcessGrid(comm, shape, cls.grid_names, "cpu", cls.planes())
-        op = cls.from_matrix(ADJ, partition, comm, grid, **cls.constructor_options(values))
-        ids = op.node_ids
-        h = op.scatter(h_all[ids]).requires_grad_(True)
-        with comm.phase("forward", layer=0):
-            z = op.spmm(h)
-        z.backward(op.scatter(g_all[ids]))
-        cols = op.columns(F)
-        measured = sorted((k[0], k[2], k[3], *v[:4]) for k, v in comm.ledger.rows.items())
-        stats = cost.BlockStats.of(partition.renumber(ADJ), partition)
-        calls = {"setup": cost.setup_cost(cls, stats, shape, comm.rank, "mean")} | \
-            (cls.spmm_cost(stats, shape, comm.rank, F) if cls.has_cost_model() else {})
-        predicted = {}
-        for phase, rows in calls.items():
-            for op_, group, sent, recv, msgs in rows:
-                row = predicted.setdefault((phase, op_, group), [0, 0, 0, 0])
-                for i, v in enumerate((1, sent, recv, msgs)):
-                    row[i] += int(v)
-        out.append({"case": (name, tuple(sorted(values.items()))), "z": z.detach().numpy(),
-                    "z_ref": z_ref.detach()[ids][:, cols].numpy(), "dh": h.grad.numpy(),
-                    "dh_ref": h_ref.grad[ids][:, cols].numpy(),
-                    "measured": measured, "predicted": sorted((*k, *v) for k, v in predicted.items())})
+        B = cls.num_parts(cls.grid_for(comm.world_size, **values))
+        out.append(contract_case(comm, cls, values, ADJ, Partition(make_parts("random", GRAPH.adj, B, seed=3), B), F))
     return out
 
 

@@ -99,7 +99,8 @@ def spmm(a: CSR, h: torch.Tensor, out: torch.Tensor | None = None, accumulate: b
             f"spmm: out is {tuple(out.shape)} {out.dtype} on {out.device}, expected "
             f"{(m, h.shape[1])} {h.dtype} on {h.device}"
         )
-    if out is not None and out.untyped_storage().data_ptr() == h.untyped_storage().data_ptr():
+    if out is not None and out.numel() and h.numel() and \
+            out.untyped_storage().data_ptr() == h.untyped_storage().data_ptr():     # empty ones share nothing
         raise ValueError("spmm: out shares its memory with H, which the product still reads: give another out")
     h = h.detach()
     # an empty block (a part with no halo, P = 1's remote shard): no kernel call (torch_sparse's dies of SIGFPE)
