@@ -9,6 +9,7 @@ ranks one process group).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -22,11 +23,10 @@ def divisors(m: int) -> list[int]:
 
 
 def parse_grid(text: str) -> tuple[int, ...]:
-    """"4x2" → (4, 2); raises SpgnnError for anything but positive integers joined by x."""
-    try:
-        shape = tuple(int(s) for s in text.lower().split("x"))
-    except ValueError:
-        shape = ()
+    """"4x2" → (4, 2); raises SpgnnError for anything but positive integers joined by x (ASCII digits only: int()
+    also reads "1_0", " 2", "+2" and other scripts' digits)."""
+    text = str(text)
+    shape = tuple(int(s) for s in text.lower().split("x")) if re.fullmatch(r"[0-9]+([xX][0-9]+)*", text) else ()
     if not shape or min(shape) < 1:
         raise SpgnnError(f"--grid must be positive integers joined by x (as 4x2 or 2x2x2), got {text!r}")
     return shape
