@@ -55,12 +55,19 @@ RESERVED: set = set()       # the names TrainConfig and spgnn train hold themsel
 REGISTRIES: list = []       # every registry of plug-ins: their options share TrainConfig and the command line
 
 
+def defined_at(obj) -> tuple[str, str]:
+    """(module, qualified name) of a class or function: where it was defined, which tells the same definition run
+    again (a notebook cell run twice: a new object) from another of the same name."""
+    return getattr(obj, "__module__", "?") or "?", getattr(obj, "__qualname__", repr(obj))
+
+
 def admit(registry: dict, cls, what: str, flag: str, base: type) -> None:
     """SpgnnError unless plug-in class `cls` may join `registry` under ``cls.name``: it is a subclass of `base` (as
-    a decorator of a class: an instance, or another class, failed at its first use), it has a name, no other class
-    holds that name, its options are a tuple of `Option`s whose names are not spgnn's own (`RESERVED`) nor another
-    kind of plug-in's, and they agree with those of its kind (`merged`); so that a clash is reported where the
-    plug-in is registered, not when a command line is parsed (or never). `what` names the kind ("layer")."""
+    a decorator of a class: an instance, or another class, failed at its first use), it has a name, no class defined
+    elsewhere holds that name (the same definition run again, a notebook cell, replaces it), its options are a
+    tuple of `Option`s whose names are not spgnn's own (`RESERVED`) nor another kind of plug-in's, and they agree
+    with those of its kind (`merged`); so that a clash is reported where the plug-in is registered, not when a
+    command line is parsed (or never). `what` names the kind ("layer")."""
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise SpgnnError(f"{what} {cls!r} is not a subclass of spgnn.{base.__name__}: register a subclass of it, "
                          "with the decorator above its class statement")
@@ -68,9 +75,9 @@ def admit(registry: dict, cls, what: str, flag: str, base: type) -> None:
         raise SpgnnError(f"{what} {cls.__qualname__} has no name: set the class attribute `name`")
     held = registry.get(cls.name)
     held = held if held is None or isinstance(held, type) else type(held)     # a registry of instances (tasks)
-    if held is not None and held is not cls:
-        raise SpgnnError(f"{what} {cls.name!r} is registered already (by {held.__module__}.{held.__qualname__}): "
-                         "choose another name")
+    if held is not None and defined_at(held) != defined_at(cls):
+        raise SpgnnError(f"{what} {cls.name!r} is registered already (by {'.'.join(defined_at(held))}): choose "
+                         "another name")
     options = cls.options
     if not isinstance(options, (tuple, list)) or not all(isinstance(o, Option) for o in options):
         raise SpgnnError(f"{what} {cls.name!r}: `options` must be a tuple of spgnn.Option, got {options!r}")

@@ -190,8 +190,8 @@ def test_a_layer_registered_later_brings_its_options():
 
 def test_an_adjacency_of_ones_own():
     """A user's adjacency (here D⁻¹(A + I), a random walk with self-loops) registered with register_adjacency is laid
-    out from each rank's block row and multiplies as the same normalisation of the whole matrix does; a name
-    registered twice is refused."""
+    out from each rank's block row and multiplies as the same normalisation of the whole matrix does; a name another
+    definition holds is refused, and the same definition run again (a notebook cell) replaces it."""
     import scipy.sparse as sp
 
     from spgnn import Adjacency, DistGraph, register_adjacency
@@ -212,10 +212,15 @@ def test_an_adjacency_of_ones_own():
 
     register_adjacency(RandomWalk())
     try:
+        other = type("Other", (RandomWalk,), {})     # another definition of the name: refused
         with pytest.raises(SpgnnError, match="adjacency 'random-walk' is registered already"):
-            register_adjacency(RandomWalk())
+            register_adjacency(other())
         with pytest.raises(SpgnnError, match="adjacency 'random-walk' is registered already"):
-            register_adjacency(RandomWalk)               # as a class decorator: the same name
+            register_adjacency(other)                    # as a class decorator: the same name
+        again = type("RandomWalk", (Adjacency,), dict(vars(RandomWalk)))     # the cell run again: replaces it
+        again.__qualname__ = RandomWalk.__qualname__
+        assert register_adjacency(again) is again and type(ADJACENCIES["random-walk"]) is again
+        register_adjacency(RandomWalk())
         with pytest.raises(SpgnnError, match="^register_adjacency takes an spgnn.Adjacency"):
             register_adjacency(normalize)               # it was registered, then refused as 'unknown adjacency'
         g = DistGraph(Comm(0, 1), graph=G, algo="1d-halo", adjacency="random-walk", feature_norm="none")

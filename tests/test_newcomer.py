@@ -185,3 +185,33 @@ def test_an_algorithm_that_skips_distspmms_init_is_refused_where_it_is_made():
     a, comm = gcn_norm(G.adj), Comm(0, 1)
     with pytest.raises(SpgnnError, match=r"^algorithm 'mine': its __init__ does not call super\(\).__init__\(block"):
         Mine.from_matrix(a, Partition(np.zeros(G.n, np.int64), 1), comm, ProcessGrid(comm, (1,), Mine.grid_names))
+
+
+def test_a_notebook_cell_run_again_replaces_its_plug_ins():
+    """Running the cell that defines a layer, task or algorithm again (a new class, defined at the same place) was
+    refused as 'registered already (by __main__.Mine)': only a restart of the kernel let one edit a plug-in. It now
+    replaces the one before, as partitioners did; another definition of the name is still refused."""
+    from spgnn.spmm.registry import ALGORITHMS
+
+    def cell(base, name):           # the class statement of one notebook cell, run once
+        class Mine(base):
+            pass
+        Mine.name = name
+        if base is Task:
+            Mine.loss = Mine.evaluate = lambda self, *a: None
+        return Mine
+
+    for kind, base, register, registry in (("layer", Layer, register_layer, LAYERS),
+                                           ("task", Task, register_task, TASKS),
+                                           ("algorithm", ALGORITHMS["1d"], spgnn.register_algorithm, ALGORITHMS)):
+        name = f"cell-{kind}"
+        try:
+            register(cell(base, name))
+            again = register(cell(base, name))
+            held = registry[name]
+            assert (held if isinstance(held, type) else type(held)) is again, kind
+            other = type("Other", (base,), {"name": name})
+            with pytest.raises(SpgnnError, match=f"'{name}' is registered already .*Mine\\): choose another name"):
+                register(other)
+        finally:
+            registry.pop(name, None)

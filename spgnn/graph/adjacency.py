@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import SpgnnError
+from ..options import defined_at
 from ..sparse.csr import with_unit_diagonal
 from . import graph as graphs
 
@@ -56,8 +57,9 @@ class Adjacency:
 
 
 def register_adjacency(adjacency):
-    """Register an `Adjacency` under its name (a name registered twice is an error): an instance, or a subclass
-    (as a class decorator, like `register_layer`: an instance of it is registered and the class returned)."""
+    """Register an `Adjacency` under its name (a name a class defined elsewhere holds is an error; the same
+    definition run again, a notebook cell, replaces it): an instance, or a subclass (as a class decorator, like
+    `register_layer`: an instance of it is registered and the class returned)."""
     if isinstance(adjacency, type) and issubclass(adjacency, Adjacency):
         register_adjacency(adjacency())
         return adjacency
@@ -66,9 +68,9 @@ def register_adjacency(adjacency):
                          f"{adjacency!r}")
     if not adjacency.name:
         raise SpgnnError(f"adjacency {adjacency!r} has no name: set the class attribute `name`")
-    if adjacency.name in ADJACENCIES:
-        raise SpgnnError(f"adjacency {adjacency.name!r} is registered already ({ADJACENCIES[adjacency.name]!r}): "
-                         "choose another name")
+    held = ADJACENCIES.get(adjacency.name)
+    if held is not None and defined_at(type(held)) != defined_at(type(adjacency)):
+        raise SpgnnError(f"adjacency {adjacency.name!r} is registered already ({held!r}): choose another name")
     ADJACENCIES[adjacency.name] = adjacency
     return adjacency
 

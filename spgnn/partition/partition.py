@@ -26,6 +26,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError, out_of_memory
 from ..memory import rss_growth
+from ..options import defined_at
 from ..progress import stage
 from .order import check_order, part_order
 
@@ -48,17 +49,13 @@ def register(name: str):
             raise SpgnnError(f"partitioner {name!r}: register a function fn(adj, P, seed, **params) -> parts, got "
                              f"{fn!r}")
         held = PARTITIONERS.get(name)
-        if held is not None and _where(held) != _where(fn):
-            raise SpgnnError(f"partitioner {name!r} is registered already (by {'.'.join(_where(held))}): choose "
+        if held is not None and defined_at(held) != defined_at(fn):
+            raise SpgnnError(f"partitioner {name!r} is registered already (by {'.'.join(defined_at(held))}): choose "
                              "another name")
         PARTITIONERS[name] = fn
         return fn
 
     return wrap
-
-
-def _where(fn) -> tuple[str, str]:
-    return getattr(fn, "__module__", "?") or "?", getattr(fn, "__qualname__", repr(fn))
 
 
 def _entry_points() -> dict:
@@ -75,7 +72,7 @@ def _warn_taken() -> None:
     if not _taken_checked:
         _taken_checked = True
         for name, ep in _entry_points().items():
-            module, qualname = _where(PARTITIONERS.get(name))
+            module, qualname = defined_at(PARTITIONERS.get(name))
             if module.split(".")[0] == "spgnn" and not ep.value.startswith("spgnn"):
                 warnings.warn(f"spgnn: partitioner {name!r} (entry point {ep.value}) was not loaded: the name is "
                               f"spgnn's own ({module}.{qualname})", stacklevel=3)
