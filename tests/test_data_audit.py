@@ -119,3 +119,17 @@ def test_an_edge_list_s_adjacency_is_built_without_int64_copies(monkeypatch):
     a = graph_module.edges_to_adj(np.array([0, 1, 1]), np.array([1, 2, 2]), 3, symmetric=True)
     assert seen == [{np.dtype(np.int32)}]
     assert a.toarray().tolist() == [[0, 1, 0], [1, 0, 1], [0, 1, 0]]
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("num_classes", 2.5, r"num_classes must be whole numbers"),
+    ("num_classes", [2, 3], r"num_classes must be a whole number of at least 1, got \[2, 3\]"),
+    ("num_classes", 0, r"num_classes must be a whole number of at least 1, got 0"),
+    ("directed", [True, False], r"directed must be a bool, got \[True, False\]")])
+def test_an_npz_s_scalars_are_one_value_each(tmp_path, key, value, said):
+    """num_classes = 2.5 was read as 2 classes; an array of them, or of directed, was a TypeError or ValueError."""
+    n = 6
+    np.savez(tmp_path / "g.npz", edges=np.array([[0, 1], [2, 3], [4, 5]]), node_features=np.ones((n, 2), np.float32),
+             node_labels=np.arange(n) % 2, **{key: np.array(value)})
+    with pytest.raises(SpgnnError, match=f"^cannot read .*g.npz: {said}" if "whole numbers" not in said else said):
+        load_dataset(str(tmp_path / "g.npz"))

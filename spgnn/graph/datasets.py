@@ -370,6 +370,15 @@ def _first(keys, *candidates):
     return next((k for k in candidates if k in keys), None)
 
 
+def _scalar(a, path, key: str, what: str, least=None):
+    """The one value of .npz entry `key`; SpgnnError where it holds more or fewer, or (`least`) one below it (2.5
+    classes were read as 2, an array of them was a traceback)."""
+    a = np.asarray(a)
+    if a.size != 1 or (least is not None and a.item() < least):
+        raise SpgnnError(f"cannot read {path}: {key} must be {what}, got {a.tolist()!r}")
+    return a.item()
+
+
 def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None = None,
              seed: int = 0) -> Graph:
     """Graph from an ``.npz`` (or a ``.zip`` holding one). Layouts, by array name:
@@ -411,8 +420,9 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
         y = npz[k]
         found = {s: (npz[k] if (k := _first(keys, f"{s}_mask", f"{s}_masks")) else None)
                  for s in ("train", "val", "test")}
-        directed = bool(npz["directed"]) if "directed" in keys else False
-        num_classes = int(npz["num_classes"]) if "num_classes" in keys else None
+        directed = bool(_scalar(npz["directed"], path, "directed", "a bool")) if "directed" in keys else False
+        num_classes = int(_scalar(whole_ids(npz["num_classes"], str(path), "num_classes"), path, "num_classes",
+                                  "a whole number of at least 1", 1)) if "num_classes" in keys else None
     masks = split_masks(found, str(path), split)
     if n is not None and x.ndim == 2 and x.shape[0] != n:
         raise SpgnnError(f"dataset {name!r}: features have {x.shape[0]} rows but the adjacency has {n} nodes")

@@ -51,9 +51,10 @@ def whole_ids(a, where: str, what: str = "node ids") -> np.ndarray:
         raise SpgnnError(f"{where}: {what} must be integers, got a {a.dtype} array; save them as int64")
     bad = ~(np.isfinite(a) & (a == np.round(a)))
     if bad.any():
-        i = np.unravel_index(_first(bad.ravel()), a.shape)
-        raise SpgnnError(f"{where}: {what} must be whole numbers, {int(bad.sum())} are not (first at "
-                         f"{tuple(int(k) for k in i) if a.ndim > 1 else int(i[0])}: {a[i].item()}); save them as int64")
+        i = _first(bad.ravel())
+        at = tuple(int(k) for k in np.unravel_index(i, a.shape)) if a.ndim > 1 else i     # (a 0-d one: 0)
+        raise SpgnnError(f"{where}: {what} must be whole numbers, {int(bad.sum())} are not (first at {at}: "
+                         f"{a.reshape(-1)[i].item()}); save them as int64")
     return a.astype(np.int64)
 
 
