@@ -28,7 +28,15 @@ from .partition import partitioned
 from .partition.metrics import metrics_table, partition_metrics, warm_up
 from .partition.order import ORDERS
 from .partition.partition import available, check_method, make_partition, save_partition
-from .plan import cached_partition, fit_parts, graph_stats, model_cost, partition_to_cache, parts_stats
+from .plan import (
+    cached_partition,
+    check_split_folder,
+    fit_parts,
+    graph_stats,
+    model_cost,
+    partition_to_cache,
+    parts_stats,
+)
 from .tasks import TASKS, get_task
 from .train import checkpoint
 from .train.fullbatch import Trainer
@@ -352,6 +360,8 @@ def _check_sampled(cfg: TrainConfig, sampled: tuple, P: int, split_graph: bool, 
     from .train.minibatch import check_options
 
     cfg, g, _ = check_options(cfg, *sampled, nprocs=P, split_graph=split_graph)
+    if split_graph and partitioned.is_partitioned(cfg.dataset):       # one that does not fit: before any process
+        check_split_folder(partitioned.PartitionedDataset(cfg.dataset), P // (cfg.replication or 1))
     if not split_graph or partitioned.is_partitioned(cfg.dataset):
         return None
     folder = cached_partition(cfg, g, "block", P // (cfg.replication or 1), "natural")

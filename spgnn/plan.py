@@ -198,10 +198,15 @@ def split_parts(cfg: TrainConfig, comm: Comm, graph=None):
     folder = given_folder(cfg) or on_rank0(
         comm, lambda: str(cached_partition(cfg, load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed), "block", B,
                                                      "natural")), beat_s=min(30.0, cfg.timeout / 4))
-    ds = partitioned.PartitionedDataset(folder)
+    return check_split_folder(partitioned.PartitionedDataset(folder), B)
+
+
+def check_split_folder(ds, B: int):
+    """Partitioned dataset `ds`, where it is what `--split-graph` reads: a block partition into P/c = B parts in
+    natural node order; else SpgnnError saying how to make one."""
     if ds.nparts != B or ds.partition_info["method"] != "block" or ds.partition_info["node_order"] != "natural":
         raise SpgnnError(f"--split-graph reads a block partition into P/c = {B} parts in natural node order, but "
-                         f"{folder} holds {ds.nparts} parts by {ds.partition_info['method']} in "
+                         f"{ds.path} holds {ds.nparts} parts by {ds.partition_info['method']} in "
                          f"{ds.partition_info['node_order']} order: partition with spgnn partition --method block "
                          f"--nparts {B} --node-order natural --output DIR")
     return ds

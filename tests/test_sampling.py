@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import torch
 from scipy import stats
 
+from spgnn.comm import launch
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -511,7 +512,7 @@ def test_block_product_and_its_gradient():
     np.testing.assert_allclose(h.grad, dense.T @ g, rtol=1e-5, atol=1e-6)
 
 
-def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, capsys):
+def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, capsys, monkeypatch):
     """--split-graph --nprocs on a partitioned folder loaded the folder as a dataset ('found neither an edge
     list ...'), as did a replicated graph; now the split graph trains as from the dataset, and the replicated one
     says what to do."""
@@ -538,6 +539,11 @@ def test_a_partitioned_folder_trains_split_and_is_refused_replicated(tmp_path, c
     capsys.readouterr()
     assert main([*run, "--dataset", str(folder)]) == 2
     assert "is a partitioned folder: a replicated graph (--sampler without --split-graph)" in capsys.readouterr().err
+    # a folder --split-graph cannot read (2 parts for P/c = 1) is refused before any process starts
+    monkeypatch.setattr(launch, "spawn", lambda *a, **k: pytest.fail("processes started"))
+    assert main([*run, "--dataset", str(folder), "--split-graph", "--replication", "2"]) == 2
+    assert "--split-graph reads a block partition into P/c = 1 parts in natural node order, but" in \
+        capsys.readouterr().err
 
 
 def test_bad_trainer_options(capsys):
