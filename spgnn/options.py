@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,6 +54,11 @@ class Option:
 
 RESERVED: set = set()       # the names TrainConfig and spgnn train hold themselves (`spgnn.config` adds them)
 REGISTRIES: list = []       # every registry of plug-ins: their options share TrainConfig and the command line
+
+
+def is_int(v) -> bool:
+    """Whether v is an integer (Python's, numpy's: a `numbers.Integral`), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def defined_at(obj) -> tuple[str, str]:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..errors import SpgnnError
 from ..hashing import mix_key
-from ..options import Option
+from ..options import Option, is_int
 from . import init as inits
 from .registry import Attend, Dense, KeepsDraws, Layer, register_layer
 
@@ -38,7 +38,7 @@ class GATConv(KeepsDraws, Layer):
     def __init__(self, f_in: int, f_out: int, heads: int = 1, concat: bool = True, dropout: float = 0.0,
                  negative_slope: float = 0.2, init: str = "auto"):
         counts, reals = (f_in, f_out, heads), (dropout, negative_slope)
-        if not (all(isinstance(k, numbers.Integral) and not isinstance(k, bool) and k >= 1 for k in counts)
+        if not (all(is_int(k) and k >= 1 for k in counts)
                 and all(isinstance(r, numbers.Real) and math.isfinite(r) for r in reals) and 0 <= dropout < 1):
             raise SpgnnError(f"GATConv: heads must be at least 1, as must f_in and f_out (integers all), dropout in "
                              f"[0, 1) and negative_slope a finite number, got heads {heads!r}, f_in {f_in!r}, f_out "

@@ -39,6 +39,7 @@ import scipy.sparse as sp
 from .. import native
 from ..errors import SpgnnError
 from ..hashing import mix_key
+from ..options import is_int
 from ..sparse.csr import row_ids
 
 
@@ -172,7 +173,7 @@ class Sampler:
         """Minibatches for seed arrays `seeds[b]` (global ids, distinct) drawn with integer keys `keys[b]`."""
         if len(seeds) != len(keys):
             raise SpgnnError(f"sample: {len(seeds)} seed sets but {len(keys)} keys")
-        if bad := [k for k in keys if not isinstance(k, int | np.integer) or isinstance(k, bool)]:
+        if bad := [k for k in keys if not is_int(k)]:
             raise SpgnnError(f"sample: key {bad[0]!r} is not an integer: each minibatch is drawn from an integer key")
         for b, s in enumerate(seeds):
             ids = np.asarray(s)

@@ -45,6 +45,7 @@ from ..graph.pyg import as_graph
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
 from ..memory import held_bytes
+from ..options import is_int
 from ..partition import partitioned
 from ..plan import split_parts
 from ..sampling.distributed import FeatureFetcher, RowBlocks, make_distributed_sampler
@@ -60,11 +61,6 @@ def epoch_batches(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int)
     """The epoch's minibatches: a (seed, epoch)-seeded shuffle of the training nodes cut every batch_size."""
     perm = np.random.default_rng([seed, epoch]).permutation(train_ids)
     return [perm[i:i + batch_size] for i in range(0, len(perm), batch_size)]
-
-
-def is_int(v) -> bool:
-    """Whether v is an integer (Python's or numpy's; not a bool)."""
-    return isinstance(v, int | np.integer) and not isinstance(v, bool)
 
 
 def shown(v) -> str:
