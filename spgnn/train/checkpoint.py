@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..comm.agree import on_rank0
 from ..errors import SpgnnError
 from ..jsonfile import replace_whole
 
@@ -141,8 +142,6 @@ def save_on_rank0(comm, write, timeout: float):
     """`write()` (a `save`) run by rank 0 alone while the others wait, told every timeout/4 seconds (at most 30) that
     it is still at it (`spgnn.comm.agree.on_rank0`): a write that outlasts --timeout (a large model, a slow disk)
     does not fail their collectives; its SpgnnError is every rank's."""
-    from ..comm.agree import on_rank0
-
     return on_rank0(comm, write, beat_s=min(30.0, timeout / 4))
 
 
