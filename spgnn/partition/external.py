@@ -32,10 +32,10 @@ def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: in
     """METIS k-way (METIS_PartGraphKway): minimum edge cut subject to each part's vertex count and
     (``balance_edges``) its block row's nnz, counting the self-loop GCN adds, staying within
     1 + ufactor/1000 of the mean: vertex weights (1, nnz(A[v, :]) + 1), a two-constraint partition."""
-    _require("pymetis", "metis")
     if not 1 <= ufactor < 2**31:
         raise SpgnnError(f"metis's ufactor must be a whole number in [1, 2^31) (parts within 1 + ufactor/1000 of the "
                          f"mean), got {ufactor}")
+    _require("pymetis", "metis")
     s = undirected(adj)
     n = s.shape[0]
     if P == 1:
@@ -89,10 +89,10 @@ def _check_imbalance(name: str, imbalance: float) -> None:
 @register("kahip")
 def kahip(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, mode: str = "fast") -> np.ndarray:
     """KaHIP's kaffpa: minimum edge cut with part sizes within (1 + imbalance)·⌈n/P⌉."""
-    kahip_ = _require("kahip", "kahip")
     _check_imbalance("kahip", imbalance)
     if mode not in _KAHIP_MODES:
         raise SpgnnError(f"kahip mode must be one of {', '.join(_KAHIP_MODES)}, got {mode!r}")
+    kahip_ = _require("kahip", "kahip")
     s = undirected(adj)
     n, nnz = s.shape[0], s.nnz
     _, parts = kahip_.kaffpa(np.ones(n, np.int64), s.indptr.astype(np.int64), np.ones(nnz, np.int64),
@@ -106,8 +106,8 @@ def kaminpar(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, preset: str
     """KaMinPar (one thread, context `preset`): minimum edge cut with part sizes within
     (1 + imbalance)·⌈n/P⌉. Its Python binding reads graphs from files only, so the graph goes through
     a temporary binary ParHIP file."""
-    km = _require("kaminpar", "kaminpar")
     _check_imbalance("kaminpar", imbalance)
+    km = _require("kaminpar", "kaminpar")
     if preset not in km.context_names():
         raise SpgnnError(f"kaminpar preset must be one of {', '.join(km.context_names())}, got {preset!r}")
     s = undirected(adj)
