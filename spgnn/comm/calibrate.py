@@ -50,7 +50,7 @@ broadcast β is a byte received, and /1 files, also without "compute" and "cores
          "bandwidth_bytes_per_s": 1 / β,    # null when β = 0
          "rms_relative_error": e,           # of the fit over the sizes
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
-     "cores": C,                            # cores of the machine (os.cpu_count)
+     "cores": C,                            # cores the processes may run on (spgnn.comm.launch.cores)
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
                  "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
@@ -72,7 +72,6 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
 
 import numpy as np
 import scipy.sparse as sp
@@ -81,8 +80,9 @@ import torch
 from .. import dense
 from ..cost import charged_bytes
 from ..errors import SpgnnError
-from ..memory import LARGE_BYTES, physical_memory_bytes, rss_bytes
+from ..memory import LARGE_BYTES, keep_freed_memory, physical_memory_bytes, rss_bytes
 from .comm import Comm
+from .launch import cores, share_cores
 
 SCHEMA = "spgnn.calibration/6"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
@@ -211,7 +211,7 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
                          "further apart, e.g. 4K,1M")
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
-              "cores": os.cpu_count() or 1, "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
+              "cores": cores(), "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
               "collectives": {}}
     for op in ops:
         points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]
@@ -342,17 +342,15 @@ def alone_rates(repeats: int, scale: int = 17, degree: int = 16, f: int = 64) ->
 
 def _alone(repeats: int, scale: int, degree: int, f: int) -> None:
     """`alone_rates`' process: prints its `kernel_rates` as JSON."""
-    from ..memory import keep_freed_memory
-    from .launch import share_cores
-
     keep_freed_memory()
-    cores = share_cores(1)
-    print(json.dumps(kernel_rates(lambda fn: _median_seconds(fn, repeats), cores, 0, scale, degree, f)))
+    threads = share_cores(1)
+    print(json.dumps(kernel_rates(lambda fn: _median_seconds(fn, repeats), threads, 0, scale, degree, f)))
 
 
 def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
-    at once: the median over ranks of each rank's rate divided by its cores (`spgnn.cost.Rates.cores_each`).
+    at once: the median over ranks of each rank's rate divided by the cores it computes with (its threads, or its
+    share of `cores` where the ranks outnumber them: `spgnn.cost.Rates.cores_each`).
     The SpMM multiplies an R-MAT matrix (2^scale rows, `degree` draws a row: power-law rows and columns, as real
     graphs have; in R-MAT's own order, not ``--node-order rcm``: past one process much of an SpMM reads halo rows,
     which the order of a part's own nodes does not bring together) at widths 8 and f; t = nnz·spmm_nnz_s +
@@ -367,14 +365,13 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
     (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
     from .. import native
-    from ..cost import DEFAULT_RATES
 
     native.available()                                   # spgnn's kernels loaded (under a MiB)
     dense.product(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
-    cores = replace(DEFAULT_RATES, cores=os.cpu_count() or 1).cores_each(comm.world_size)
+    each = min(torch.get_num_threads(), cores() / comm.world_size)
     # every rank at once: the cores shared as in a run
-    mine = kernel_rates(lambda fn: _median_seconds(fn, repeats, lambda: comm.all_sum([0.0])), cores, comm.rank,
+    mine = kernel_rates(lambda fn: _median_seconds(fn, repeats, lambda: comm.all_sum([0.0])), each, comm.rank,
                         scale, degree, f)
     med = np.median(np.array(comm.all_gather_object([mine[k] for k in RATE_KEYS] + [runtime])), axis=0)
     out = {k: float(v) for k, v in zip(RATE_KEYS, med)} | {

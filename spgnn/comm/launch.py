@@ -220,10 +220,24 @@ def _ipv4_addresses() -> list[str]:
     return [a for a in found if a and not a.startswith("127.")]
 
 
+def cores() -> int:
+    """The cores this process may run on: its CPU affinity (a Slurm allocation's, a cpuset's, taskset's), not all of
+    the machine's."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):                    # no affinity on this platform
+        return os.cpu_count() or 1
+
+
 def share_cores(local_world_size: int) -> int:
-    """Give each of the processes on this node an equal share of its cores (torch's threads, which spgnn's kernels
-    use too)."""
-    threads = max(1, (os.cpu_count() or 1) // max(1, local_world_size))
+    """Set torch's threads (which spgnn's kernels use too) for one of `local_world_size` processes on this node:
+    ``OMP_NUM_THREADS`` where the environment sets it to a positive whole number (the user's or the launcher's
+    choice: torchrun sets 1 unless told), else an equal share of `cores`, at least one. Return the threads."""
+    given = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if given.isascii() and given.isdigit() and int(given) > 0:
+        threads = int(given)
+    else:
+        threads = max(1, cores() // max(1, local_world_size))
     torch.set_num_threads(threads)
     return threads
 
