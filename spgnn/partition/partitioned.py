@@ -286,8 +286,8 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
     A folder already at `path` (`check_output`) is replaced (`overwrite`), or else kept, ours dropped: so runs
     filling the same cache folder at once each end with the one complete folder."""
     path = check_output(path)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
     ident = uuid.uuid4().hex            # this write's: a part folder copied in from another partition differs
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{ident}"      # (a pid alone repeats across hosts, restarts)
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
         tmp.mkdir(parents=True, exist_ok=False)
@@ -420,6 +420,9 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
     folder = cache_folder(cache_root(cache_dir), graph, method, params, seed, nparts)
     if is_partitioned(folder):
         return folder
+    if folder.exists() or folder.is_symlink():      # a write renames a whole folder in: this one was damaged since
+        raise SpgnnError(f"the partition cache folder {folder} is damaged (no meta.json of a partitioned dataset: a "
+                         "copy cut short, a file deleted): delete it, and the next run makes it again")
     root = folder.parent
     try:
         root.mkdir(parents=True, exist_ok=True)
