@@ -168,6 +168,9 @@ def validate(self):
         if not ok:
             raise SpgnnError(message)
     check_device(self.device)
+    from .cost import memory_limit  # (here: cost imports this module, through spgnn.comm)
+
+    memory_limit(self.memory_per_rank)      # a size with its unit: before the graph is read and partitioned
     for option in spmm.options().values():
         option.check(getattr(self, option.name))
     for option in model.options:
