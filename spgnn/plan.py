@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import file_sha256, fixed_parts, get_partitioner, make_partition, saved_meta
+from .partition.partition import check_method, file_sha256, fixed_parts, get_partitioner, make_partition, saved_meta
 from .progress import stage
 
 
@@ -156,12 +156,36 @@ def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
     found = options and partitioned.source_folder(cfg.dataset, options, cfg.cache_dir)
     if found:
         return found
+    check_given_parts(cfg, P)
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
     resolved, shape, _ = resolve(cfg, P, g, costs_of)
     folder = cached_partition(resolved, g, resolved.partition, spmm.get(resolved.algo).num_parts(shape))
     if options:
         partitioned.remember_source(cfg.dataset, options, folder, cfg.cache_dir)
     return folder
+
+
+def check_given_parts(cfg: TrainConfig, P: int) -> None:
+    """SpgnnError, before the graph is read, for a cfg.partition that names no partitioner nor file, or is a
+    partition given already (a file) of K parts where the layout named (--algo auto: each it compares) has other
+    row blocks on P processes."""
+    check_method(cfg.partition)
+    K = fixed_parts(cfg.partition)
+    if K is None:
+        return
+    fix = f"or run a layout of {K} row blocks (1d, 1d-halo or sar on {K} processes)"
+    if cfg.algo == "auto":
+        if K not in (spmm.get(o["algo"]).num_parts(spmm.get(o["algo"]).grid_for(P, **o)) for o in cost.candidates(P)):
+            raise SpgnnError(f"--partition {cfg.partition} holds {K} parts, but no layout --algo auto compares on {P} "
+                             f"processes has {K} row blocks: partition anew with spgnn partition --nparts B --output "
+                             f"FILE.npz for a layout of B row blocks, {fix}")
+        return
+    cls = spmm.get(cfg.algo)
+    shape = cls.grid_for(P, **{o: getattr(cfg, o) for o in spmm.options()})
+    if (B := cls.num_parts(shape)) != K:
+        raise SpgnnError(f"--partition {cfg.partition} holds {K} parts but --algo {cfg.algo} on grid "
+                         f"{grid_text(cls, shape)} needs {B} row blocks: partition anew with spgnn partition --nparts "
+                         f"{B} --output FILE.npz, {fix}")
 
 
 def _source_options(cfg: TrainConfig, P: int) -> dict | None:
