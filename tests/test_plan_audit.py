@@ -1,0 +1,86 @@
+"""An audit of planning: the partition cache's writes and damaged entries, and bad planning options refused before
+the graph is read (`spgnn.plan.partition_to_cache`, `spgnn.partition.partitioned.cached`, `TrainConfig.validate`)."""
+
+import os
+
+import numpy as np
+import pytest
+
+from spgnn import plan
+from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import save_npz
+from spgnn.partition import partitioned
+from spgnn.partition.partition import make_partition, save_partition
+from tests.graphs import small_graph
+
+
+def _cache(g, root, B=2):
+    """The cache folder of `g` in B random parts under `root`, and the call that makes it."""
+    folder = partitioned.cache_folder(root, g, "random", {}, 0, B)
+    return folder, lambda: partitioned.cached(g, lambda: make_partition("random", g.adj, B), "random", {}, 0, B, root)
+
+
+def test_a_writer_leaves_another_writers_temporary_folder_alone(tmp_path):
+    """Two writers of one cache entry whose pids agree (two hosts of a shared cache, or a restarted container's
+    rank 0 and the temporary folder its killed predecessor left): each writes a temporary folder of its own. It was
+    named by the pid alone, so the second failed ('File exists ... choose a writable folder') and deleted the first's
+    folder as it wrote."""
+    g = small_graph(n=40)
+    folder, make = _cache(g, tmp_path)
+    other = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    (other / "part-00000").mkdir(parents=True)
+    (other / "part-00000" / "x.npy").write_bytes(b"the other writer's")
+    assert make() == folder and partitioned.PartitionedDataset(folder).nparts == 2
+    assert (other / "part-00000" / "x.npy").read_bytes() == b"the other writer's"
+
+
+def test_a_damaged_cache_folder_is_named_with_its_remedy(tmp_path):
+    """A cache folder without its meta.json (a copy cut short, a file deleted) is said to be the cache's, damaged,
+    to be deleted; it was refused as '--output ... exists and is not a partitioned dataset folder ... name a new or
+    empty folder', an option the run was never given and a remedy it cannot follow. Refused before partitioning."""
+    g = small_graph(n=40)
+    folder, make = _cache(g, tmp_path)
+    make()
+    (folder / "meta.json").unlink()
+    with pytest.raises(SpgnnError, match="partition cache folder .* is damaged.*delete it") as e:
+        partitioned.cached(g, lambda: pytest.fail("partitioned a damaged entry"), "random", {}, 0, 2, tmp_path)
+    assert "--output" not in str(e.value)
+
+
+def test_a_memory_per_rank_without_its_unit_is_refused_by_validate():
+    """`--memory-per-rank 4` (no unit) is refused when the config is validated, before any process starts: it was
+    refused only when the plan read it, after the --nprocs parent had read the graph, partitioned it and written the
+    partition to the cache (2.4 s for coauthor-cs; hours for ogbn-papers100M)."""
+    with pytest.raises(SpgnnError, match="--memory-per-rank takes one size with its unit"):
+        TrainConfig(algo="1d", memory_per_rank="4").validate()
+    assert TrainConfig(algo="1d", memory_per_rank="4G").validate().memory_per_rank == "4G"
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The datasets `plan.partition_to_cache` reads, recorded."""
+    seen, real = [], plan.load_dataset
+    monkeypatch.setattr(plan, "load_dataset", lambda *a, **k: seen.append(a[0]) or real(*a, **k))
+    return seen
+
+
+def test_a_partition_that_cannot_apply_is_refused_before_the_graph_is_read(tmp_path, reads):
+    """An unknown --partition, and a partition file whose part count is not the row blocks of the layout named
+    (or of any --algo auto compares), are refused before the dataset is read: they were refused by the
+    partitioner, after the whole graph had been read (on ogbn-papers100M, its tens of GB). A file that fits is
+    partitioned as before."""
+    g = small_graph(n=80)
+    data, part_file = tmp_path / "g.npz", tmp_path / "p4.npz"
+    save_npz(g, data)
+    save_partition(part_file, np.arange(g.n) % 4, "mine", {}, 0, g)
+    cfg = TrainConfig(dataset=str(data), algo="1d", partition=str(part_file), cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(SpgnnError, match="holds 4 parts but --algo 1d on grid 2x1 needs 2 row blocks"):
+        plan.partition_to_cache(cfg, 2)
+    with pytest.raises(SpgnnError, match="holds 4 parts, but no layout --algo auto compares on 3 processes"):
+        plan.partition_to_cache(TrainConfig(**{**cfg.as_dict(), "algo": "auto"}), 3)
+    with pytest.raises(SpgnnError, match="unknown partition 'metiss'"):
+        plan.partition_to_cache(TrainConfig(**{**cfg.as_dict(), "partition": "metiss"}), 2)
+    assert reads == []
+    folder = plan.partition_to_cache(cfg, 4)
+    assert reads == [str(data)] and partitioned.PartitionedDataset(folder).nparts == 4
