@@ -18,7 +18,7 @@ from .graph.adjacency import normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
-from .partition.partition import check_method, file_sha256, fixed_parts, get_partitioner, make_partition, saved_meta
+from .partition.partition import file_sha256, fixed_parts, get_partitioner, make_partition, saved_meta
 from .progress import stage
 
 
@@ -169,7 +169,6 @@ def check_given_parts(cfg: TrainConfig, P: int) -> None:
     """SpgnnError, before the graph is read, for a cfg.partition that names no partitioner nor file, or is a
     partition given already (a file) of K parts where the layout named (--algo auto: each it compares) has other
     row blocks on P processes."""
-    check_method(cfg.partition)
     K = fixed_parts(cfg.partition)
     if K is None:
         return

@@ -84,3 +84,11 @@ def test_a_partition_that_cannot_apply_is_refused_before_the_graph_is_read(tmp_p
     assert reads == []
     folder = plan.partition_to_cache(cfg, 4)
     assert reads == [str(data)] and partitioned.PartitionedDataset(folder).nparts == 4
+
+
+def test_an_unknown_partition_is_named_so_where_auto_and_spgnn_cost_read_it():
+    """--algo auto and spgnn cost --dataset ask how many parts a --partition given already has (`fixed_parts`): a
+    name of no partitioner nor file was read as a partition file ('cannot read partition file metiss: [Errno 2]'),
+    where training says 'unknown partition' and lists the partitioners."""
+    with pytest.raises(SpgnnError, match="unknown partition 'metiss': use one of block, random"):
+        plan.choose(TrainConfig(algo="auto", partition="metiss"), small_graph(n=40), 2)

@@ -365,6 +365,7 @@ def fixed_parts(method) -> int | None:
     if isinstance(method, (str, Path)):
         if isinstance(method, str) and get_partitioner(method) is not None:
             return None
+        check_method(method)            # a name of neither: "unknown partition", not "cannot read partition file"
         parts, meta = load_parts(method)
         return int(meta["nparts"]) if "nparts" in meta else int(np.max(parts)) + 1 if np.size(parts) else None
     return int(np.max(method)) + 1 if np.size(method) else None
