@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -38,7 +39,7 @@ from .plan import (
     parts_stats,
 )
 from .tasks import TASKS, get_task
-from .train import checkpoint
+from .train import checkpoint, interrupt
 from .train.fullbatch import Trainer
 
 CHUNK = 1 << 22             # spgnn partition --out-of-core's --chunk
@@ -322,8 +323,21 @@ def train(args, argv) -> int:
         median = report["median_epoch_s"]
         print(f"final {report['task']['label']}{figures}  median epoch "
               f"{'n/a (no epochs ran)' if median is None else f'{median:.4f} s'}", flush=True)
+        if "interrupted" in report:
+            _interrupted(report["interrupted"], cfg)
     launch.shutdown()      # only after success: on an error the process exits and its peers see it
-    return 0
+    return 128 + signal.Signals[report["interrupted"]["signal"]] if "interrupted" in report else 0
+
+
+def _interrupted(stop: dict, cfg: TrainConfig) -> None:
+    """The line of a run a signal stopped after epoch stop["epoch"]: what it wrote, and how to continue it."""
+    done = stop["epoch"] + 1
+    kept = [f"report written to {cfg.output}" if cfg.output else "no report written (no --output)",
+            f"continue with the same command and --resume {cfg.checkpoint}" if cfg.checkpoint else
+            "it cannot be continued (no --checkpoint)"]
+    sys.stderr.write(f"spgnn: interrupted by {stop['signal']} after epoch {stop['epoch']} ({done} of {cfg.epochs} "
+                     f"epochs done): {'; '.join(kept)}\n")
+    sys.stderr.flush()
 
 
 # options naming files, which may lie at other paths on other hosts (rank 0 alone writes the outputs), and the log's
@@ -734,6 +748,9 @@ def _error(message: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` (else this program's command line, the process ending with it); returns the exit
+    status. SIGINT and SIGTERM are handled meanwhile (`spgnn.train.interrupt`)."""
+    program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     progress.tolerate_stdout()                          # before --help, which prints α and ×
     args = build_parser().parse_args(argv)
@@ -743,6 +760,12 @@ def main(argv: list[str] | None = None) -> int:
         _error(str(e))
         return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
+    with interrupt.handled(say=rank == 0, keep=program):
+        return _command(args, argv, rank)
+
+
+def _command(args, argv, rank: int) -> int:
+    """The command `args` on this process (rank `rank`); its failures as one line (the exit status returned)."""
     try:
         dense.get_backend()                             # $SPGNN_DENSE_BACKEND checked before any work
         with validate.allow_overlap(getattr(args, "allow_overlap", False)):
@@ -768,12 +791,13 @@ def main(argv: list[str] | None = None) -> int:
         launch.abort(1)
         launch.leave()
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:      # a signal stopped it at once: outside the epochs, or asked twice
+        code = e.code if isinstance(e, interrupt.Interrupted) else 130
         if rank == 0:
-            _error("interrupted")
-        launch.abort(130)
+            _error(str(e) or "interrupted")
+        launch.abort(code)
         launch.leave()
-        return 130
+        return code
     except Exception:  # anything else failed on this rank: say where; under mpirun end the job, not hang it
         traceback.print_exc()
         launch.abort(1)

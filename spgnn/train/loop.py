@@ -1,6 +1,8 @@
 """The run loop full-batch and minibatch training share: the seeded model and Adam, the epochs with their
 evaluations, the gradient sum over ranks, and the report (configuration, graph, per-epoch records, final and
-best accuracies, and every rank's ledger summary, memory and seconds per stage, see `spgnn.progress`).
+best accuracies, and every rank's ledger summary, memory and seconds per stage, see `spgnn.progress`). A run asked
+to stop by a signal stops at an epoch boundary all ranks agree on (`spgnn.train.interrupt`) and ends as a finished
+run of the epochs it did, its report marked "interrupted".
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from ..metrics import NotFinite
 from ..tasks import get_task
-from . import checkpoint
+from . import checkpoint, interrupt
 from .optim import Adam
 
 
@@ -57,10 +59,13 @@ class Run:
         """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged.
-        `log` (rank 0) gets one line an epoch."""
-        report = self._train(log)
-        if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
-            agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+        `log` (rank 0) gets one line an epoch. Asked to stop by a signal (where the command handles them,
+        `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
+        report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
+        with interrupt.graceful():
+            report = self._train(log)
+            if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
+                agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
         return report
 
     def _train(self, log) -> dict:
@@ -77,22 +82,30 @@ class Run:
         last = [folder and checkpoint.stamp(folder)]                   # (rank 0's) of the checkpoint there now
         self.setup_peak_rss = restart_peak()                            # the set-up's peak; training's from here
 
-        def save(epoch, records, best):
-            if folder and ((epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
+        def save(epoch, records, best, stopping=False):     # `stopping`: the run stops after `epoch`
+            if folder and (stopping or (epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
                 last[0] = checkpoint.save_on_rank0(self.comm, lambda: checkpoint.save(folder, state, last[0]),
                                                    cfg.timeout)
                 good[0] = (folder, epoch)
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
+        stopped = None                           # {"signal", "epoch"} of a run asked to stop
         try:
-            records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None, start,
-                                       records, best, save, self.finite, self.metric, self.task.higher_is_better)
+            try:
+                records, best = epoch_loop(self.epoch, self.evaluate, cfg, log if self.comm.rank == 0 else None,
+                                           start, records, best, save, self.finite, self.metric,
+                                           self.task.higher_is_better, lambda: interrupt.agreed(self.comm))
+            except Stopped as s:
+                records, best, stopped = s.epochs, s.best, {"signal": s.signal, "epoch": s.epoch}
+                if good[0] != (folder, s.epoch):             # (unless its own checkpoint was due)
+                    save(s.epoch, records, best, stopping=True)
             with progress.stage("evaluating", "(final)"):
                 try:
                     final = self.evaluate()
                 except NotFinite:
-                    raise Diverged(cfg.epochs - 1, records[-1]["loss"] if records else math.nan, records, best,
+                    raise Diverged(stopped["epoch"] if stopped else cfg.epochs - 1,
+                                   records[-1]["loss"] if records else math.nan, records, best,
                                    "the model's scores became NaN or infinite") from None
         except Diverged as d:
             kept = f"; {Path(good[0][0]) / checkpoint.FILE} holds epoch {good[0][1]}, from before: resume from it " \
@@ -103,7 +116,7 @@ class Run:
         if not best and records:     # --eval-every 0, or no validation figure: the final evaluation is the best
             val, test = f"val_{self.metric}", f"test_{self.metric}"
             best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
-        return self.report(records, final, best)
+        return self.report(records, final, best) | ({"interrupted": stopped} if stopped else {})
 
     def resume(self, mine: dict) -> tuple[int, list[dict], dict]:
         """The weights, Adam's state and the counters of the checkpoint in cfg.resume (checked against `mine`, the
@@ -223,12 +236,14 @@ def better(record: dict, best: dict, metric: str, higher: bool = True) -> dict:
 
 
 def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epochs=None, best=None,
-               after=None, finite=lambda: True, metric: str = "acc", higher: bool = True) -> tuple[list[dict], dict]:
+               after=None, finite=lambda: True, metric: str = "acc", higher: bool = True,
+               stop=lambda: None) -> tuple[list[dict], dict]:
     """Run `step(epoch)` (returning the loss) for epochs start … cfg.epochs − 1, `evaluate()` every
     cfg.eval_every epochs and at the last; returns the per-epoch records and the best-validation record (by
     ``val_<metric>``, highest or, where `higher` is false, lowest), those given (`epochs`, `best`: a resumed run's)
     continued. `log` gets one line an epoch, `after(epoch, records, best)` is called after each. Raises `Diverged`
-    when the loss is not finite or `finite()` is false after a step."""
+    when the loss is not finite or `finite()` is false after a step, and `Stopped` after an epoch but the last where
+    `stop()` (the same on every rank) names the signal that asked for it."""
     val, test = f"val_{metric}", f"test_{metric}"
     epochs, best = list(epochs or []), best or {}           # {} until an evaluation: a metric may be negative
     for epoch in range(start, cfg.epochs):
@@ -255,6 +270,8 @@ def epoch_loop(step, evaluate, cfg: TrainConfig, log=None, start: int = 0, epoch
             log(format_epoch(record, metric))
         if after:
             after(epoch, epochs, best)
+        if epoch < cfg.epochs - 1 and (signal := stop()):
+            raise Stopped(signal, epoch, epochs, best)
     return epochs, best
 
 
@@ -262,6 +279,14 @@ def format_epoch(r: dict, metric: str = "acc") -> str:
     acc = "".join(f"  {s}{'' if metric == 'acc' else ' ' + metric} {r[k]:.4f}" for s in ("train", "val", "test")
                   if (k := f"{s}_{metric}") in r)
     return f"epoch {r['epoch']:4d}  loss {r['loss']:.4f}{acc}  time {r['time_s'] * 1e3:.1f} ms"
+
+
+class Stopped(Exception):
+    """The ranks agreed to stop after an epoch, asked by a signal (its name); holds the records up to it."""
+
+    def __init__(self, signal: str, epoch: int, epochs: list[dict], best: dict):
+        super().__init__(f"stopped by {signal} after epoch {epoch}")
+        self.signal, self.epoch, self.epochs, self.best = signal, epoch, epochs, best
 
 
 class Diverged(Exception):
