@@ -251,7 +251,7 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
         if launched.kind == "single" and args.nprocs > 1:
             argv = check() or argv      # bad input: one message, before any process starts
             with progress.handed_on():
-                return launch.spawn(argv, args.nprocs)
+                return launch.spawn(argv, args.nprocs, stop_s=timeout)
         if launched.kind != "single" and args.nprocs != launched.world_size:
             # variables a launcher (or a program that started MPI: Open MPI 4 alone, say) left to this command
             names = {"mpirun": launch.MPI_RANK_VARS, "env": ("RANK", "WORLD_SIZE")}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import math
 import os
 import pickle
 import select
@@ -486,53 +487,124 @@ def abort(code: int) -> None:
         MPI.COMM_WORLD.Abort(code)
 
 
-def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0) -> int:
+def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0, stop_s: float = 300.0) -> int:
     """Run ``python -m spgnn ARGV`` as `nprocs` local processes (the torchrun environment) and wait.
 
-    When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated;
-    so are all of them when this process is interrupted. Returns the first non-zero exit code. A job whose
+    When one exits with an error the others get `grace_s` seconds to report theirs, then are terminated.
+    Returns the first non-zero exit code. A job whose
     first failure is a rank refused at the join (exit `JOIN_FAILED`: gloo's mesh over loopback rarely breaks
     while it forms, or another program took the port between `free_port` and the rendezvous) has run nothing yet:
     it is started again, with fresh processes and port, up to `JOIN_ATTEMPTS` times, the failed attempts silent.
-    A join that timed out is reported at once."""
+    A join that timed out is reported at once.
+
+    The ranks run in sessions of their own, so that a signal to this process's group (Ctrl-C) reaches each of them
+    once: as this process passes it on (`_Stops`), waiting `stop_s` seconds for them to finish their epoch and
+    exit (`spgnn.train.interrupt`); they start with SIGINT and SIGTERM blocked, which they take once they handle
+    them (`interrupt.handled`), so that one passed on while they start is neither lost nor a traceback."""
     if nprocs < 1:
         raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
     for attempt in range(1, JOIN_ATTEMPTS + 1):
         again = {"SPGNN_JOIN_AGAIN": "1"} if attempt < JOIN_ATTEMPTS else {}
-        code = _spawn_once(argv, nprocs, grace_s, again)
+        code = _spawn_once(argv, nprocs, grace_s, stop_s, again)
         if code != JOIN_FAILED:
             break
     return code
 
 
-def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> int:
+class _Stops:
+    """The SIGINT and SIGTERM an --nprocs supervisor got (`heard`, its handler), each passed on to every rank once
+    (`forward`), and until when it waits for the ranks (`until`): `stop_s` after the first (they finish the epoch
+    under way), `grace_s` after a SIGINT that follows (Ctrl-C again: they stop at once), no longer after a third.
+    SIGTERM after the first is the same request delivered again (`timeout` sends it to the process and to its
+    group), not passed on."""
+
+    def __init__(self, stop_s: float, grace_s: float):
+        self.signals, self.until, self.waits, self.told = [], math.inf, (stop_s, grace_s, 0.0), {}
+
+    def heard(self, signum, frame) -> None:
+        if self.signals and signum != signal.SIGINT or len(self.signals) == len(self.waits):
+            return
+        self.signals.append(signum)
+        self.until = min(self.until, time.monotonic() + self.waits[len(self.signals) - 1])
+
+    def listen(self) -> dict:
+        """`heard` made the handler of SIGINT and SIGTERM (in the main thread only: elsewhere they are left alone);
+        returns the handlers before, to set back."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        return {s: signal.signal(s, self.heard) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def forward(self, procs: list) -> None:
+        """Each signal not yet passed on to each rank still running (`told`: how many each was given)."""
+        for p in procs:
+            while self.told.get(p.pid, 0) < len(self.signals) and p.poll() is None:
+                p.send_signal(self.signals[self.told.get(p.pid, 0)])
+                self.told[p.pid] = self.told.get(p.pid, 0) + 1
+
+    def expected(self, returncode: int) -> bool:
+        """Whether a rank's exit is one the signals passed on asked for: stopped by one (128 + N), or ended by it
+        before it handled signals (−N)."""
+        return any(returncode in (128 + s, -s) for s in self.signals)
+
+    def late(self, procs: list) -> str | None:
+        """Where the wait for the ranks is over and some still run: those ranks killed, and the line that says so."""
+        running = [r for r, p in enumerate(procs) if p.poll() is None]
+        if not running or time.monotonic() < self.until:
+            return None
+        for r in running:
+            procs[r].kill()
+        n, name = len(self.signals), signal.Signals(self.signals[-1]).name
+        when = f"within {self.waits[n - 1]:g} s of {'the second ' if n == 2 else ''}{name}" if n < 3 else \
+            f"before a third signal ({name})"
+        return f"rank{'s' if len(running) > 1 else ''} {', '.join(map(str, running))} did not stop {when}: killed"
+
+
+@contextlib.contextmanager
+def _blocked(signals):
+    """Within the block, `signals` are held (pending) in this thread, and in the processes it starts, which inherit
+    the mask."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def _spawn_once(argv: list[str], nprocs: int, grace_s: float, stop_s: float, extra: dict) -> int:
     """One launch of `spawn`: its first non-zero exit code, else 0."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
                LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", SPGNN_PARENT_PID=str(os.getpid()), **extra)
-    previous = signal.signal(signal.SIGTERM, _exit_on_signal)
+    stops, late = _Stops(stop_s, grace_s), None
+    previous = stops.listen()
     procs, code, failed_at = [], 0, None
     try:
         for r in range(nprocs):
-            procs.append(subprocess.Popen([sys.executable, "-m", "spgnn", *argv],
-                                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
+            with _blocked((signal.SIGINT, signal.SIGTERM)):
+                procs.append(subprocess.Popen([sys.executable, "-m", "spgnn", *argv], start_new_session=True,
+                                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
         while any(p.poll() is None for p in procs):
-            if failed_at is None and (bad := [p.returncode for p in procs if p.returncode]):
+            stops.forward(procs)
+            if failed_at is None and (bad := [p.returncode for p in procs
+                                              if p.returncode and not stops.expected(p.returncode)]):
                 code, failed_at = _shell_code(bad[0]), time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > grace_s:
+            if failed_at is not None and time.monotonic() - failed_at > grace_s or (late := stops.late(procs)):
                 break
             time.sleep(0.05)
-    except KeyboardInterrupt:
-        code = 130
     finally:
-        signal.signal(signal.SIGTERM, previous)
         for r, p in enumerate(procs):           # killed by another's hand, before ours: it could not say so itself
-            if p.returncode is not None and p.returncode < 0 and code != 130:
+            if p.returncode is not None and p.returncode < 0 and not stops.expected(p.returncode) and not late:
                 try:
                     name = f" ({signal.Signals(-p.returncode).name})"
                 except ValueError:      # a real-time signal has no name
                     name = ""
                 sys.stderr.write(f"spgnn: error: rank {r} was killed by signal {-p.returncode}{name}\n")
                 sys.stderr.flush()
+        if late:
+            sys.stderr.write(f"spgnn: error: {late}\n")
+            sys.stderr.flush()
         for p in procs:
             if p.poll() is None:
                 p.terminate()
@@ -541,6 +613,8 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, extra: dict) -> in
                 p.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 p.kill()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return code or next((_shell_code(p.returncode) for p in procs if p.returncode), 0)
 
 
@@ -548,10 +622,6 @@ def _shell_code(returncode: int) -> int:
     """The exit code a shell gives a process that ended with `returncode`: 128 + N for one killed by signal N
     (subprocess's −N, which sys.exit would wrap to 256 − N)."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _exit_on_signal(signum, frame):
-    raise SystemExit(128 + signum)
 
 
 def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport, caller):
