@@ -1,7 +1,7 @@
 """Stopping a run on SIGINT or SIGTERM (Ctrl-C; a job cancelled or out of time under Slurm, torchrun or --nprocs)
 without losing what it computed.
 
-While the epochs run (`graceful`), the first signal only asks for a stop (`requested`): the epoch under way
+Once the epochs begin (`graceful`), the first signal only asks for a stop (`requested`): the epoch under way
 finishes, and at each epoch boundary the ranks agree whether any of them was asked (`agreed`: a signal may reach
 only some ranks, or reach them at different moments), so that all stop after the same epoch; the run then ends as
 a finished one does, its report marked. Outside the epochs (reading, partitioning, set-up), where no epoch's work
@@ -90,16 +90,11 @@ def handled(say: bool = False, keep: bool = False):
                 signal.signal(s, handler)
 
 
-@contextlib.contextmanager
-def graceful():
-    """Within the block (a run's epochs, its final evaluation and report), the first signal asks for a stop at the
-    next epoch boundary instead of stopping the command."""
-    was = _state["graceful"]
+def graceful() -> None:
+    """From now on (a run's epochs begin) until the command ends, the first signal asks for a stop at the next epoch
+    boundary instead of stopping the command: one that comes after the last epoch lets the finished run end as it
+    is (its final evaluation, report and the ranks' leaving together)."""
     _state["graceful"] = True
-    try:
-        yield
-    finally:
-        _state["graceful"] = was
 
 
 def requested() -> str | None:

@@ -62,10 +62,10 @@ class Run:
         `log` (rank 0) gets one line an epoch. Asked to stop by a signal (where the command handles them,
         `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
         report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
-        with interrupt.graceful():
-            report = self._train(log)
-            if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
-                agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+        interrupt.graceful()
+        report = self._train(log)
+        if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
+            agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
         return report
 
     def _train(self, log) -> dict:
