@@ -108,7 +108,7 @@ def _bad_inputs(tmp):
     good = write_graph(tmp / "good")
     nan = np.ones((6, 3), np.float32)
     nan[2, 1] = np.nan
-    parts = {"short": np.zeros(3, np.int64), "big": np.array([0, 0, 0, 1, 1, 5]), "empty": np.zeros(6, np.int64)}
+    parts = {"short": np.array([0, 1, 0]), "big": np.array([0, 0, 0, 1, 1, 5]), "empty": np.array([0, 0, 0, 2, 2, 2])}
     for k, v in parts.items():
         np.save(tmp / f"{k}.npy", v)
     (tmp / "corrupt.npz").write_bytes(b"PK\x03\x04 not really a zip")
@@ -123,8 +123,9 @@ def _bad_inputs(tmp):
         "more ranks than nodes": (["--dataset", good, "--nprocs", "7"], "only 6 nodes"),
         "partition length": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "short.npy")],
                              "length 3"),
-        "part id >= P": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "big.npy")], "[0, 2)"),
-        "empty part": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "empty.npy")], "empty"),
+        "parts != row blocks": (["--dataset", good, "--nprocs", "2", "--partition", str(tmp / "big.npy")],
+                                "holds 6 parts but --algo 1d-halo on grid 2 needs 2 row blocks"),
+        "empty part": (["--dataset", good, "--nprocs", "3", "--partition", str(tmp / "empty.npy")], "empty"),
         "bad dropout": (["--dropout", "1"], "--dropout"),
         "grid product": (["--nprocs", "4", "--algo", "2d", "--grid", "3x3"], "has 9 processes but the job has 4"),
         "mpi without mpirun": (["--transport", "mpi", "--nprocs", "2"], "needs a job started by mpirun"),
