@@ -472,6 +472,8 @@ def partition(args, argv) -> int:
         check_method(method)
     if args.nparts < 1:
         raise SpgnnError(f"--nparts must be at least 1, got {args.nparts}")
+    if not 0 <= args.seed < 2**63:                      # as spgnn train's (the partitioners' generators take these)
+        raise SpgnnError(f"--seed must lie in [0, 2^63), got {args.seed}")
     params = dict(_param(t) for t in args.param)
     if args.compare and (params or args.output):
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")

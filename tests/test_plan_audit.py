@@ -92,3 +92,14 @@ def test_an_unknown_partition_is_named_so_where_auto_and_spgnn_cost_read_it():
     where training says 'unknown partition' and lists the partitioners."""
     with pytest.raises(SpgnnError, match="unknown partition 'metiss': use one of block, random"):
         plan.choose(TrainConfig(algo="auto", partition="metiss"), small_graph(n=40), 2)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**63)])
+def test_spgnn_partition_refuses_a_seed_no_generator_takes(capsys, seed):
+    """`spgnn partition --seed -1` was a traceback from the partitioner's generator (or the split's): the seed is
+    refused as spgnn train refuses it, in one line, before the graph is read."""
+    from spgnn import cli
+
+    assert cli.main(["partition", "--dataset", "no-such-graph", "--nparts", "2", "--method", "random",
+                     "--seed", seed]) == 2
+    assert capsys.readouterr().err.strip() == f"spgnn: error: --seed must lie in [0, 2^63), got {seed}"
