@@ -375,13 +375,13 @@ def test_a_checkpoint_without_the_dropout_counts_loads():
 
 
 def _slow_saves(comm, folder):
-    """A run and a program of one's own checkpointing at P = 2, rank 0's writes lasting three times the collectives'
+    """A run and a program of one's own checkpointing at P = 2, rank 0's writes lasting twice the collectives'
     timeout (2 s)."""
     import time
 
     real = checkpoint.save
     if comm.rank == 0:
-        checkpoint.save = lambda *a: time.sleep(6) or real(*a)
+        checkpoint.save = lambda *a: time.sleep(4) or real(*a)
     cfg = TrainConfig(**BASE | {"epochs": 1, "timeout": 2.0})
     report = Trainer(replace_cfg(cfg, checkpoint=f"{folder}/run"), comm).run(log=None)
     g = DistGraph(comm, cfg)
