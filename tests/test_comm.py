@@ -81,6 +81,27 @@ def test_a_rank_takes_the_threads_it_is_given_else_its_share_of_the_cores_it_may
         torch.set_num_threads(before)
 
 
+def _threads_on(comm, masks):
+    """This rank's `sharing` and threads once it runs on the cores masks[rank]."""
+    os.sched_setaffinity(0, masks[comm.rank])
+    n = launch.sharing(comm)
+    return n, launch.share_cores(n)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to run on")
+def test_ranks_share_the_cores_they_run_on_alike_and_keep_their_own(monkeypatch):
+    """A rank's threads are the cores it may run on, divided among the ranks on its machine that run on the same
+    cores: under --nprocs or torchrun all of them; under srun --cpus-per-task or mpirun's binding, each has cores of
+    its own (or its package's, shared with the ranks bound alike). Dividing by the launcher's count of local ranks,
+    as before, gave a Slurm task of 8 cores among 8 tasks a node one thread."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    both = set(sorted(os.sched_getaffinity(0))[:2])
+    one, other = ({c} for c in sorted(both))
+    assert run_local(_threads_on, 2, [both, both]) == [(2, 1), (2, 1)]
+    assert run_local(_threads_on, 2, [one, other]) == [(1, 1), (1, 1)]
+    assert run_local(_threads_on, 2, [both, other]) == [(1, 2), (1, 1)]
+
+
 def _rank(comm):
     return comm.rank
 
@@ -382,13 +403,13 @@ def test_a_ledger_total_of_what_it_does_not_record_is_refused():
 
 
 def _rank0_works_long(comm, beat_s, fail):
-    """Rank 0 works 3 s alone (its collectives time out after 1 s) while the others wait: what every rank gets."""
+    """Rank 0 works 2 s alone (its collectives time out after 1 s) while the others wait: what every rank gets."""
     import time
 
     from spgnn.comm.agree import on_rank0
 
     def work():
-        time.sleep(3.0)
+        time.sleep(2.0)
         if fail:
             raise SpgnnError("the graph is bad")
         return "cached/folder"
