@@ -82,7 +82,7 @@ from ..cost import charged_bytes
 from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, keep_freed_memory, physical_memory_bytes, rss_bytes
 from .comm import Comm
-from .launch import cores, share_cores
+from .launch import cores, share_cores, sharing
 
 SCHEMA = "spgnn.calibration/6"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
@@ -369,7 +369,7 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
     native.available()                                   # spgnn's kernels loaded (under a MiB)
     dense.product(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
-    each = min(torch.get_num_threads(), cores() / comm.world_size)
+    each = min(torch.get_num_threads(), cores() / sharing(comm))
     # every rank at once: the cores shared as in a run
     mine = kernel_rates(lambda fn: _median_seconds(fn, repeats, lambda: comm.all_sum([0.0])), each, comm.rank,
                         scale, degree, f)

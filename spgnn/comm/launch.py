@@ -221,26 +221,42 @@ def _ipv4_addresses() -> list[str]:
     return [a for a in found if a and not a.startswith("127.")]
 
 
-def cores() -> int:
-    """The cores this process may run on: its CPU affinity (a Slurm allocation's, a cpuset's, taskset's), not all of
-    the machine's."""
+def _affinity() -> set[int]:
+    """The cores this process may run on: its CPU affinity (a Slurm allocation's, a cpuset's, taskset's, mpirun's
+    binding), not all of the machine's."""
     try:
-        return len(os.sched_getaffinity(0)) or 1
+        return os.sched_getaffinity(0) or {0}
     except (AttributeError, OSError):                    # no affinity on this platform
-        return os.cpu_count() or 1
+        return set(range(os.cpu_count() or 1))
 
 
-def share_cores(local_world_size: int) -> int:
-    """Set torch's threads (which spgnn's kernels use too) for one of `local_world_size` processes on this node:
-    ``OMP_NUM_THREADS`` where the environment sets it to a positive whole number (the user's or the launcher's
-    choice: torchrun sets 1 unless told), else an equal share of `cores`, at least one. Return the threads."""
+def cores() -> int:
+    """How many cores this process may run on (`_affinity`)."""
+    return len(_affinity())
+
+
+def share_cores(sharing: int) -> int:
+    """Set torch's threads (which spgnn's kernels use too) for one of `sharing` processes that run on the same
+    cores: ``OMP_NUM_THREADS`` where the environment sets it to a positive whole number (the user's or the
+    launcher's choice: torchrun sets 1 unless told), else an equal share of `cores`, at least one. Return the
+    threads."""
     given = os.environ.get("OMP_NUM_THREADS", "").strip()
     if given.isascii() and given.isdigit() and int(given) > 0:
         threads = int(given)
     else:
-        threads = max(1, cores() // max(1, local_world_size))
+        threads = max(1, cores() // max(1, sharing))
     torch.set_num_threads(threads)
     return threads
+
+
+def sharing(comm: Comm) -> int:
+    """The processes of `comm`'s job that run on this process's cores, itself included: those on this machine whose
+    affinity is this one's (one all-gather of a few bytes a rank, not counted: bookkeeping). Each process of an
+    --nprocs or torchrun job, or of mpirun --bind-to none, may run on every core of the node: they share them all;
+    srun --cpus-per-task gives each its own cores, and mpirun's default binding (by core or package) its core or
+    package, which those bound alike share."""
+    mine = (_machine(), hash(tuple(sorted(_affinity()))))
+    return sum(peer == mine for peer in comm.all_gather_object(mine))
 
 
 def check_device(device: str) -> None:
@@ -343,7 +359,9 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
         if name == "gloo":          # a mesh wired wrong can pass the set-up (ranks on different hosts each dialling
             dist.all_reduce(torch.zeros(1))     # its own loopback): its first message fails here, as joining
     join(connect, launch.rank, f"{host}:{port}", timeout_s)
-    return Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
+    comm = Comm(launch.rank, launch.world_size, staged(mover, name, device, launch.local_world_size))
+    share_cores(sharing(comm))         # (the launcher's count of local processes, above, only until they have met)
+    return comm
 
 
 def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
