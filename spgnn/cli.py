@@ -670,8 +670,19 @@ def cost_command(args, argv) -> int:
     if args.dataset:
         cfg = TrainConfig(dataset=args.dataset, data_dir=args.data_dir, partition=args.partition,
                           node_order=args.node_order, **model_options)
+        check_method(args.partition)                    # before the graph is read
         if partitioned.is_partitioned(args.dataset):       # its own parts: the layouts of as many row blocks
             parts = partitioned.PartitionedDataset(args.dataset)
+            made = parts.partition_info
+            if not_its := [f"{flag} {value}" for flag, value, default, its in (
+                    ("--partition", args.partition, COST_PARTITION, made.get("method")),
+                    ("--node-order", args.node_order, TrainConfig.node_order, made.get("node_order")))
+                    if value not in (default, its)]:
+                raise SpgnnError(f"{args.dataset} is partitioned already (by {made.get('method')}, in "
+                                 f"{made.get('node_order')} node order): {' and '.join(not_its)} "
+                                 f"do{'es' if len(not_its) == 1 else ''} not apply to it; drop "
+                                 f"{'it' if len(not_its) == 1 else 'them'} or partition anew with spgnn partition "
+                                 "--output")
             model, stats_of = model_cost(cfg, parts.info), parts_stats(parts)
         else:
             graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
