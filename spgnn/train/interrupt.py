@@ -36,7 +36,7 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"graceful": False, "leaving": False, "request": None, "say": False}
+_state = {"handled": False, "graceful": False, "leaving": False, "request": None, "say": False}
 
 
 def _name(signum: int) -> str:
@@ -76,7 +76,7 @@ def handled(say: bool = False, keep: bool = False):
         yield
         return
     before = {s: signal.signal(s, _on_signal) for s in SIGNALS}
-    _state.update(graceful=False, leaving=False, request=None, say=say)
+    _state.update(handled=True, graceful=False, leaving=False, request=None, say=say)
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     try:
@@ -85,7 +85,7 @@ def handled(say: bool = False, keep: bool = False):
         if keep:
             _state["leaving"] = True
         else:
-            _state.update(graceful=False, leaving=False, request=None)
+            _state.update(handled=False, graceful=False, leaving=False, request=None)
             for s, handler in before.items():
                 signal.signal(s, handler)
 
@@ -107,8 +107,9 @@ def agreed(comm) -> str | None:
     asked by both); None where none was. Every rank calls it at the same point: one all-reduce of two numbers
     straight through the transport, outside the ledger, which counts the run's own bytes (bookkeeping, as the
     objects `spgnn.comm.agree` gathers): 0.4 to 0.6 ms at P = 2 on 2 cores, where an all-gather of the name takes
-    2 ms."""
-    if comm.world_size == 1:
+    2 ms. Where no command handles the signals (a program of one's own training through the library: the same on
+    every rank), there is nothing to agree on, and no all-reduce."""
+    if comm.world_size == 1 or not _state["handled"]:
         return requested()
     asked = torch.tensor([float(_state["request"] == s) for s in SIGNALS], dtype=torch.float64)
     comm.transport.all_reduce(asked, comm.world)
