@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from spgnn import cli
 from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS, env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,9 +53,10 @@ def weights(folder: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
+    """The weights of the run uninterrupted, its --nprocs supervisor `cli.main` called here (a process of its own would
+    only import torch once more)."""
     folder = tmp_path_factory.mktemp("whole")
-    subprocess.run([sys.executable, *TRAIN, "--nprocs", "4", "--checkpoint", str(folder)], cwd=ROOT, env=env(),
-                   check=True, timeout=600, capture_output=True)
+    assert cli.main([*TRAIN[2:], "--nprocs", "4", "--checkpoint", str(folder)]) == 0
     return weights(folder)
 
 
@@ -80,8 +82,11 @@ def test_killed_rank_ends_the_job_and_resume_finishes_it(how, tmp_path, uninterr
     assert 0 < job.returncode < 128 or job.returncode == 128 + signal.SIGKILL     # a shell's code (not 256 − 9)
     done = torch.load(folder / "checkpoint.pt", weights_only=True)["epoch"]
     assert done < EPOCHS - 1                                          # killed before the end
-    subprocess.run(command(how, "--resume", str(folder), "--checkpoint", str(folder)), cwd=ROOT, env=env(), check=True,
-                   timeout=600, capture_output=True)
+    resume = ["--resume", str(folder), "--checkpoint", str(folder)]
+    if how == "nprocs":                     # the supervisor here, as the fixture's
+        assert cli.main([*TRAIN[2:], "--nprocs", "4", *resume]) == 0
+    else:
+        subprocess.run(command(how, *resume), cwd=ROOT, env=env(), check=True, timeout=600, capture_output=True)
     resumed = weights(folder)
     assert all(torch.equal(resumed[k], uninterrupted[k]) for k in uninterrupted)
 
