@@ -82,25 +82,41 @@ def test_avx512_spmm_equals_the_portable_loop(tmp_path):
         assert not np.array_equal(z_t, z_l) or key.endswith(" 1"), f"{key}: the two paths ran the same code"
 
 
+@pytest.fixture(scope="module")
+def fresh_process():
+    """What a fresh process holds: the OpenMP runtimes mapped once it has loaded the kernels' library (None without
+    Linux's /proc), then the JIT compilers imported once it has also trained an epoch (dropout on: the hashing
+    kernels). One process for the two tests that read it: each of its own cost an interpreter and torch (2 s)."""
+    code = textwrap.dedent("""\
+        import json, sys, torch
+        from pathlib import Path
+        from spgnn import native
+        native.library()
+        maps = Path('/proc/self/maps')
+        gomp = sorted({line.split()[-1] for line in maps.read_text().splitlines() if 'gomp' in line}) \\
+            if maps.exists() else None
+        print(json.dumps(gomp), flush=True)
+        from spgnn import cli
+        assert cli.main(['train', '--epochs', '1', '--quiet', '--dropout', '0.5']) == 0
+        print(json.dumps([m for m in ('numba', 'llvmlite') if m in sys.modules]))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    lines = res.stdout.splitlines()
+    return {"gomp": json.loads(lines[0]), "jit": json.loads(lines[-1])}
+
+
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc")
-def test_kernels_run_on_torchs_openmp_threads():
+def test_kernels_run_on_torchs_openmp_threads(fresh_process):
     """The kernels' library shares the OpenMP runtime torch loaded (one thread pool, sized by torch.set_num_threads),
     rather than starting a second one that would compete with it for the cores (in a fresh process: other
     libraries, such as scikit-learn, bring their own)."""
-    code = ("import json, torch\nfrom pathlib import Path\nfrom spgnn import native\nnative.library()\n"
-            "maps = Path('/proc/self/maps').read_text().splitlines()\n"
-            "print(json.dumps(sorted({line.split()[-1] for line in maps if 'gomp' in line})))\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert len(json.loads(res.stdout)) == 1, res.stdout
+    assert len(fresh_process["gomp"]) == 1, fresh_process["gomp"]
 
 
-def test_training_loads_no_jit_compiler():
-    code = ("import sys\nfrom spgnn import cli\n"
-            "assert cli.main(['train', '--epochs', '1', '--quiet', '--dropout', '0.5']) == 0\n"
-            "assert 'numba' not in sys.modules and 'llvmlite' not in sys.modules, 'a JIT compiler was loaded'\n")
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
+def test_training_loads_no_jit_compiler(fresh_process):
+    """A training run (here an epoch of `spgnn train` with dropout) imports neither numba nor llvmlite."""
+    assert fresh_process["jit"] == [], "a JIT compiler was loaded"
 
 
 def test_without_the_built_kernels_spmm_falls_back_and_says_how_to_build(monkeypatch):
