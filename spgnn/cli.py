@@ -774,7 +774,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
     with interrupt.handled(say=rank == 0, keep=program):
-        return _command(args, argv, rank)
+        try:
+            return _command(args, argv, rank)
+        except interrupt.Interrupted as e:     # one that came while a failure was said and its job ended: said, too
+            return e.code
 
 
 def _command(args, argv, rank: int) -> int:

@@ -749,8 +749,8 @@ class Rates:
         return self.alone if ranks == 1 and self.alone else self
 
     def cores_each(self, ranks: int) -> float:
-        """Cores one of `ranks` processes on this machine computes with (`share_cores` gives each C // P
-        threads; beyond C processes they time-share)."""
+        """Cores one of `ranks` processes sharing this machine's C cores computes with (C // P threads each,
+        `spgnn.comm.launch.share_cores`; beyond C processes they time-share)."""
         return self.cores // ranks if ranks <= self.cores else self.cores / ranks
 
     def alpha_beta(self, alpha_beta, ranks: int) -> dict:

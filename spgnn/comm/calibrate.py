@@ -50,7 +50,7 @@ broadcast β is a byte received, and /1 files, also without "compute" and "cores
          "bandwidth_bytes_per_s": 1 / β,    # null when β = 0
          "rms_relative_error": e,           # of the fit over the sizes
          "points": [{"size_bytes": s, "bytes": x, "seconds": t, "samples_s": [t per repetition]}, ...]}},
-     "cores": C,                            # cores the processes may run on (spgnn.comm.launch.cores)
+     "cores": C,                            # cores the processes on the machine may run on, together
      "compute": {"spmm_bytes_per_s": ..., "spmm_nnz_s": ..., "spmm_ordered_bytes_per_s": ...,
                  "spmm_ordered_nnz_s": ..., "flops_per_s": ..., "dense_bytes_per_s": ...,
                  "elementwise_bytes_per_s": ..., "dropout_bytes_per_s": ..., "fresh_bytes_per_s": ..., "op_s": ...,
@@ -82,7 +82,7 @@ from ..cost import charged_bytes
 from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, keep_freed_memory, physical_memory_bytes, rss_bytes
 from .comm import Comm
-from .launch import cores, share_cores, sharing
+from .launch import cores, machine_cores, share_cores, sharing
 
 SCHEMA = "spgnn.calibration/6"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
@@ -211,7 +211,7 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
                          "further apart, e.g. 4K,1M")
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
-              "cores": cores(), "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
+              "cores": machine_cores(comm), "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
               "collectives": {}}
     for op in ops:
         points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]

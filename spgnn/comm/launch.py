@@ -235,18 +235,25 @@ def cores() -> int:
     return len(_affinity())
 
 
-def share_cores(sharing: int) -> int:
-    """Set torch's threads (which spgnn's kernels use too) for one of `sharing` processes that run on the same
-    cores: ``OMP_NUM_THREADS`` where the environment sets it to a positive whole number (the user's or the
-    launcher's choice: torchrun sets 1 unless told), else an equal share of `cores`, at least one. Return the
-    threads."""
+def share_cores(processes: int) -> int:
+    """Set torch's threads (which spgnn's kernels use too) for one of `processes` that run on the same cores: an
+    equal share of `cores`, at least one, or fewer where ``OMP_NUM_THREADS`` says so (the user's or the launcher's
+    choice: torchrun sets 1 unless told); never more, which would only make the threads wait on each other (an
+    ``OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK`` given to each of several processes of one task). Return the threads."""
+    threads = max(1, cores() // max(1, processes))
     given = os.environ.get("OMP_NUM_THREADS", "").strip()
     if given.isascii() and given.isdigit() and int(given) > 0:
-        threads = int(given)
-    else:
-        threads = max(1, cores() // max(1, sharing))
+        threads = min(threads, int(given))
     torch.set_num_threads(threads)
     return threads
+
+
+def machine_cores(comm: Comm) -> int:
+    """The cores the job's processes on this machine may run on together (the union of their affinities): its cores
+    as the cost model counts them (`spgnn.cost.Rates.cores`, C // P each of P processes that share them all)."""
+    here = _machine()
+    peers = comm.all_gather_object((here, sorted(_affinity())))
+    return len(set().union(*(mask for machine, mask in peers if machine == here)))
 
 
 def sharing(comm: Comm) -> int:
@@ -365,10 +372,10 @@ def init(device: str = "cpu", timeout_s: float = 300.0, transport: str = "auto")
 
 
 def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
-    """End this process (SIGTERM) once the process that started it (`pid`, else its parent) is gone: the ranks of
-    an --nprocs parent, or of a `run` caller, killed by SIGKILL, which could not stop them, went on training as
-    orphans. Watched through a pidfd, which a process that died (a zombie, too) makes readable, where Linux has
-    them; else by the parent's id (a --nprocs rank is then re-parented) or, for a `run` caller, by signal 0."""
+    """End this process (exit status 143, as by SIGTERM) once the process that started it (`pid`, else its parent) is
+    gone: the ranks of an --nprocs parent, or of a `run` caller, killed by SIGKILL, which could not stop them, went on
+    training as orphans. Watched through a pidfd, which a process that died (a zombie, too) makes readable, where Linux
+    has them; else by the parent's id (a --nprocs rank is then re-parented) or, for a `run` caller, by signal 0."""
     parent = pid or int(os.environ.get("SPGNN_PARENT_PID") or os.getppid())
     poll = select.poll()                # (select.select refuses a descriptor numbered 1024 or more)
     try:
@@ -396,7 +403,8 @@ def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
     def watch():
         while alive():
             pass
-        os.kill(os.getpid(), signal.SIGTERM)
+        os._exit(128 + signal.SIGTERM)      # as SIGTERM's default would: no one is left to report to, and a handled
+                                            # SIGTERM waits for an epoch's end (or a collective's timeout)
 
     threading.Thread(target=watch, daemon=True, name="spgnn-parent-watch").start()
 

@@ -1,15 +1,15 @@
 """Stopping a run on SIGINT or SIGTERM (Ctrl-C; a job cancelled or out of time under Slurm, torchrun or --nprocs)
 without losing what it computed.
 
-Once the epochs begin (`graceful`), the first signal only asks for a stop (`requested`): the epoch under way
-finishes, and at each epoch boundary the ranks agree whether any of them was asked (`agreed`: a signal may reach
-only some ranks, or reach them at different moments), so that all stop after the same epoch; the run then ends as
-a finished one does, its report marked. Outside the epochs (reading, partitioning, set-up), where no epoch's work
-would be kept, a signal stops the command at once (`Interrupted`). Once a stop was asked, a second SIGINT (Ctrl-C
-again) stops it at once; SIGTERM again does not: launchers deliver one request more than once (Slurm signals every
-process of a job, and an --nprocs supervisor passes its own signal on besides) and follow it with SIGKILL when they
-will wait no longer. Once the command is leaving, a SIGINT ends the process at once and silently (no traceback from
-an atexit handler), and SIGTERM is ignored.
+Once the epochs begin (`graceful`), the first signal only asks for a stop (`requested`): the epoch under way finishes,
+and at each epoch boundary the ranks agree whether any of them was asked (`agreed`: a signal may reach only some ranks,
+or reach them at different moments), so that all stop after the same epoch; the run then ends as a finished one does,
+its report marked. Outside the epochs (reading, partitioning, set-up), where no epoch's work would be kept, a signal
+stops the command at once (`Interrupted`). Once a stop was asked, a second SIGINT (Ctrl-C again, a second or more after
+the first) stops it at once; SIGTERM again does not: launchers deliver one request more than once (Slurm signals every
+process of a job, and an --nprocs supervisor passes its own signal on besides) and follow it with SIGKILL when they will
+wait no longer. Once the command is leaving, a SIGINT ends the process at once and silently (no traceback from an atexit
+handler), and SIGTERM is ignored.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 
 import torch
 
@@ -36,7 +37,9 @@ class Interrupted(KeyboardInterrupt):
         return 128 + self.signum
 
 
-_state = {"handled": False, "graceful": False, "leaving": False, "request": None, "say": False}
+_state = {"handled": False, "graceful": False, "leaving": False, "request": None, "at": 0.0, "say": False}
+AGAIN_S = 1.0       # a SIGINT this soon after the first request is that request again (sent to a rank and its
+                    # supervisor both, which passes its own on: Slurm's scancel --signal=INT, pkill -INT)
 
 
 def _name(signum: int) -> str:
@@ -50,13 +53,13 @@ def _on_signal(signum, frame):
             os._exit(128 + signum)
         return
     if state["request"] is not None:
-        if signum != signal.SIGINT:             # the same request, delivered again
+        if signum != signal.SIGINT or time.monotonic() - state["at"] < AGAIN_S:    # the same request, again
             return
         state["leaving"] = True
         raise Interrupted(signum, f"stopped at once by a second {_name(signum)}: what the run had not written yet is "
                                   "lost (its last checkpoint, if any, is kept)")
     if state["graceful"]:
-        state["request"] = signum
+        state["request"], state["at"] = signum, time.monotonic()
         if state["say"] and os.isatty(2):       # a person at a terminal sees that it was heard
             again = "; Ctrl-C again stops it at once" if signum == signal.SIGINT else ""
             os.write(2, f"spgnn: {_name(signum)}: the run stops once the epoch under way ends{again}\n".encode())
