@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 
 from . import dense, progress, spmm
@@ -31,6 +32,7 @@ from .partition.order import ORDERS
 from .partition.partition import available, check_method, make_partition, save_partition
 from .plan import (
     cached_partition,
+    check_folder_options,
     check_split_folder,
     fit_parts,
     graph_stats,
@@ -673,16 +675,8 @@ def cost_command(args, argv) -> int:
         check_method(args.partition)                    # before the graph is read
         if partitioned.is_partitioned(args.dataset):       # its own parts: the layouts of as many row blocks
             parts = partitioned.PartitionedDataset(args.dataset)
-            made = parts.partition_info
-            if not_its := [f"{flag} {value}" for flag, value, default, its in (
-                    ("--partition", args.partition, COST_PARTITION, made.get("method")),
-                    ("--node-order", args.node_order, TrainConfig.node_order, made.get("node_order")))
-                    if value not in (default, its)]:
-                raise SpgnnError(f"{args.dataset} is partitioned already (by {made.get('method')}, in "
-                                 f"{made.get('node_order')} node order): {' and '.join(not_its)} "
-                                 f"do{'es' if len(not_its) == 1 else ''} not apply to it; drop "
-                                 f"{'it' if len(not_its) == 1 else 'them'} or partition anew with spgnn partition "
-                                 "--output")
+            given = cfg if args.partition != COST_PARTITION else replace(cfg, partition=TrainConfig.partition)
+            check_folder_options(given, parts)          # (spgnn cost's default --partition is no choice made)
             model, stats_of = model_cost(cfg, parts.info), parts_stats(parts)
         else:
             graph = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)

@@ -242,18 +242,17 @@ def parts_stats(parts):
         if cls.num_parts(shape) == parts.nparts else None
 
 
-def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
-    """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
-    compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
-    compared, K, where = None, parts.nparts, getattr(parts, "path", "the dataset")
-    made = parts.partition_info
+def check_folder_options(cfg: TrainConfig, parts, given: bool = True) -> None:
+    """SpgnnError where cfg's --partition or --node-order is not what the partitioned dataset `parts` holds: another
+    partitioner, a partition file that is not its partition of this graph (nor the file it was made from; checked
+    where the folder was `given`, not made by the cache from cfg), another node order (the defaults pass)."""
+    K, where, made = parts.nparts, getattr(parts, "path", "the dataset"), parts.partition_info
     method, order = made.get("method"), made.get("node_order")
     named = get_partitioner(cfg.partition) is not None       # else a partition file
     if cfg.partition not in (TrainConfig.partition, method) and named:
         raise SpgnnError(f"{where} is partitioned already (by {method}): --partition {cfg.partition} does not apply "
                          "to it; drop --partition or partition anew with spgnn partition --output")
-    folder = given_folder(cfg) is not None                  # given partitioned (else the cache made it from cfg)
-    if not named and folder:                                # is the file the folder's partition (or its source)?
+    if not named and given:                                 # is the file the folder's partition (or its source)?
         meta = saved_meta(cfg.partition)
         if (not meta or [meta.get(k) for k in ("method", "params", "seed", "nparts", "graph_hash")] !=
                 [method, made.get("params", {}), made.get("seed", 0), K, parts.info.graph_hash]) and \
@@ -264,6 +263,16 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
     if cfg.node_order not in (TrainConfig.node_order, order):
         raise SpgnnError(f"{where} is partitioned already (in {order} node order): --node-order {cfg.node_order} "
                          "does not apply to it; drop --node-order or partition anew with spgnn partition --output")
+
+
+def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
+    """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
+    compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
+    compared, K, where = None, parts.nparts, getattr(parts, "path", "the dataset")
+    made = parts.partition_info
+    method, order = made.get("method"), made.get("node_order")
+    folder = given_folder(cfg) is not None                  # given partitioned (else the cache made it from cfg)
+    check_folder_options(cfg, parts, folder)
     if folder:      # the run's config says what the folder holds (a default kept, e.g. --partition block, did not run)
         cfg = replace(cfg, node_order=order, **({"partition": method} if get_partitioner(method) is not None else {}))
     if cfg.algo == "auto":

@@ -107,22 +107,27 @@ def test_spgnn_partition_refuses_a_seed_no_generator_takes(capsys, seed):
 
 def test_spgnn_cost_of_a_partitioned_folder_refuses_another_partition_or_order(tmp_path, capsys):
     """`spgnn cost --dataset FOLDER --partition metis` printed the folder's own (random) partition's table as if it
-    were metis's; spgnn train refuses the same options. A --partition or --node-order other than the folder's is now
-    one line; its own, or none, gives the table. A misspelled --partition is named before the graph is read."""
+    were metis's; spgnn train refuses the same options, and now through the same check (`check_folder_options`): a
+    --partition or --node-order other than the folder's is one line; its own (its partitioner, or the file of its
+    partition), or none, gives the table. A misspelled --partition is named before the graph is read."""
     from spgnn import cli
 
     folder = str(tmp_path / "cora4")
     assert cli.main(["partition", "--dataset", "cora", "--nparts", "4", "--method", "random", "--node-order", "rcm",
                      "--output", folder, "--quiet"]) == 0
     capsys.readouterr()
-    for extra, said in ((["--partition", "metis"], "--partition metis does not apply"),
-                        (["--node-order", "natural"], "--node-order natural does not apply"),
-                        (["--partition", "metis", "--node-order", "natural"],
-                         "--partition metis and --node-order natural do not apply")):
+    own, other = str(tmp_path / "own.npz"), str(tmp_path / "other.npz")    # its partition, and another
+    for path, seed in ((own, "0"), (other, "1")):
+        assert cli.main(["partition", "--dataset", "cora", "--nparts", "4", "--method", "random", "--seed", seed,
+                         "--output", path, "--quiet"]) == 0
+    for extra, said in ((["--partition", "metis"], "(by random): --partition metis does not apply"),
+                        (["--node-order", "natural"], "(in rcm node order): --node-order natural does not apply"),
+                        (["--partition", other], f"(by random, seed 0, 4 parts): --partition {other} is not that")):
         assert cli.main(["cost", "--dataset", folder, "--nprocs", "4"] + extra) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith(f"spgnn: error: {folder} is partitioned already (by random, in rcm node order): {said}")
-    assert cli.main(["cost", "--dataset", folder, "--nprocs", "4", "--partition", "random", "--node-order", "rcm"]) == 0
+        assert err.startswith(f"spgnn: error: {folder} is partitioned already {said}"), err
+    for extra in (["--partition", "random", "--node-order", "rcm"], ["--partition", own], []):
+        assert cli.main(["cost", "--dataset", folder, "--nprocs", "4"] + extra) == 0
     capsys.readouterr()
     assert cli.main(["cost", "--dataset", "no-such-graph", "--nprocs", "2", "--partition", "metiss"]) == 2
     assert capsys.readouterr().err.startswith("spgnn: error: unknown partition 'metiss'")
