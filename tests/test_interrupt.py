@@ -66,6 +66,22 @@ if os.environ.get("SPGNN_TEST_HOLD"):
 """
 
 
+STARTED: list[subprocess.Popen] = []
+
+
+@pytest.fixture(autouse=True)
+def _end_the_jobs():
+    """Each job a test started is ended with it, also where the test failed or pytest was stopped (a job runs
+    EPOCHS epochs, or holds, in a session of its own): SIGKILL to its session; its --nprocs ranks, in sessions of
+    their own, end as their supervisor does (`spgnn.comm.launch.watch_parent`)."""
+    yield
+    while STARTED:
+        job = STARTED.pop()
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.communicate()
+
+
 def start(args: list[str], tmp_path: Path, hold: str | None = None, launcher: list[str] = ()) -> subprocess.Popen:
     """``spgnn train ARGS`` (under `launcher`) in a session of its own, as a shell starts a job; `hold`: the epoch
     (or "setup") where each rank waits for the test (`HOOK`)."""
@@ -81,6 +97,7 @@ def start(args: list[str], tmp_path: Path, hold: str | None = None, launcher: li
     watch = threading.Timer(300, job.kill)                                   # a hang fails, not waits for ever
     watch.daemon = True
     watch.start()
+    STARTED.append(job)
     return job
 
 
