@@ -8,22 +8,47 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from spgnn import cost, progress
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
+@pytest.fixture
+def bench(monkeypatch, capfd):
+    """`bench(script, argv)`: (exit status, stdout, stderr) of benchmarks/`script`'s main(`argv`) run in this process,
+    as ``python benchmarks/SCRIPT.py ARGV`` runs it (from the repository, stage lines off as in a fresh process;
+    torch's threads set back after): a process of its own added only an interpreter and torch's import, 1-2 s each.
+    stdout and stderr are the file descriptors', which the ranks a benchmark starts write to as well."""
+    monkeypatch.chdir(ROOT)
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setattr(progress, "_shown", False)
+    threads = torch.get_num_threads()
+
+    def run(script, argv):
+        capfd.readouterr()
+        try:
+            code = importlib.import_module(script).main(argv)
+        except SystemExit as e:                          # argparse's refusals
+            code = e.code
+        finally:
+            torch.set_num_threads(threads)
+        out, err = capfd.readouterr()
+        return code or 0, out, err
+
+    return run
+
+
+def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path, bench):
     """bench_model at P = 1 and 2 on a small synthetic graph, scored against the built-in rates ("default"): the JSON
     report is written, every layout has its --epochs timed steps (the --warmup rounds untimed) and a prediction, and the
     rates it records are the defaults, a process alone's included (a nested dataclass that once failed the JSON write
     after every step was measured)."""
     out = tmp_path / "model.json"
-    done = subprocess.run([sys.executable, "benchmarks/bench_model.py", "--datasets", "sbm:400:4", "--procs", "1,2",
-                           "--epochs", "2", "--warmup", "1", "--calibration", "default", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, _, err = bench("bench_model", ["--datasets", "sbm:400:4", "--procs", "1,2", "--epochs", "2", "--warmup",
+                                         "1", "--calibration", "default", "--out", str(out)])
+    assert code == 0, err[-3000:]
     report = json.loads(out.read_text())
     assert report["calibration"] is None and list(report["scores"]) == ["default"]
     assert (report["warmup"], report["epochs"]) == (1, 2)
@@ -36,23 +61,22 @@ def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
-def test_bench_model_refuses_rounds_it_cannot_time(tmp_path):
+def test_bench_model_refuses_rounds_it_cannot_time(tmp_path, bench):
     """No timed step, or a negative warm-up, is refused in one line before the calibration or any launch."""
     for flags in (["--epochs", "0"], ["--warmup", "-1"]):
-        done = subprocess.run([sys.executable, "benchmarks/bench_model.py", *flags, "--out", str(tmp_path / "m.json")],
-                              cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 2
-        assert done.stderr.strip().splitlines()[-1].endswith("error: --epochs must be >= 1 and --warmup >= 0")
+        code, _, err = bench("bench_model", [*flags, "--out", str(tmp_path / "m.json")])
+        assert code == 2
+        assert err.strip().splitlines()[-1].endswith("error: --epochs must be >= 1 and --warmup >= 0")
         assert not (tmp_path / "m-calibration.json").exists()
 
 
-def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
+def test_bench_ring_times_each_way_and_writes_its_report(tmp_path, bench):
     """bench_ring at P = 3: a row per message size, each way timed --repeats times on rank 0 (the ring's rounds
     delivered the right shape, else the rank fails), the ratio that of the medians, the PNG beside the JSON."""
     out = tmp_path / "ring.json"
-    done = subprocess.run([sys.executable, "benchmarks/bench_ring.py", "--procs", "3", "--rows", "1,8", "--width", "4",
-                           "--repeats", "3", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, _, err = bench("bench_ring", ["--procs", "3", "--rows", "1,8", "--width", "4", "--repeats", "3", "--out",
+                                        str(out)])
+    assert code == 0, err[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [(r["P"], r["rows"], r["bytes"]) for r in rows] == [(3, 1, 16), (3, 8, 128)]
     for r in rows:
@@ -62,31 +86,31 @@ def test_bench_ring_times_each_way_and_writes_its_report(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
 
 
-def test_bench_bound_takes_config_fields_per_algorithm(tmp_path):
+def test_bench_bound_takes_config_fields_per_algorithm(tmp_path, bench):
     """bench_bound on a small synthetic graph with ``ALGO:ORDER:FIELD=VALUE`` items: a row each, the JSON and PNG
     written, and the fields applied: with --precompute on (the default, dropout 0) a step of a 2-layer GraphSAGE
     makes its second layer's product and its transpose (2 SpMMs), with ``precompute=off`` the first layer's too (4),
     each algorithm's count printed under its name (the footer once showed the first row's alone)."""
     out = tmp_path / "bound.json"
-    done = subprocess.run([sys.executable, "benchmarks/bench_bound.py", "--dataset", "sbm:400:4", "--layers", "2",
-                           "--hidden", "8", "--rounds", "2", "--algos", "sar,sar:natural:precompute=off",
-                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, said, err = bench("bench_bound", ["--dataset", "sbm:400:4", "--layers", "2", "--hidden", "8", "--rounds",
+                                            "2", "--algos", "sar,sar:natural:precompute=off", "--out", str(out)])
+    assert code == 0, err[-3000:]
     report = json.loads(out.read_text())
     rows = {r["algo"]: r for r in report["rows"]}
     assert list(rows) == ["sar", "sar:natural:precompute=off"]
     assert rows["sar"]["spmm_calls"] == 2 and rows["sar:natural:precompute=off"]["spmm_calls"] == 4
-    assert "sar 2 SpMMs" in done.stdout and "sar:natural:precompute=off 4 SpMMs" in done.stdout   # each named
+    assert "sar 2 SpMMs" in said and "sar:natural:precompute=off 4 SpMMs" in said   # each named
     for r in rows.values():
         assert r["step_ms"] > 0 and r["dense_ms"] > 0 and r["bound_ms"] >= r["dense_ms"] and r["step_over_bound"] > 0
         assert len(report["raw"][r["algo"]]["step_s"]) == 2
     assert out.with_suffix(".png").stat().st_size > 0
 
 
-def test_bench_spmm_times_each_width_beside_torch_and_another_build(tmp_path):
+def test_bench_spmm_times_each_width_beside_torch_and_another_build(tmp_path, bench):
     """bench_spmm on a small synthetic graph with --library this build's own kernels: a row per width, each system
     checked against torch.sparse.mm first and timed --repeats times, the paired ratio spgnn / other positive, the
-    JSON and PNG written; a --library that does not exist is refused in one line before any work."""
+    JSON and PNG written; a --library that does not exist is refused in one line before any work. The run is a
+    process of its own: loaded in this one, the library would be the handle this process holds, not another build."""
     import spgnn._native as built
 
     out = tmp_path / "spmm.json"
@@ -102,20 +126,18 @@ def test_bench_spmm_times_each_width_beside_torch_and_another_build(tmp_path):
         assert r["torch_over_spgnn"] == r["ms"]["torch.sparse.mm"] / r["ms"]["spgnn"] > 0
         assert r["spgnn_over_other"] > 0
     assert out.with_suffix(".png").stat().st_size > 0
-    refused = subprocess.run([*args, "--library", str(tmp_path / "none.so")], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-    assert refused.returncode == 2 and "no such file" in refused.stderr.strip().splitlines()[-1]
+    code, _, err = bench("bench_spmm", [*args[2:], "--library", str(tmp_path / "none.so")])   # (no build loaded)
+    assert code == 2 and "no such file" in err.strip().splitlines()[-1]
 
 
-def test_profile_step_lists_each_algorithms_operators(tmp_path):
+def test_profile_step_lists_each_algorithms_operators(tmp_path, bench):
     """profile_step at P = 1 on a small graph: per algorithm, the step's median and its operators a step; the
     distributed SpMM is one of them (as `_LinearMap`), called as often by each algorithm (at P = 1 all multiply the
     same matrices)."""
     out = tmp_path / "profile.json"
-    done = subprocess.run([sys.executable, "benchmarks/profile_step.py", "--dataset", "sbm:400:4", "--algos",
-                           "sar,1d-halo", "--layers", "2", "--hidden", "16", "--steps", "2", "--top", "5", "--out",
-                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, said, err = bench("profile_step", ["--dataset", "sbm:400:4", "--algos", "sar,1d-halo", "--layers", "2",
+                                             "--hidden", "16", "--steps", "2", "--top", "5", "--out", str(out)])
+    assert code == 0, err[-3000:]
     results = json.loads(out.read_text())["results"]
     assert list(results) == ["sar", "1d-halo"]
     calls = {}
@@ -123,35 +145,33 @@ def test_profile_step_lists_each_algorithms_operators(tmp_path):
         ops = {o["op"]: o for o in r["ops"]}
         assert r["step_s"] > 0 and ops["_LinearMap"]["calls"] >= 1, algo
         calls[algo] = ops["_LinearMap"]["calls"]
-        assert f"{algo}: step" in done.stdout
+        assert f"{algo}: step" in said
     assert calls["sar"] == calls["1d-halo"]
     assert out.with_suffix(".png").stat().st_size > 0
-    refused = subprocess.run([sys.executable, "benchmarks/profile_step.py", "--dataset", "sbm:400:4", "--algos",
-                              "sar,nope", "--out", str(tmp_path / "bad.json")], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr and not refused.stdout
-    assert refused.stderr.strip().splitlines()[-1].endswith("unknown algorithm 'nope': choose one of 1d, 1.5d, "
+    code, said, err = bench("profile_step", ["--dataset", "sbm:400:4", "--algos", "sar,nope", "--out",
+                                             str(tmp_path / "bad.json")])
+    assert code == 2 and "Traceback" not in err and not said
+    assert err.strip().splitlines()[-1].endswith("unknown algorithm 'nope': choose one of 1d, 1.5d, "
                                                             "1d-halo, sar, 2d, 3d")
 
 
-def test_bench_init_writes_a_valid_report_and_retabulates_it(tmp_path):
+def test_bench_init_writes_a_valid_report_and_retabulates_it(tmp_path, bench):
     """bench_init's smallest run writes its JSON (the chosen initialisations as a plain dict: the registry's mapping
     once failed the write after training); --tables-from re-tabulates it under its own dataset and refuses a --window
     that would not change it."""
     out = tmp_path / "init.json"
-    args = [sys.executable, "benchmarks/bench_init.py", "--dataset", "cora", "--models", "gcn", "--seeds", "0",
-            "--epochs", "3", "--window", "1", "--targets", "gcn:0.3", "--threads", "1", "--out", str(out)]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    code, _, err = bench("bench_init", ["--dataset", "cora", "--models", "gcn", "--seeds", "0", "--epochs", "3",
+                                        "--window", "1", "--targets", "gcn:0.3", "--threads", "1", "--out", str(out)])
+    assert code == 0, err[-3000:]
     report = json.loads(out.read_text())
     assert report["chosen"]["gcn"] in ("pyg", "dgl") and (report["dataset"], report["window"]) == ("cora", 1)
     assert {r["system"] for r in report["runs"]} == {"spgnn --init pyg", "spgnn --init dgl", "PyG"}
     assert out.with_suffix(".png").stat().st_size > 0
-    again = [sys.executable, "benchmarks/bench_init.py", "--tables-from", str(out), "--targets", "gcn:0.5"]
-    done = subprocess.run(again, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout.lstrip().startswith("cora, one process"), done.stderr[-3000:]
-    done = subprocess.run([*again, "--window", "3"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2 and done.stderr.strip().splitlines()[-1].endswith("--window cannot change it")
+    again = ["--tables-from", str(out), "--targets", "gcn:0.5"]
+    code, said, err = bench("bench_init", again)
+    assert code == 0 and said.lstrip().startswith("cora, one process"), err[-3000:]
+    code, _, err = bench("bench_init", [*again, "--window", "3"])
+    assert code == 2 and err.strip().splitlines()[-1].endswith("--window cannot change it")
 
 
 def test_bench_comm_extrapolates_and_tabulates_without_timed_epochs(monkeypatch):
@@ -285,25 +305,18 @@ BROKEN_PLOT = [   # (script, a tiny run's arguments): each writes its JSON, then
 
 
 @pytest.mark.parametrize("script, argv", BROKEN_PLOT, ids=[s for s, _ in BROKEN_PLOT])
-def test_benchmarks_write_their_report_before_a_plot_that_fails(script, argv, tmp_path, monkeypatch, capfd):
+def test_benchmarks_write_their_report_before_a_plot_that_fails(script, argv, tmp_path, monkeypatch, bench):
     """A plot that fails (here: raises OSError) is one warning line after the JSON is written: it once came first and
-    took the report down with it. The benchmark's main runs here, from the repository (a process of its own added
-    only its imports), stage lines off as in a fresh process; what bench_overlap sets in the environment for its
-    ranks is undone after."""
+    took the report down with it. (What bench_overlap sets in the environment for its ranks is undone after.)"""
     out = tmp_path / "r.json"
-    monkeypatch.chdir(ROOT)
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    monkeypatch.setattr(progress, "_shown", False)
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
-    bench = importlib.import_module(script)
 
     def plot(*args):
         raise OSError("no space left")
 
-    monkeypatch.setattr(bench, "plot", plot)
-    code = bench.main([*argv, "--out", str(out)])
-    err = capfd.readouterr().err
-    assert code in (0, None), err[-3000:]                   # sys.exit(main()): exit status 0
+    monkeypatch.setattr(importlib.import_module(script), "plot", plot)
+    code, _, err = bench(script, [*argv, "--out", str(out)])
+    assert code == 0, err[-3000:]
     assert json.loads(out.read_text()) and not out.with_suffix(".png").exists()
     assert err.strip().splitlines()[-1] == (f"{script}: warning: no plot at {out.with_suffix('.png')} "
                                             "(OSError: no space left)")
