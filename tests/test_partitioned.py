@@ -3,12 +3,11 @@ out-of-core partitioning, and the errors on bad folders."""
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from spgnn import cli
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -271,10 +270,9 @@ def test_out_of_core_equals_in_memory(tmp_path, method, edges):
         np.savetxt(src / edges, e, fmt="%d", header="src dst")
     np.save(src / "features.npy", rng.standard_normal((n, 5)).astype(np.float32))
     np.save(src / "labels.npy", rng.integers(0, 3, n))
-    if (method, edges) == ("fennel", "edges.txt"):          # once through the command line
-        subprocess.run([sys.executable, "-m", "spgnn", "partition", "--dataset", str(src), "--nparts", "4",
-                        "--method", method, "--seed", "3", "--output", str(tmp_path / "ooc"), "--out-of-core",
-                        "--chunk", "101"], check=True, capture_output=True)
+    if (method, edges) == ("fennel", "edges.txt"):          # once through the command line (its main, here)
+        assert cli.main(["partition", "--dataset", str(src), "--nparts", "4", "--method", method, "--seed", "3",
+                         "--output", str(tmp_path / "ooc"), "--out-of-core", "--chunk", "101"]) == 0
         ooc = tmp_path / "ooc"
     else:
         ooc = partition_edge_folder(src, tmp_path / "ooc", 4, method, seed=3, chunk=101)
@@ -287,14 +285,10 @@ def test_out_of_core_equals_in_memory(tmp_path, method, edges):
     assert PartitionedDataset(ooc).meta["partition"]["metrics"] == PartitionedDataset(mem).meta["partition"]["metrics"]
 
 
-def _spgnn(*args):
-    r = subprocess.run([sys.executable, "-m", "spgnn", *args], capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stderr.strip()
-
-
-def test_bad_folders_fail_with_one_line(tmp_path):
+def test_bad_folders_fail_with_one_line(tmp_path, capfd):
     """Each bad folder names the file and the fix; under --nprocs a bad part on one rank stops every rank
-    with that one line (exit 2), not a hang or a traceback."""
+    with that one line (exit 2), not a hang or a traceback (the supervisor `cli.main` here, capfd holding its
+    ranks' stderr too)."""
     ok = tmp_path / "ok"
     shutil.copytree(_folder(tmp_path, "sym", 2), ok)
 
@@ -324,7 +318,9 @@ def test_bad_folders_fail_with_one_line(tmp_path):
     with pytest.raises(SpgnnError, match="holds 2 parts.*What fits 2 parts"):
         fit_parts(TrainConfig(algo="1d-halo"), 3, PartitionedDataset(ok))
     assert fit_parts(TrainConfig(algo="1.5d", replication=2), 4, PartitionedDataset(ok))[1] == (2, 2)
-    code, err = _spgnn("train", "--dataset", str(cases[0][0]), "--nprocs", "2", "--epochs", "1", "--quiet")
+    capfd.readouterr()
+    code = cli.main(["train", "--dataset", str(cases[0][0]), "--nprocs", "2", "--epochs", "1", "--quiet"])
+    err = capfd.readouterr().err.strip()
     assert code == 2 and "x.npy" in err and len(err.splitlines()) == 1, err
     blocked = tmp_path / "a-file"                 # a folder below a file cannot be made, even by root
     blocked.write_text("")
