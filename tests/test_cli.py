@@ -41,11 +41,13 @@ def write_graph(folder, n=6, edges=((0, 1), (1, 2), (2, 3), (3, 4), (4, 5)), f=3
     return str(folder)
 
 
-def test_report_fields(tmp_path):
+def test_report_fields(tmp_path, capfd):
+    """The report of a --nprocs 2 run (its supervisor `main` here; capfd holds the ranks' stdout) has its fields."""
     out = tmp_path / "r.json"
-    res = run(["--epochs", "3", "--output", str(out), "--nprocs", "2", "--algo", "1d"])
-    assert res.returncode == 0, res.stderr
-    assert sum(x.startswith("epoch ") for x in res.stdout.splitlines()) == 3   # one line an epoch, rank 0 only
+    code = main(["train", "--epochs", "3", "--output", str(out), "--nprocs", "2", "--algo", "1d"])
+    said, err = capfd.readouterr()
+    assert code == 0, err
+    assert sum(x.startswith("epoch ") for x in said.splitlines()) == 3   # one line an epoch, rank 0 only
     r = json.loads(out.read_text())
     assert r["config"]["algo"] == "1d" and r["world_size"] == 2
     assert r["config"]["dataset"] == "cora"         # the user's, not the cache folder the processes were handed
