@@ -155,6 +155,7 @@ def test_profile_step_lists_each_algorithms_operators(tmp_path, bench):
                                                             "1d-halo, sar, 2d, 3d")
 
 
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")    # PyG's, in this process
 def test_bench_init_writes_a_valid_report_and_retabulates_it(tmp_path, bench):
     """bench_init's smallest run writes its JSON (the chosen initialisations as a plain dict: the registry's mapping
     once failed the write after training); --tables-from re-tabulates it under its own dataset and refuses a --window
