@@ -3,11 +3,14 @@ numpy computed."""
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
+import socket
 import stat
 import tempfile
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -29,13 +32,43 @@ def json_safe(obj):
     return obj
 
 
+def temporary(path: Path) -> Path:
+    """A new name beside `path` for a version of it being written: ``.NAME.PID@HOST.TAG.tmp``, the writer's pid and
+    host (a pid alone repeats across the hosts sharing a filesystem, and after a restart) and a random tag (two
+    writes of one process)."""
+    return path.with_name(f".{path.name}.{os.getpid()}@{socket.gethostname()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def abandoned(path: Path) -> list[Path]:
+    """The `temporary` files of `path` left by writers that are gone: written on this host by a process no longer
+    running (and the ``.NAME.PID.tmp`` of earlier versions, which were written on this host). Another host's, and a
+    running writer's, are left where they are: nothing here can tell whether that writer still writes."""
+    host, found = socket.gethostname(), []
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        writer = tmp.name[len(path.name) + 2:-len(".tmp")]          # PID@HOST.TAG, or PID
+        pid, _, rest = writer.partition("@")
+        if (rest.rpartition(".")[0] if rest else host) == host and pid.isdigit() and not _running(int(pid)):
+            found.append(tmp)
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists on this host."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # it exists, and is another user's
+        return True
+    return True
+
+
 def replace_whole(path: Path, write, check=None) -> None:
-    """`write(tmp)` to a temporary file beside `path` (``.NAME.PID.tmp``: two writers never share one), then that
-    file flushed to the disk and renamed over `path`, keeping the mode of a file already there: it is replaced
-    whole or not at all, also by a crash of the machine. `check()`, where given, runs just before the rename (an
-    error it raises replaces nothing). The temporary file is removed where a step fails, and the error raised
-    again."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """`write(tmp)` to a `temporary` file beside `path`, then that file flushed to the disk and renamed over `path`,
+    keeping the mode of a file already there: it is replaced whole or not at all, also by a crash of the machine.
+    `check()`, where given, runs just before the rename (an error it raises replaces nothing). The temporary file is
+    removed where a step fails, and the error raised again."""
+    tmp = temporary(path)
     try:
         write(tmp)
         with open(tmp, "rb") as f:

@@ -273,11 +273,11 @@ def test_writer_killed_mid_save_keeps_the_previous_checkpoint(tmp_path):
                               stdout=subprocess.PIPE, text=True)
     try:
         assert writer.stdout.readline().strip() == "saved"
-        tmp = tmp_path / f".{checkpoint.FILE}.{writer.pid}.tmp"
         writer.stdin.write("\n")
         writer.stdin.flush()
-        while not (tmp.exists() and tmp.stat().st_size > 0):
+        while not (tmps := [t for t in tmp_path.glob(f".{checkpoint.FILE}.{writer.pid}@*") if t.stat().st_size]):
             assert writer.poll() is None, "the writer ended before it was killed"
+        tmp, = tmps
         writer.send_signal(signal.SIGKILL)
         writer.wait()
     finally:

@@ -15,7 +15,7 @@
     config      the run's TrainConfig
     digest      SHA-256 of all of the above (`digest`), checked when it is read: a file changed since is refused
 
-A write goes to ``.checkpoint.pt.PID.tmp`` (the writer's pid: two runs never share it) and is renamed over the
+A write goes to ``.checkpoint.pt.PID@HOST.TAG.tmp`` (two writes never share it) and is renamed over the
 previous checkpoint, so a crash mid-write leaves the previous one intact; the other ranks wait, told that rank 0
 is still writing (`save_on_rank0`), however long that outlasts --timeout. A run replaces only the checkpoint it
 last wrote or resumed from (`stamp`): two runs given one folder do not overwrite each other's. Nothing depends on
@@ -38,7 +38,7 @@ import torch
 
 from ..comm.agree import on_rank0
 from ..errors import SpgnnError
-from ..jsonfile import replace_whole
+from ..jsonfile import abandoned, replace_whole, temporary
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -73,7 +73,7 @@ def writable(folder, resuming: bool = False) -> Path:
                          "--checkpoint an empty folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}"
+        probe = temporary(folder / ".probe")
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
@@ -124,10 +124,8 @@ def save(folder, state: dict, last=ANY) -> tuple:
                              "give each run its own --checkpoint folder")
 
     unchanged()                                 # before the write, and again just before its rename
-    for old in [*Path(folder).glob(f".{FILE}.*.tmp"), *Path(folder).glob(f"{FILE}.*.tmp")]:   # (and as named before)
-        pid = old.name.lstrip(".")[len(FILE) + 1:-len(".tmp")]   # a writer killed mid-write left it: gone with it
-        if pid.isdigit() and not _alive(int(pid)):
-            old.unlink(missing_ok=True)
+    for old in abandoned(path):                 # a writer killed mid-write left it: gone with it
+        old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:
         replace_whole(path, lambda tmp: torch.save(state, tmp), unchanged)
@@ -236,17 +234,6 @@ def _read(folder) -> tuple[Path, dict]:
         raise SpgnnError(f"{path} is damaged: its weights or state are not those written (their digest differs); "
                          "resume from another checkpoint or start again")
     return path, state
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (on this host)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def digest(obj) -> str:
