@@ -261,7 +261,7 @@ def test_squirrel_fixed_splits():
         assert np.array_equal(g3.train_mask, d["train_masks"][3])
         assert np.array_equal(g0.test_mask, d["test_masks"][0])
     assert not np.array_equal(g0.train_mask, g3.train_mask)
-    with pytest.raises(SpgnnError, match=r"10 fixed splits \(0\.\.9\), asked for split 10"):
+    with pytest.raises(SpgnnError, match=r"'squirrel:10': K must be a split number 0\.\.9"):
         load_dataset("squirrel:10", data_dir=str(DATA))
 
 
@@ -540,7 +540,7 @@ def test_a_spec_is_checked_without_reading_it(tmp_path, monkeypatch):
         datasets.check_dataset(good)
     for bad, said in (("nosuch", "unknown dataset 'nosuch'"), ("rmat:x", "SCALE must be an integer"),
                       ("cora:2", "takes no ':' argument"), (str(tmp_path / "none.npz"), "no such file or folder"),
-                      ("", "empty dataset spec")):
+                      ("", "empty dataset spec"), ("squirrel:10", "K must be a split number 0..9")):
         with pytest.raises(SpgnnError, match=re.escape(said)):
             datasets.check_dataset(bad)
     with pytest.raises(SpgnnError, match="dataset 'citeseer' not found"):

@@ -57,6 +57,7 @@ SYNTHETIC_SPECS = {
     "sbm:N:K[:PIN:POUT[:F]]": "stochastic block model, N nodes in K classes, edge probabilities PIN inside "
                               "and POUT across classes (default: mean degree 8 + 2), F features (default 64)",
 }
+SQUIRREL_SPLITS = 10          # the fixed splits the squirrel file holds (squirrel:K picks one)
 DATA_DIR_ENV = "SPGNN_DATA_DIR"
 DEFAULT_DATA_DIRS = ("./datasets", "~/.cache/spgnn/datasets")
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
@@ -161,8 +162,8 @@ def _load_named(name: str, arg: str, data_dir, seed: int, read: bool = True) -> 
     if arg:
         if name != "squirrel":
             raise SpgnnError(f"dataset {name!r} takes no ':' argument (only squirrel:K picks a fixed split)")
-        if not arg.isdigit():
-            raise SpgnnError(f"bad split in 'squirrel:{arg}': K must be a split number 0..9")
+        if not (arg.isdigit() and int(arg) < SQUIRREL_SPLITS):
+            raise SpgnnError(f"bad split in 'squirrel:{arg}': K must be a split number 0..{SQUIRREL_SPLITS - 1}")
         split = int(arg)
     explicit = (data_dir is not None and str(data_dir)) or os.environ.get(DATA_DIR_ENV)
     if not read:
