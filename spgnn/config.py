@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from . import options as plugins
 from . import spmm, tasks
 from .comm.launch import TRANSPORTS, check_device
@@ -201,6 +203,11 @@ def validate(self):
         for need in needs:
             cls.require(need, "--batch-norm" if need == "whole_rows" and self.batch_norm and
                         "whole_rows" not in model.needs else f"--model {self.model}")
+    if self.batch_norm and self.layers == 1:    # a one-layer model may have no hidden layer (gcnii's has two)
+        from .layers.stack import config_model
+
+        with torch.random.fork_rng(devices=[]):
+            config_model(self, 8, 8)                # SpgnnError where no batch norm would follow any layer
     if task is not None:
         task.check_options(self)        # options the task cannot train with together
     return self

@@ -334,6 +334,8 @@ def test_cost_arguments(args, needle, capsys):
     (["--timeout", "1e12"], "--timeout must be a number of seconds of at least 1 and at most 2592000"),
     (["--timeout", "inf"], "--timeout must be a number of seconds of at least 1"),
     (["--timeout", "0.001"], "--timeout must be a number of seconds of at least 1"),
+    (["--batch-norm", "--layers", "1"], "and none of the gcn's layers (GCNConv) is one"),         # no norm at all
+    (["--batch-norm", "--layers", "1", "--model", "appnp"], "none of the appnp's layers (Linear, APPNP) is one"),
 ])
 def test_numbers_no_run_can_use_are_one_line(args, needle, capsys):
     code, line = error_line(capsys, ["train", *QUICK, *args])
@@ -491,6 +493,7 @@ def test_what_the_model_and_layout_api_would_drop_is_refused():
     with pytest.raises(SpgnnError, match="^--steps must be at least 1, got 0$"):
         build_model("appnp", 5, 3, steps=0)                     # the identity
     assert build_model("gcn", 5, 3, heads=4).layers[0].f_in == 5     # another layer's option: ignored, as documented
+    assert len(build_model("gcnii", 5, 3, layers=1, batch_norm=True).norms) == 2      # its one layer is hidden
     from spgnn.layers.appnp import APPNP
     from spgnn.layers.gat import GATConv
     from spgnn.layers.gcnii import GCN2Conv
@@ -499,7 +502,8 @@ def test_what_the_model_and_layout_api_would_drop_is_refused():
                          (lambda: GCN2Conv(4, layer=0), "GCN2Conv: layer must be at least 1"),     # ZeroDivisionError
                          (lambda: GCN2Conv(4, theta=-5), "GCN2Conv: layer must be at least 1, theta positive"),
                          (lambda: APPNP(4, alpha=3), "APPNP: steps must be at least 1 and alpha in"),
-                         (lambda: GATConv(4, 4, heads=0), "GATConv: heads must be at least 1")):    # each built
+                         (lambda: GATConv(4, 4, heads=0), "GATConv: heads must be at least 1"),     # each built
+                         (lambda: build_model("sage", 5, 3, layers=1, batch_norm=True), "batch norm follows each")):
         with pytest.raises(SpgnnError, match=f"^{re.escape(needle)}"):
             make()
     with pytest.raises(SpgnnError, match="^memory_per_rank predicts each rank's peak memory by the model's"):

@@ -46,6 +46,11 @@ class GNN(KeepsDraws, nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(layers)
         hidden = [layer for layer in layers[:-1] if layer.activation is not None]     # a batch norm follows these
+        if batch_norm and not hidden:
+            kinds = ", ".join(type(layer).__name__ for layer in layers)
+            raise SpgnnError(f"batch norm follows each hidden layer (one an activation follows), and none of the "
+                             f"{name or 'model'}'s layers ({kinds}) is one: give it more layers (--layers 2), or no "
+                             "batch norm")
         self.norms = nn.ModuleList(BatchNorm(layer.f_out) if layer in hidden else NoNorm() for layer in layers[:-1]) \
             if batch_norm else None
         for layer in hidden if batch_norm else ():
