@@ -63,6 +63,16 @@ def _running(pid: int) -> bool:
     return True
 
 
+def unwritable(folder: Path) -> str | None:
+    """Why a file cannot be made in the existing `folder` (tried, not judged: root passes every access check), or
+    None."""
+    try:
+        tempfile.TemporaryFile(dir=folder).close()
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
 def replace_whole(path: Path, write, check=None) -> None:
     """`write(tmp)` to a `temporary` file beside `path`, then that file flushed to the disk and renamed over `path`,
     keeping the mode of a file already there: it is replaced whole or not at all, also by a crash of the machine.

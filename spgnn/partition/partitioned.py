@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from ..cost import BlockStats
 from ..errors import SpgnnError
 from ..graph.datasets import source_files
 from ..graph.validate import check_features, check_labels, check_masks, check_targets
-from ..jsonfile import replace_whole
+from ..jsonfile import replace_whole, unwritable
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
@@ -267,16 +266,6 @@ def check_output(path, source=None) -> Path:
     if why := unwritable(above):
         raise SpgnnError(f"--output {path} cannot be written ({why}): name a folder in a writable place")
     return path
-
-
-def unwritable(folder: Path) -> str | None:
-    """Why a file cannot be made in the existing `folder` (tried, not judged: root passes every access check), or
-    None."""
-    try:
-        tempfile.TemporaryFile(dir=folder).close()
-    except OSError as e:
-        return e.strerror or str(e)
-    return None
 
 
 def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True) -> Path:

@@ -38,7 +38,7 @@ import torch
 
 from ..comm.agree import on_rank0
 from ..errors import SpgnnError
-from ..jsonfile import abandoned, replace_whole, temporary
+from ..jsonfile import abandoned, replace_whole, unwritable
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -73,12 +73,11 @@ def writable(folder, resuming: bool = False) -> Path:
                          "--checkpoint an empty folder")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        probe = temporary(folder / ".probe")
-        probe.write_bytes(b"")
-        probe.unlink()
+        why = unwritable(folder)
     except OSError as e:
-        raise SpgnnError(f"cannot write checkpoints to {folder}: {e.strerror or e}; give --checkpoint a writable "
-                         "folder") from None
+        why = e.strerror or str(e)
+    if why:
+        raise SpgnnError(f"cannot write checkpoints to {folder}: {why}; give --checkpoint a writable folder")
     return folder
 
 
