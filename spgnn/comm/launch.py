@@ -679,6 +679,7 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
 
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
+POLL_S = 0.5        # how often `run_local` looks for ranks that exited without a report
 UNGUARDED = 86      # the exit code of a rank whose program, as the rank imported it, called `spgnn.run` again
 
 
@@ -727,21 +728,25 @@ def _launch_local(fn, nprocs: int, args: tuple, timeout_s: float, limit_s: float
              for r in range(nprocs)]
     for p in procs:
         p.start()
-    results, failures, until = {}, {}, time.monotonic() + limit_s
+    results, failures, until, dead = {}, {}, time.monotonic() + limit_s, set()
     try:
         while len(results) + len(failures) < nprocs:
-            try:
-                rank, stage, value = q.get(timeout=min(10.0, max(0.1, until - time.monotonic())))
+            try:     # every POLL_S: a rank that dies without a word (os._exit, a signal) is seen within it
+                rank, stage, value = q.get(timeout=min(POLL_S, max(0.1, until - time.monotonic())))
             except queues.Empty:
                 waiting = [r for r in range(nprocs) if r not in results and r not in failures]
-                failures |= {r: ("exit", time.time(), f"exited with code {procs[r].exitcode} and no report")
-                             for r in waiting if procs[r].exitcode not in (None, 0)}
-                if not failures and time.monotonic() >= until:
+                # a rank's exit seen at one poll fails it at the next, so that a report it sent just before is read
+                if silent := {r: ("exit", time.time(), f"exited with code {procs[r].exitcode} and no report")
+                              for r in waiting if r in dead}:
+                    failures |= silent
+                    until = min(until, time.monotonic() + 5.0)
+                dead = {r for r in waiting if r not in failures and procs[r].exitcode not in (None, 0)}
+                if dead or time.monotonic() < until:
+                    continue
+                if not failures:
                     failures = {r: ("run", time.time(), f"no result within {limit_s} s (run_local's deadline_s; "
                                                   "spgnn.run sets none)") for r in waiting}
-                if failures:
-                    break
-                continue
+                break
             if stage == "done":
                 results[rank] = pickle.loads(value)
             else:
