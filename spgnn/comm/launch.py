@@ -631,17 +631,26 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, stop_s: float, ext
         if late:
             sys.stderr.write(f"spgnn: error: {late}\n")
             sys.stderr.flush()
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        _end(procs, grace_s)
         for s, handler in previous.items():
             signal.signal(s, handler)
     return code or next((_shell_code(p.returncode) for p in procs if p.returncode), 0)
+
+
+def _end(procs: list, grace_s: float) -> None:
+    """SIGTERM to each of `procs` still running, then SIGKILL to those still running `grace_s` seconds later. SIGCONT
+    follows the SIGTERM: a stopped process (Ctrl-Z, a stalled rank) acts on a signal it handles only once continued,
+    and would wait out `grace_s` for the SIGKILL."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p.pid, signal.SIGCONT)
+    for p in procs:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
 
 
 def _shell_code(returncode: int) -> int:
