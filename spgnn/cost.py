@@ -711,7 +711,7 @@ PHASES = ("forward", "backward", "optimizer", "eval")
 WORK = ("spmm_nnz", "spmm_bytes", "spmm_ordered_nnz", "spmm_ordered_bytes", "flops", "dense_bytes", "pack_bytes",
         "elementwise_bytes", "dropout_bytes", "fresh_bytes", "ops")                                         # amounts
 ADAM_WORDS = 8          # words Adam reads and writes a parameter (p, g, m, v read; p, m, v written; g zeroed)
-COUNTS = ("cores", "comm_ranks")    # the `Rates` fields that count (whole numbers of at least 1)
+COUNTS = ("cores", "comm_ranks", "threads")    # the `Rates` fields that count (whole numbers of at least 1)
 
 
 @dataclass(frozen=True)
@@ -735,6 +735,8 @@ class Rates:
     spmm_ordered_nnz_s: float | None = None         # the SpMM rates on a matrix in rcm order, whose gathered rows
     spmm_ordered_bytes_per_s: float | None = None   # lie close together (None: as the rates above), one core
     alone: Rates | None = None      # those of one process alone on a machine (None: these)
+    threads: int | None = None      # threads a rank computes with where fewer than its share of the cores (a lower
+                                    # OMP_NUM_THREADS: `spgnn.comm.launch.share_cores`); None: its share
 
     def spmm_s(self, nnz: float, nbytes: float, ordered: bool = False) -> float:
         """One core's seconds for an SpMM's `nnz` nonzeros and `nbytes` of rows gathered and written, in a locality
@@ -750,8 +752,9 @@ class Rates:
 
     def cores_each(self, ranks: int) -> float:
         """Cores one of `ranks` processes sharing this machine's C cores computes with (C // P threads each,
-        `spgnn.comm.launch.share_cores`; beyond C processes they time-share)."""
-        return self.cores // ranks if ranks <= self.cores else self.cores / ranks
+        `spgnn.comm.launch.share_cores`, or `threads` where fewer; beyond C processes they time-share)."""
+        share = self.cores // ranks if ranks <= self.cores else self.cores / ranks
+        return min(share, self.threads) if self.threads else share
 
     def alpha_beta(self, alpha_beta, ranks: int) -> dict:
         """α and β for `ranks` processes on this machine: those measured with `comm_ranks`, slowed by the

@@ -287,7 +287,8 @@ def test_calibration_file_round_trips(tmp_path):
     measured, has the default one; a schema-5 file, made before the rates of a process alone, has none (its own
     rates hold for a process alone too); a file without the weight gradient's packing rate has the default one."""
     compute = measure_compute(Comm(), repeats=1, scale=10, degree=4, f=16)
-    assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s"}
+    assert set(compute) == {f.name for f in dataclasses.fields(cost.Rates)} - {"cores", "comm_ranks", "step_wait_s",
+                                                                              "threads"}   # (the run's)
     alone = compute["alone"]
     assert set(alone) == set(compute) - {"alone", "runtime_bytes", "sync_wait_s", "fresh_bytes_per_s"}
     assert all(v >= 0 for v in alone.values()) and alone["spmm_bytes_per_s"] > 0
@@ -398,6 +399,26 @@ def test_a_process_alone_on_its_machine_computes_at_its_own_rates():
         t = {r: cost.phase_seconds(cls, stats, p.shape, 0, mc, None, r, False, local)["forward"]["compute_s"]
              for r in (shared, fast)}
         assert t[fast] < t[shared] if local == 1 else t[fast] == t[shared]
+
+
+def test_a_rank_given_fewer_threads_than_its_share_is_predicted_with_them(monkeypatch):
+    """OMP_NUM_THREADS below a rank's share of the cores lowers its threads (`spgnn.comm.launch.share_cores`); the
+    prediction of a run charged the share whatever it ran with. The report says the threads each rank ran with."""
+    p, cls, mc, stats = _layout("1d-halo", 0, None)
+    rates = cost.replace(cost.DEFAULT_RATES, cores=2, alone=None)
+    assert [cost.replace(rates, threads=1).cores_each(P) for P in (1, 2, 4)] == [1, 1, 0.5]
+    assert cost.implausible(cost.replace(rates, threads=0)) == "threads 0"
+    work = cost.compute_work(cls, stats, p.shape, 0, mc)["forward"]
+    for threads, cores in ((None, 2), (2, 2), (1, 1)):
+        t = cost.phase_seconds(cls, stats, p.shape, 0, mc, None, cost.replace(rates, threads=threads), False, 1)
+        assert t["forward"]["compute_s"] == pytest.approx(cost.compute_seconds(work, rates, cores))
+    ran = {}
+    for threads in (1, 2):
+        monkeypatch.setattr("torch.get_num_threads", lambda threads=threads: threads)   # as the run computed
+        report = Trainer(TrainConfig(epochs=1, eval_every=0), Comm(0, 1)).run(log=None)
+        ran[threads] = report["predicted"]["epoch_s"]
+        assert report["threads"] == {"per_rank": [threads]}
+    assert ran[1] > ran[2]
 
 
 def test_memory_per_rank_drops_layouts_and_refuses_when_none_fits(tmp_path, capsys):

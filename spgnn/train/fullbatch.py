@@ -8,6 +8,8 @@ so summing parameter gradients over ranks gives exactly the serial gradient.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -135,7 +137,8 @@ class Trainer(Run):
         ab = cost.load_calibration(self.cfg.calibration) if self.cfg.calibration else None
         ledgers = [cost.epoch_ledger(type(self.algo), stats, self.grid.shape, r, model, epochs, evals)
                    for r in range(self.comm.world_size)]
-        cls, shape, rates = type(self.algo), self.grid.shape, cost.load_rates(self.cfg.calibration)
+        cls, shape = type(self.algo), self.grid.shape
+        rates = replace(cost.load_rates(self.cfg.calibration), threads=torch.get_num_threads())     # as it ran
         overlap, local = self.algo.hides_comm, launch.detect().local_world_size
         time = cost.epoch_seconds(cls, stats, shape, model, ab, rates, overlap, ranks_per_node=local)
         per = {"eval": max(evals, 1)}                  # rank 0's measured communication a step (an evaluation)

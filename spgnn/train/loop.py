@@ -162,7 +162,7 @@ class Run:
                 "memory": {"rank": self.comm.rank, "peak_rss_bytes": peak_rss_bytes(),
                            "setup_peak_rss_bytes": self.setup_peak_rss,
                            "train_peak_rss_bytes": peak_rss_since_restart() if self.setup_peak_rss else None} | gpu,
-                "stages": progress.seconds()}
+                "stages": progress.seconds(), "threads": torch.get_num_threads()}
 
     def graph_report(self) -> dict:
         g = self.info
@@ -198,6 +198,7 @@ class Run:
             "median_epoch_s": float(np.median(times)) if times else None,
             "comm": {"per_rank": [r["comm"] for r in everyone]},
             "memory": {"per_rank": [r["memory"] for r in everyone]},
+            "threads": {"per_rank": [r["threads"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
         } | self.run_report(everyone, ran)
 
