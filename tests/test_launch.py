@@ -38,3 +38,28 @@ def test_a_stopped_rank_acts_on_the_sigterm_that_ends_it():
         if rank.poll() is None:
             rank.kill()
             rank.wait()
+
+
+class _Gathers:
+    """A comm whose all-gathers return `world` (what each rank sent) and are counted."""
+
+    def __init__(self, world):
+        self.world, self.calls, self.sent = world, 0, None
+
+    def all_gather_object(self, obj):
+        self.calls, self.sent = self.calls + 1, obj
+        return self.world
+
+
+def test_the_cores_a_machine_has_and_the_ranks_sharing_them_come_of_one_gather(monkeypatch):
+    """`spgnn calibrate` asked for the machine's cores and for the ranks sharing this one's, each with an all-gather
+    of its own; both now read one `peers` list. Here: this rank, one on the same cores, one on other cores of this
+    machine, one on the same cores of another machine."""
+    monkeypatch.setattr(launch, "_machine", lambda: ("here", 1))
+    monkeypatch.setattr(launch, "_affinity", lambda: {0, 1})
+    world = [(("here", 1), (0, 1)), (("here", 1), (0, 1)), (("here", 1), (2, 3, 4)), (("there", 1), (0, 1))]
+    comm = _Gathers(world)
+    gathered = launch.peers(comm)
+    assert comm.calls == 1 and gathered == world and comm.sent == (("here", 1), (0, 1))
+    assert launch.machine_cores(comm, gathered) == 5 and launch.sharing(comm, gathered) == 2 and comm.calls == 1
+    assert launch.machine_cores(comm) == 5 and launch.sharing(comm) == 2 and comm.calls == 3   # alone: a gather each

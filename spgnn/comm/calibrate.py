@@ -82,7 +82,7 @@ from ..cost import charged_bytes
 from ..errors import SpgnnError
 from ..memory import LARGE_BYTES, keep_freed_memory, physical_memory_bytes, rss_bytes
 from .comm import Comm
-from .launch import cores, machine_cores, share_cores, sharing
+from .launch import cores, machine_cores, peers, share_cores, sharing
 
 SCHEMA = "spgnn.calibration/6"
 OPS = ("broadcast", "all_reduce", "all_to_all", "all_gather", "reduce_scatter")
@@ -209,10 +209,11 @@ def calibrate(comm: Comm, sizes, ops=OPS, repeats: int = 5, device: str = "cpu",
         raise SpgnnError(f"--sizes {', '.join(map(str, sizes))} bytes are one message size on {comm.world_size} "
                          f"processes (rounded down to multiples of 4·P = {4 * comm.world_size} bytes): give sizes "
                          "further apart, e.g. 4K,1M")
+    gathered = peers(comm)                  # the ranks' machines and cores, read by both: one all-gather
     result = {"schema": SCHEMA, "transport": comm.transport.name, "world_size": comm.world_size,
               "device": device, "repeats": repeats, "model": "seconds = alpha_s + beta_s_per_byte * bytes",
-              "cores": machine_cores(comm), "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS)),
-              "collectives": {}}
+              "cores": machine_cores(comm, gathered),
+              "compute": measure_compute(comm, max(repeats, COMPUTE_REPEATS), gathered=gathered), "collectives": {}}
     for op in ops:
         points = [measure(comm, op, s, repeats, budget_s=budget_s, device=device) for s in sizes]
         alpha, beta, err = fit_alpha_beta([p["bytes"] for p in points], [p["seconds"] for p in points])
@@ -347,7 +348,8 @@ def _alone(repeats: int, scale: int, degree: int, f: int) -> None:
     print(json.dumps(kernel_rates(lambda fn: _median_seconds(fn, repeats), threads, 0, scale, degree, f)))
 
 
-def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64) -> dict:
+def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int = 16, f: int = 64,
+                    gathered: list | None = None) -> dict:
     """One core's compute rates and this process's resident bytes (module docstring), measured on every rank
     at once: the median over ranks of each rank's rate divided by the cores it computes with (its threads, or its
     share of `cores` where the ranks outnumber them: `spgnn.cost.Rates.cores_each`).
@@ -363,13 +365,14 @@ def measure_compute(comm: Comm, repeats: int = 5, scale: int = 17, degree: int =
 
     "alone": the same rates of one process alone on the machine (`alone_rates`, started by rank 0 while the others
     wait): it has the caches to itself, and gathers an SpMM's rows about 1.4× faster a core here
-    (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core."""
+    (`spgnn.cost.Rates.on`). Left out under MPI, whose waiting ranks poll a core. `gathered`: the ranks' machines and
+    cores (`spgnn.comm.launch.peers`) where the caller has them."""
     from .. import native
 
     native.available()                                   # spgnn's kernels loaded (under a MiB)
     dense.product(torch.rand(256, 256), torch.rand(256, 256))  # and oneDNN's, where it takes the products: ~7 MiB
     runtime = rss_bytes()
-    each = min(torch.get_num_threads(), cores() / sharing(comm))
+    each = min(torch.get_num_threads(), cores() / sharing(comm, gathered))
     # every rank at once: the cores shared as in a run
     mine = kernel_rates(lambda fn: _median_seconds(fn, repeats, lambda: comm.all_sum([0.0])), each, comm.rank,
                         scale, degree, f)

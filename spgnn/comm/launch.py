@@ -248,22 +248,28 @@ def share_cores(processes: int) -> int:
     return threads
 
 
-def machine_cores(comm: Comm) -> int:
+def peers(comm: Comm) -> list:
+    """Each process of `comm`'s job: its machine (`_machine`) and the cores it may run on (`_affinity`), in one
+    all-gather of some bytes a rank (not counted: bookkeeping), which `machine_cores` and `sharing` read."""
+    return comm.all_gather_object((_machine(), tuple(sorted(_affinity()))))
+
+
+def machine_cores(comm: Comm, gathered: list | None = None) -> int:
     """The cores the job's processes on this machine may run on together (the union of their affinities): its cores
-    as the cost model counts them (`spgnn.cost.Rates.cores`, C // P each of P processes that share them all)."""
+    as the cost model counts them (`spgnn.cost.Rates.cores`, C // P each of P processes that share them all).
+    `gathered`: `peers(comm)` where the caller has it, else gathered here."""
     here = _machine()
-    peers = comm.all_gather_object((here, sorted(_affinity())))
-    return len(set().union(*(mask for machine, mask in peers if machine == here)))
+    return len(set().union(*(mask for machine, mask in gathered or peers(comm) if machine == here)))
 
 
-def sharing(comm: Comm) -> int:
+def sharing(comm: Comm, gathered: list | None = None) -> int:
     """The processes of `comm`'s job that run on this process's cores, itself included: those on this machine whose
-    affinity is this one's (one all-gather of a few bytes a rank, not counted: bookkeeping). Each process of an
-    --nprocs or torchrun job, or of mpirun --bind-to none, may run on every core of the node: they share them all;
-    srun --cpus-per-task gives each its own cores, and mpirun's default binding (by core or package) its core or
+    affinity is this one's (`peers`, or `gathered` where the caller has it). Each process of an --nprocs or
+    torchrun job, or of mpirun --bind-to none, may run on every core of the node: they share them all; srun
+    --cpus-per-task gives each its own cores, and mpirun's default binding (by core or package) its core or
     package, which those bound alike share."""
-    mine = (_machine(), hash(tuple(sorted(_affinity()))))
-    return sum(peer == mine for peer in comm.all_gather_object(mine))
+    mine = (_machine(), tuple(sorted(_affinity())))
+    return sum(peer == mine for peer in gathered or peers(comm))
 
 
 def check_device(device: str) -> None:
