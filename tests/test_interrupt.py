@@ -207,6 +207,46 @@ def test_a_signal_before_the_epochs_stops_the_run_at_once(tmp_path):
     assert re.findall(r"spgnn: .*", err) == ["spgnn: error: interrupted by SIGTERM"], err[-3000:]
 
 
+def state(pid: int) -> str:
+    """The process's state letter from /proc (T: stopped, Z: ended, not yet waited for), X where it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return "X"
+
+
+@pytest.mark.parametrize("then", ["fg", "kill -9"])
+def test_ctrl_z_stops_the_ranks_of_nprocs_and_fg_continues_them(then, tmp_path):
+    """Ctrl-Z (SIGTSTP to the job's group) stopped the supervisor alone: its ranks, in sessions of their own, went on
+    training. It stops them, then itself; SIGCONT (fg) to it continues them, and the run goes on to a clean stop. A
+    stopped job killed (kill -9 %1) leaves no rank stopped for ever: each is continued as its parent dies, and ends."""
+    report = tmp_path / "r.json"
+    job = start(["--nprocs", "2", "--output", str(report)], tmp_path)
+    after_epoch(job, 2)
+    ranks = [rank_pid(str(report), "RANK", r) for r in (0, 1)]
+    os.killpg(job.pid, signal.SIGTSTP)
+    for pid in (*ranks, job.pid):
+        while state(pid) != "T":
+            assert job.poll() is None, job.communicate()[1][-2000:]
+            time.sleep(0.02)
+    if then == "kill -9":
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate()
+        for pid in ranks:
+            while state(pid) not in "ZX":
+                time.sleep(0.05)
+        return
+    os.killpg(job.pid, signal.SIGCONT)
+    for pid in ranks:
+        while state(pid) == "T":
+            time.sleep(0.02)
+    after_epoch(job, 4)
+    os.killpg(job.pid, signal.SIGINT)
+    out, err = finish(job)
+    assert job.returncode == 130
+    check_stopped(out, err, report, "SIGINT", 4)
+
+
 def test_ranks_that_do_not_stop_are_killed_after_the_timeout(tmp_path):
     """The supervisor waits --timeout seconds for its ranks to finish their epoch; here they hold in it for ever."""
     job = start(["--nprocs", "2", "--timeout", "5"], tmp_path, hold="2")

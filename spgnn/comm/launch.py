@@ -413,6 +413,13 @@ def watch_parent(pid: int | None = None, every_s: float = 1.0) -> None:
                                             # SIGTERM waits for an epoch's end (or a collective's timeout)
 
     threading.Thread(target=watch, daemon=True, name="spgnn-parent-watch").start()
+    if pid is None and sys.platform.startswith("linux"):
+        # a rank its supervisor stopped (Ctrl-Z: `_Stops.pause`) would not watch: continued (SIGCONT) as its parent
+        # dies (prctl PR_SET_PDEATHSIG), it ends as above, not stopped for ever after a kill -9 of the job
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(1, signal.SIGCONT)
 
 
 class JoinError(SpgnnError):
@@ -559,12 +566,44 @@ class _Stops:
         self.signals.append(signum)
         self.until = min(self.until, time.monotonic() + self.waits[len(self.signals) - 1])
 
-    def listen(self) -> dict:
-        """`heard` made the handler of SIGINT and SIGTERM (in the main thread only: elsewhere they are left alone);
-        returns the handlers before, to set back."""
+    def listen(self, procs: list) -> dict:
+        """`heard` made the handler of SIGINT and SIGTERM, `pause` and `resume` those of SIGTSTP and SIGCONT, for
+        the ranks `procs` (in the main thread only: elsewhere they are left alone); returns the handlers before, to
+        set back."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        return {s: signal.signal(s, self.heard) for s in (signal.SIGINT, signal.SIGTERM)}
+        self.procs = procs
+        handlers = {signal.SIGINT: self.heard, signal.SIGTERM: self.heard}
+        if hasattr(signal, "SIGTSTP"):
+            handlers |= {signal.SIGTSTP: self.pause, signal.SIGCONT: self.resume}
+        return {s: signal.signal(s, handler) for s, handler in handlers.items()}
+
+    def pause(self, signum, frame) -> None:
+        """Ctrl-Z (SIGTSTP), which the ranks, in sessions of their own, do not get: each stopped (SIGSTOP: a SIGTSTP
+        to a process whose group has no parent in its session is discarded), then this process, as SIGTSTP's
+        default would (SIGSTOP where that too would be discarded); `resume` continues them."""
+        self.tell(signal.SIGSTOP)
+        parent = os.getppid()
+        try:
+            alone = os.getpgid(parent) == os.getpgrp() or os.getsid(parent) != os.getsid(0)   # (an orphaned group)
+        except OSError:
+            alone = True
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        try:
+            os.kill(os.getpid(), signal.SIGSTOP if alone else signal.SIGTSTP)
+        finally:
+            signal.signal(signal.SIGTSTP, self.pause)
+
+    def resume(self, signum, frame) -> None:
+        """SIGCONT (fg, bg, kill -CONT): the ranks `pause` stopped continued too."""
+        self.tell(signal.SIGCONT)
+
+    def tell(self, signum: int) -> None:
+        """`signum` to each rank still running."""
+        for p in self.procs:
+            if p.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(p.pid, signum)
 
     def forward(self, procs: list) -> None:
         """Each signal not yet passed on to each rank still running (`told`: how many each was given)."""
@@ -610,8 +649,8 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, stop_s: float, ext
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
                LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", SPGNN_PARENT_PID=str(os.getpid()), **extra)
     stops, late = _Stops(stop_s, grace_s), None
-    previous = stops.listen()
     procs, code, failed_at = [], 0, None
+    previous = stops.listen(procs)
     try:
         for r in range(nprocs):
             with _blocked((signal.SIGINT, signal.SIGTERM)):
