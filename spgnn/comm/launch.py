@@ -539,7 +539,8 @@ def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0, stop_s: float = 30
     The ranks run in sessions of their own, so that a signal to this process's group (Ctrl-C) reaches each of them
     once: as this process passes it on (`_Stops`), waiting `stop_s` seconds for them to finish their epoch and
     exit (`spgnn.train.interrupt`); they start with SIGINT and SIGTERM blocked, which they take once they handle
-    them (`interrupt.handled`), so that one passed on while they start is neither lost nor a traceback."""
+    them (`interrupt.handled`), so that one passed on while they start is neither lost nor a traceback. Ctrl-Z
+    stops them with this process, and fg continues them (`_Stops.pause`)."""
     if nprocs < 1:
         raise SpgnnError(f"--nprocs must be at least 1, got {nprocs}")
     for attempt in range(1, JOIN_ATTEMPTS + 1):
