@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import traceback
 from dataclasses import replace
 
 from ..config import timeout_fits, timeout_rule
@@ -36,6 +37,8 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     try:
         out = main(comm, *args)
     except BaseException:
+        if launched.kind == "mpirun":   # MPI_Abort ends the process before Python would say why it failed
+            traceback.print_exc()
         launch.abort(1)
         launch.leave()
         raise
