@@ -232,6 +232,8 @@ def test_extra_state_that_cannot_be_read_back_is_refused_at_save(tmp_path):
     opt = Adam(model.parameters())
     with pytest.raises(SpgnnError, match=r"^save_checkpoint's extra holds what a checkpoint cannot read back \(numpy"):
         g.save_checkpoint(tmp_path / "ck", model, opt, 3, best=np.float64(0.5))
+    with pytest.raises(SpgnnError, match=r"^save_checkpoint's extra holds .*lambda.*: keep plain numbers"):
+        g.save_checkpoint(tmp_path / "ck", model, opt, 3, decay=lambda e: 0.9 ** e)     # pickle's traceback, before
     assert not (tmp_path / "ck" / "checkpoint.pt").exists()
     g.save_checkpoint(tmp_path / "ck", model, opt, 3, best=0.5)
     assert g.load_checkpoint(tmp_path / "ck", model, opt) == (3, {"best": 0.5})

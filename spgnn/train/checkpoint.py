@@ -85,15 +85,15 @@ def loadable(obj, what: str) -> None:
     """SpgnnError unless `obj` reads back as `load` reads a checkpoint (``weights_only``: plain numbers, strings,
     containers and tensors), so that nothing is saved that could not be resumed from."""
     buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    buffer.seek(0)
     try:
+        torch.save(obj, buffer)         # (an object pickle cannot take: a lambda, a local class, an open file)
+        buffer.seek(0)
         torch.load(buffer, weights_only=True)
-    except pickle.UnpicklingError as e:
+    except (pickle.PicklingError, pickle.UnpicklingError, AttributeError, TypeError) as e:
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
-        raise SpgnnError(f"{what} holds what a checkpoint cannot read back ({found[1] if found else 'an object'}): "
-                         "keep plain numbers, strings, lists, dicts and tensors (float(x) of a numpy number)") \
-            from None
+        raise SpgnnError(f"{what} holds what a checkpoint cannot read back ({found[1] if found else e}): keep plain "
+                         "numbers, strings, lists, dicts and tensors (float(x) of a numpy number; a scheduler's "
+                         "state_dict(), not the scheduler)") from None
 
 
 def stamp(folder) -> tuple | None:
