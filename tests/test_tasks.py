@@ -348,3 +348,15 @@ def test_a_task_whose_figures_are_not_named_by_its_metric_is_one_line():
             Trainer(TrainConfig(task="misnamed", epochs=1, hidden=4), _comm()).run(log=None)
     finally:
         TASKS.pop("misnamed", None)
+
+
+def test_the_trainers_take_no_comm_as_one_process():
+    """`DistGraph(None)` is one process; `Trainer(cfg, None)` (as the tasks guide's example once wrote it) failed
+    after reading and partitioning the graph, with an AttributeError."""
+    from spgnn import LinkTrainer, MinibatchTrainer
+
+    cfg = TrainConfig(epochs=1, hidden=8)
+    for make in (lambda comm: Trainer(cfg, comm), lambda comm: LinkTrainer(cfg, comm),
+                 lambda comm: MinibatchTrainer(cfg, comm, "sage:3,3")):
+        alone, given = (make(comm).run(log=None)["final"] for comm in (None, _comm()))
+        assert alone == given and alone["loss"] > 0

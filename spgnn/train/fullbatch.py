@@ -32,15 +32,15 @@ class Trainer(Run):
     partitioned once by rank 0), or sliced from `graph` when the caller holds one in memory (a Graph or a PyG
     ``Data``; `parts` overriding cfg.partition)."""
 
-    def __init__(self, cfg: TrainConfig, comm: Comm, graph: Graph | None = None, parts=None):
+    def __init__(self, cfg: TrainConfig, comm: Comm | None = None, graph: Graph | None = None, parts=None):
         if cfg.task != "auto" and not (task := get_task(cfg.task)).node:     # before any partitioning
             raise SpgnnError(f"spgnn.Trainer trains node tasks, not --task {cfg.task}: train it with "
                              f"spgnn.{task.trainer().__name__}")
         self.g = DistGraph(comm, cfg.validate(), graph=graph, parts=parts,
                            model=lambda f, c: config_model(cfg, f, c))
         self.task = self.g.task
-        self.cfg, self.comm, self.info, self.parts, self.compared = self.g.cfg, comm, self.g.info, self.g.parts, \
-            self.g.compared
+        self.cfg, self.comm, self.info, self.parts, self.compared = self.g.cfg, self.g.comm, self.g.info, \
+            self.g.parts, self.g.compared
         self.grid, self.algo = self.g.grid, self.g.algo
         self.build_model(self.info.num_features, self.g.num_outputs)
         self.model = self.g.prepare(self.model)
@@ -49,7 +49,7 @@ class Trainer(Run):
             model = cost.ModelCost.of(self.model, self.g.precompute)
         except cost.Undeclared:     # a layer that declares no cost: no prediction in the report
             model = None
-        if comm.rank == 0 and model is not None and model.modelled_on(type(self.algo)):    # nor where the algorithm
+        if self.comm.rank == 0 and model is not None and model.modelled_on(type(self.algo)):  # nor where the algorithm
             self.costs = model, {a: self.parts.stats(a) for a in model.adjacencies}     # states none
         self.meter = SavedTensorMeter()
 

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..comm import autograd as autograd_comm
 from ..comm.agree import agree, on_rank0
+from ..comm.comm import Comm
 from ..comm.halo import Halo
 from ..cost import ModelCost
 from ..distgraph import DistGraph
@@ -73,8 +74,9 @@ class LinkTrainer(Run):
 
     task = get_task("link")
 
-    def __init__(self, cfg, comm, graph=None, parts=None):
+    def __init__(self, cfg, comm=None, graph=None, parts=None):
         cfg = replace(cfg, task="link").validate()         # the link options together too (`Link.check_options`)
+        comm = comm if comm is not None else Comm()         # (None: one process)
         folder = ogbl_folder(cfg.ogb_split) if cfg.ogb_split else \
             ogbl_folder(cfg.dataset) if graph is None and parts is None else None
         given = agree(comm, lambda: read_held_out(*folder)) if folder else None     # its own pairs: LinkShare
