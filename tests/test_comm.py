@@ -172,6 +172,13 @@ def test_run_sets_up_local_ranks_as_asked(monkeypatch):
     for nprocs in (0, 2.5):
         with pytest.raises(SpgnnError, match=f"^run: nprocs must be a whole number of at least 1, got {nprocs}$"):
             spgnn.run(_transport, nprocs=nprocs)
+    def inner(comm):
+        return comm.rank
+
+    for main in (lambda comm: comm.rank, inner):                    # pickle's traceback, before
+        with pytest.raises(SpgnnError, match=r"^run: with nprocs 2, main \('[^']*(<lambda>|<locals>\.inner)'\) must be "
+                                             "a function defined at the top level of a module"):
+            spgnn.run(main, nprocs=2)
     for timeout in (0, float("inf"), float("nan"), 1e13):  # (joined, the ranks blamed the network for them)
         with pytest.raises(SpgnnError, match=f"^run: timeout must be a number of seconds of at least 1 and at most "
                                              f"2592000 .*, got {timeout}$"):

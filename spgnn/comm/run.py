@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import traceback
 from dataclasses import replace
 
@@ -26,6 +27,12 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     if not timeout_fits(timeout):
         raise SpgnnError(timeout_rule("run: timeout", timeout))
     if launched.kind == "single" and nprocs > 1:
+        try:
+            pickle.dumps(main)          # how each local process is given it: by its module and name
+        except (pickle.PicklingError, AttributeError, TypeError):
+            raise SpgnnError(f"run: with nprocs {nprocs}, main ({getattr(main, '__qualname__', main)!r}) must be a "
+                             "function defined at the top level of a module, which each process is given by its name: "
+                             "not a lambda, nor a function defined inside another") from None
         launch.check_device(device)
         launch.resolve_transport(transport, replace(launched, kind="spawn"), device)
         return launch.run_local(main, nprocs, *args, timeout_s=timeout, deadline_s=float("inf"), device=device,
