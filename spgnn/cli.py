@@ -7,6 +7,7 @@ import argparse
 import json
 import math
 import os
+import re
 import signal
 import sys
 import traceback
@@ -47,10 +48,17 @@ from .train.fullbatch import Trainer
 CHUNK = 1 << 22             # spgnn partition --out-of-core's --chunk
 
 
+class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends an option's default to its help unless the help already says it ("(default ...", "(the default)")."""
+
+    def _get_help_string(self, action):
+        said = re.search(r"\((the )?default\b", action.help or "")
+        return action.help if said else super()._get_help_string(action)
+
+
 def _subparser(sub, name: str, help: str, description: str) -> argparse.ArgumentParser:
     """A subcommand's parser, defaults shown in its --help."""
-    return sub.add_parser(name, help=help, description=description,
-                          formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return sub.add_parser(name, help=help, description=description, formatter_class=_DefaultsFormatter)
 
 
 def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None, dataset=None,

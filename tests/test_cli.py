@@ -200,3 +200,17 @@ def test_auto_names_its_pick_where_the_run_says_what_it_trains(tmp_path, capsys)
     picked = json.loads(out.read_text())["config"]["algo"]
     first = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("spgnn: gcn on cora"))
     assert picked != "auto" and f"), {picked} (--algo auto's pick) on 1 process(es)" in first
+
+
+def test_help_shows_one_default_per_option():
+    """An option whose help says its default (``(default: gloo figures ...)``, ``(the default)``) is not given a
+    second one by the formatter; the others still are."""
+    import re
+
+    from spgnn.cli import build_parser
+
+    subs = next(a for a in build_parser()._actions if a.choices).choices
+    for name, parser in subs.items():
+        for entry in re.split(r"\n  (?=-)", parser.format_help()):
+            assert len(re.findall(r"\((the )?default\b", entry)) <= 1, (name, " ".join(entry.split()))
+    assert "(default: 0.01)" in subs["train"].format_help()
