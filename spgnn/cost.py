@@ -40,7 +40,7 @@ from .comm.halo import Halo
 from .dense import blocked
 from .errors import SpgnnError
 from .graph import graph as graphs
-from .graph.adjacency import get_adjacency
+from .graph.adjacency import ADJACENCIES, get_adjacency
 from .layers.registry import AllReduce, Attend, Dense, Elementwise, Spmm
 from .memory import LARGE_BYTES
 
@@ -159,8 +159,13 @@ class ModelCost:
                 raise SpgnnError(f"{what} declares {bad!r} in costs(): each cost is a spgnn.layers Spmm, Dense, "
                                  "Attend, AllReduce or Elementwise")
             own = getattr(layer, "adjacency", None)
-            if other := next((op for op in ops if isinstance(op, (Spmm, Attend))
-                              and (own is None or get_adjacency(op.adjacency).name != get_adjacency(own).name)), None):
+            sparse = [op for op in ops if isinstance(op, (Spmm, Attend))]
+            if sparse and own is None:
+                raise SpgnnError(f"{what} declares {sparse[0]!r} in costs() but its `adjacency` is unset (None): give "
+                                 "the layer class the name of the adjacency it multiplies by, e.g. adjacency = "
+                                 f"\"gcn\" (registered: {', '.join(ADJACENCIES)})")
+            if other := next((op for op in sparse if get_adjacency(op.adjacency).name != get_adjacency(own).name),
+                             None):
                 raise SpgnnError(f"{what} declares {other!r} in costs(), over adjacency {other.adjacency!r}, but "
                                  f"multiplies by {own!r} (its `adjacency`): declare its products over the adjacency "
                                  "it multiplies by")

@@ -161,6 +161,17 @@ def test_costs_over_another_adjacency_are_refused(declared):
         cost.ModelCost.of(torch.nn.Sequential(layer))
 
 
+def test_costs_of_a_layer_without_adjacency_say_it_is_unset():
+    """A layer whose `adjacency` is None but whose costs() declare a product was told it "multiplies by None" while
+    declaring a product over None: the line says what is missing and how to give it."""
+    layer = GINConv(5, 3)
+    layer.adjacency = None
+    layer.costs = lambda grad_in, features=False: [Spmm(3, None, grad_in), Dense(5, 3)]
+    with pytest.raises(SpgnnError, match=r"declares Spmm.* but its `adjacency` is unset \(None\): give the layer "
+                                         r"class the name of the adjacency it multiplies by, e.g. adjacency = \"gcn\""):
+        cost.ModelCost.of(torch.nn.Sequential(layer))
+
+
 def test_a_layer_registered_later_brings_its_options():
     """TrainConfig reads the registries when a config is made, so a layer (with an option) registered after
     spgnn was imported runs from the config and the trainer like a built-in one."""
