@@ -356,7 +356,7 @@ def test_npz_with_missing_or_bad_arrays(tmp_path):
         load_dataset(str(bad_ptr))
     np.savez(tmp_path / "rows.npz", edges=np.array([[0, 1]]), features=small_features(3),
              labels=np.zeros(4, int))
-    with pytest.raises(SpgnnError, match=r"labels have shape \(4,\) but the graph has 3 nodes"):
+    with pytest.raises(SpgnnError, match=r"'rows': features has 3 rows but labels has 4; both need one row per node"):
         load_dataset(str(tmp_path / "rows.npz"))
 
 
@@ -386,8 +386,11 @@ def test_edge_list_bad_inputs(tmp_path):
     x, y = small_features(), [0, 1, 0, 1, 0, 1]
     with pytest.raises(SpgnnError, match=r"edge endpoint ids must lie in \[0, 6\)"):
         load_dataset(str(write_edge_list(tmp_path / "a", "0 1\n2 6\n", x, y)))
-    with pytest.raises(SpgnnError, match=r"labels have shape \(5,\) but the graph has 6 nodes"):
+    with pytest.raises(SpgnnError, match=r"b/features.npy has 6 rows but .*b/labels.npy has 5; both need one row"):
         load_dataset(str(write_edge_list(tmp_path / "b", "0 1\n", x, y[:5])))
+    # fewer feature rows than labels, edges over the labels' nodes: the files disagree, the edges were blamed
+    with pytest.raises(SpgnnError, match=r"b2/features.npy has 6 rows but .*b2/labels.npy has 8; both need one row"):
+        load_dataset(str(write_edge_list(tmp_path / "b2", "0 1\n6 7\n", x, y + [0, 1])))
     x_nan = x.copy()
     x_nan[3, 1] = np.nan
     with pytest.raises(SpgnnError, match="NaN or infinite.*node 3"):

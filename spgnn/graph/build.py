@@ -143,13 +143,17 @@ def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None 
 
 
 def assemble(name: str, src, dst, x, y, *, directed: bool = False, masks=None, seed: int = 0,
-              num_classes: int | None = None, weights=None) -> Graph:
+              num_classes: int | None = None, weights=None, files=("features", "labels")) -> Graph:
     """Graph from an edge list src → dst over the rows of ``x``: binary, self-loops dropped (`simple_adjacency`);
-    or, with ``weights`` (directed only), each edge's weight, duplicates summed and self-loops kept (`edges_to_adj`)."""
+    or, with ``weights`` (directed only), each edge's weight, duplicates summed and self-loops kept (`edges_to_adj`).
+    ``files``: what errors call ``x`` and ``y`` (their files, where known)."""
     x = np.asarray(x)
     if x.ndim != 2:
         raise SpgnnError(f"dataset {name!r}: features must be a 2-D array (nodes x features), "
                          f"got shape {x.shape}")
+    if np.ndim(y) and x.shape[0] != np.shape(y)[0]:     # before the edges, whose ids are checked against x's rows
+        raise SpgnnError(f"dataset {name!r}: {files[0]} has {x.shape[0]} rows but {files[1]} has "
+                         f"{np.shape(y)[0]}; both need one row per node")
     adj = simple_adjacency(src, dst, x.shape[0], directed=directed, name=name) if weights is None else \
         edges_to_adj(src, dst, x.shape[0], symmetric=not directed, name=name, weights=weights)
     return from_arrays(name, adj, x, y, masks, seed, num_classes)

@@ -544,8 +544,8 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     name = str(meta.get("name") or folder.name)
     x, y = _read_npy(folder / "features.npy"), folder_labels(folder, _read_npy(folder / "labels.npy"), name)
     validate.check_features(x, str(folder / "features.npy"))        # (named here: Graph checks them as the dataset)
-    return assemble(name, src, dst, x, y,
-                     directed=meta.get("directed", False), masks=folder_masks(folder), seed=seed)
+    return assemble(name, src, dst, x, y, directed=meta.get("directed", False), masks=folder_masks(folder),
+                    seed=seed, files=(f"{folder / 'features.npy'}", f"{folder / 'labels.npy'}"))
 
 
 # ----------------------------------------------------------------------------------------------------------
