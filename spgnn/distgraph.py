@@ -129,7 +129,7 @@ class DistGraph:
                              "the graph as a keyword, DistGraph(comm, dataset='cora')")
         self.comm = comm = comm if comm is not None else Comm(0, 1)
         cfg = TrainConfig(**options) if cfg is None else replace(cfg, **options)
-        self._model, self._costs = model, None
+        self._model, self._costs, self._loss_checked = model, None, False
         names = self._adjacencies(adjacency) if adjacency is not None else None      # checked before any work
         for what, given in (("algo='auto' ranks the layouts", cfg.algo == "auto"),
                             ("memory_per_rank predicts each rank's peak memory", cfg.memory_per_rank is not None)):
@@ -487,6 +487,13 @@ class DistGraph:
         if not _scalar(loss):
             raise SpgnnError(f"task {self.task.name!r}'s loss returned {_described(loss)}: a loss is a one-element "
                              "tensor, the global mean (g.globally of this rank's partial sum)")
+        if not self._loss_checked:      # once, outside the ledger: a loss of each rank's rows alone differs by rank
+            self._loss_checked, values = True, self.comm.all_gather_object(float(loss.detach()))
+            if not np.allclose(values, values[0], rtol=1e-6, atol=0.0, equal_nan=True):
+                raise SpgnnError(f"task {self.task.name!r}'s loss differs between the ranks ({min(values):.6g} to "
+                                 f"{max(values):.6g}): a loss of this rank's rows alone (F.cross_entropy(out[mask], "
+                                 "y[mask])) is not the global mean, and the steps would follow the sum of the ranks' "
+                                 "means; write it with g.cross_entropy, g.binary_cross_entropy or g.globally")
         return loss
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:

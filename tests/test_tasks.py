@@ -360,3 +360,33 @@ def test_the_trainers_take_no_comm_as_one_process():
                  lambda comm: MinibatchTrainer(cfg, comm, "sage:3,3")):
         alone, given = (make(comm).run(log=None)["final"] for comm in (None, _comm()))
         assert alone == given and alone["loss"] > 0
+
+
+class LocalLoss(LogProb):
+    """The cross-entropy of this rank's rows alone, in plain torch: the mean of a rank's rows, not the graph's."""
+
+    name = "local-loss"
+
+    def loss(self, g, out, mask="train"):
+        m = g.masks[mask]
+        return F.cross_entropy(out[m], g.y[m])
+
+
+def _local_loss(comm):
+    register_task(LocalLoss)
+    try:
+        Trainer(TrainConfig(task="local-loss", epochs=1, hidden=8, partition="random"), comm).run(log=None)
+    except SpgnnError as e:
+        return str(e)
+
+
+def test_a_loss_of_each_ranks_rows_alone_is_refused():
+    """A task's loss written as F.cross_entropy of this rank's rows trained silently at P > 1, each step following
+    the sum of the ranks' means (a curve that changed with P); its value differs between the ranks, which
+    `DistGraph.loss` compares once."""
+    said = run_local(_local_loss, 2)
+    assert said[0] == said[1] and said[0].startswith("task 'local-loss''s loss differs between the ranks ("), said
+    try:
+        assert _local_loss(_comm()) is None                 # one process: its rows are all the rows
+    finally:
+        TASKS.pop("local-loss", None)
