@@ -108,6 +108,10 @@ def _unprepared(t: torch.Tensor) -> str | None:
     return None
 
 
+ROW_WISE = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.Softmax,
+            torch.nn.LogSoftmax)    # torch modules that take each row whole
+
+
 class DistGraph:
     """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
 
@@ -594,6 +598,8 @@ class DistGraph:
                     self.require(need, f"layer {name or type(module).__name__} ({type(module).__name__})")
                 if module.adjacency is not None:
                     self.layout(module.adjacency)
+            else:
+                self._check_plain(name or "the model", module)
         digest = {k: hashlib.sha1(p.detach().cpu().numpy().tobytes()).hexdigest() for k, p in model.named_parameters()}
         every = self.comm.all_gather_object(digest)
         differ = next((k for k in digest if any(d.get(k) != digest[k] for d in every)), None)
@@ -614,6 +620,22 @@ class DistGraph:
         if optimizer is not None:
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_owned(opt))
         return model
+
+    def _check_plain(self, name: str, module: torch.nn.Module) -> None:
+        """Refuse a torch module whose result would depend on the layout: one of each row (a linear map, a layer
+        norm, a softmax) where a rank holds part of each row (2D, 3D), one over nodes or drawn per rank (batch norm,
+        dropout) where the rows are split."""
+        kind = f"{name} (torch.nn.{type(module).__name__})"
+        if isinstance(module, ROW_WISE):
+            self.require("whole_rows", f"{name}, a torch.nn.{type(module).__name__} (spgnn.Linear and g.log_softmax "
+                                       "take any layout),")
+        split = self.comm.world_size > 1
+        if split and isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            raise SpgnnError(f"{kind} normalizes by this rank's rows, and keeps its statistics per rank: use "
+                             "spgnn.BatchNorm, which takes them over every node")
+        if split and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            raise SpgnnError(f"{kind} draws its masks per rank, so the run would change with P (and on 1.5d the "
+                             "replicas of a block drift apart): use g.dropout, whose masks are the same on any layout")
 
     def _check_owned(self, optimizer) -> None:
         """SpgnnError where `optimizer` (the one given to `prepare`) holds a parameter of a module not prepared."""

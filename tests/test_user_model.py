@@ -88,11 +88,17 @@ class RowWise(spgnn.Layer):
     needs = frozenset({"whole_rows"})
 
 
+PLAIN = {"torch linear": lambda: torch.nn.Linear(4, 3), "batch norm": lambda: torch.nn.BatchNorm1d(4),
+         "dropout": lambda: torch.nn.Dropout(0.5)}
+
+
 def _prepared(comm, what):
-    g = spgnn.DistGraph(comm, dataset="cora", algo="2d" if what == "whole rows" else "1d-halo")
+    g = spgnn.DistGraph(comm, dataset="cora", algo="2d" if what in ("whole rows", "torch linear") else "1d-halo")
     torch.manual_seed(comm.rank if what == "differ" else 0)
     if what == "whole rows":
         model = torch.nn.ModuleList([spgnn.GCNConv(g.num_features, 4), RowWise(4, 4)])
+    elif what in PLAIN:                                 # torch's errors of shapes on 2D; on 1D a P-dependent run
+        model = torch.nn.ModuleList([spgnn.GCNConv(g.num_features, 4), PLAIN[what]()])
     else:
         model = _program().JKResGCN(g.num_features, 4, g.num_classes)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -169,6 +175,11 @@ REFUSED = {
     "float64": "parameter 'weight' of the model is torch.float64, but the features are torch.float32: build the",
     "mask None": "a mask is a split's name (train, val, test) or a boolean tensor of shape",
     "linear": "linear: W of shape (1432, 3) needs H's columns as its rows: give W (H's width)×(outputs)",
+    "torch linear": "1, a torch.nn.Linear (spgnn.Linear and g.log_softmax take any layout), needs whole rows, which "
+                    "--algo 2d does not offer",
+    "batch norm": "1 (torch.nn.BatchNorm1d) normalizes by this rank's rows, and keeps its statistics per rank: use "
+                  "spgnn.BatchNorm",
+    "dropout": "1 (torch.nn.Dropout) draws its masks per rank, so the run would change with P",
 }
 
 
@@ -232,6 +243,9 @@ def test_layouts_refuse_what_they_cannot_do():
         spgnn.DistGraph(comm, dataset="cora", algo="auto")
     with pytest.raises(SpgnnError, match="batch normalization needs whole rows, which --algo 2d does not offer"):
         spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
+    torch.manual_seed(0)
+    alone = torch.nn.Sequential(torch.nn.Linear(g.num_features, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
+    assert g.prepare(alone) is alone        # one process holds every row, whole
 
 
 def _steps(g, model, opt, epochs, schedule=None) -> list[float]:
