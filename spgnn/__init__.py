@@ -44,6 +44,8 @@ from .partition.metrics import partition_metrics
 from .partition.partition import Partition, make_partition, make_parts, register, save_partition
 from .partition.partitioned import PartitionedDataset
 from .partition.share import Share
+from .sparse import CSR
+from .sparse import spmm as local_spmm
 from .spmm import ALGORITHMS, DistSpMM
 from .spmm import register as register_algorithm
 from .tasks import Task, register_task
@@ -68,10 +70,10 @@ def _load_plugins() -> None:
 
 _load_plugins()
 
-__all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "Attend", "BatchNorm", "Comm", "Dense", "DistGraph",
-           "DistSpMM", "EdgeSplit", "Elementwise", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph",
-           "Group", "Layer", "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition",
-           "PartitionedDataset", "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig",
-           "Trainer", "average_precision", "build_model", "from_pyg", "launch", "make_partition", "make_parts",
+__all__ = ["ALGORITHMS", "APPNP", "Adjacency", "AllReduce", "Attend", "BatchNorm", "CSR", "Comm", "Dense", "DistGraph",
+           "DistSpMM", "EdgeSplit", "Elementwise", "GATConv", "GCN2Conv", "GCNConv", "GINConv", "GNN", "Graph", "Group",
+           "Layer", "Ledger", "Linear", "LinkTrainer", "MinibatchTrainer", "Option", "Partition", "PartitionedDataset",
+           "ProcessGrid", "SAGEConv", "Share", "SpgnnError", "Spmm", "Task", "TrainConfig", "Trainer",
+           "average_precision", "build_model", "from_pyg", "launch", "local_spmm", "make_partition", "make_parts",
            "partition_metrics", "register", "register_adjacency", "register_algorithm", "register_layer",
            "register_task", "roc_auc", "run", "save_partition", "to_pyg"]

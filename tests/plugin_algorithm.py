@@ -1,11 +1,9 @@
 """The README's worked example of a new algorithm, one file: 1D by all-gather. Registered on import."""
 
-from spgnn.sparse import kernels
-from spgnn.sparse.csr import CSR
-from spgnn.spmm import DistSpMM, register
+from spgnn import CSR, DistSpMM, local_spmm, register_algorithm
 
 
-@register
+@register_algorithm
 class AllGather1D(DistSpMM):
     """Z_i = A_i·[H_0; …; H_{P−1}] after an all-gather of H; dH_i = (Σ_j A_jᵀ·G_j)_i by a reduce-scatter."""
 
@@ -17,10 +15,10 @@ class AllGather1D(DistSpMM):
         self.a, self.group = CSR.from_scipy(block.a), grid.group("part")
 
     def _forward(self, h):
-        return kernels.spmm(self.a, self.comm.all_gather_v(h, self.sizes, self.group))
+        return local_spmm(self.a, self.comm.all_gather_v(h, self.sizes, self.group))
 
     def _backward(self, g):
-        return self.comm.reduce_scatter(kernels.spmm(self.a.T, g), self.group, self.sizes)
+        return self.comm.reduce_scatter(local_spmm(self.a.T, g), self.group, self.sizes)
 
     @classmethod
     def spmm_cost(cls, stats, shape, rank, f):
