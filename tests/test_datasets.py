@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from spgnn.errors import SpgnnError
 from spgnn.graph import datasets
-from spgnn.graph.build import per_class_split
+from spgnn.graph.build import default_split, per_class_split
 from spgnn.graph.datasets import (
     BUNDLED_DIR,
     DATA_DIR_ENV,
@@ -28,6 +28,7 @@ from spgnn.graph.datasets import (
     read_planetoid,
     save_npz,
 )
+from spgnn.partition.ooc import EdgeFolder
 from tests.graphs import DATA, needs_data
 
 
@@ -289,7 +290,7 @@ def test_shchur_npz_is_symmetrised_and_loop_free(tmp_path):
     assert g.name == "g" and g.n == 5 and g.num_classes == 2
     assert edge_set(g) == {(0, 1), (1, 0), (1, 2), (2, 1), (3, 4), (4, 3)}
     assert np.array_equal(g.x, small_features(5))
-    assert g.train_mask.all()                                  # classes smaller than 20 go to train
+    assert [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)] == [3, 1, 1]     # too small for 20/30
 
 
 def test_zip_holding_an_npz(tmp_path):
@@ -446,6 +447,22 @@ def test_missing_named_dataset_lists_searched_dirs(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- splits
+
+def test_a_graph_too_small_for_20_30_per_class_is_split_60_20_20(tmp_path):
+    """50 nodes in 3 classes without masks were all put in train (20 a class): validation and test were empty and a
+    run printed 'val nan test nan'. Where no class has more than 50 nodes, the split is 60/20/20 at random."""
+    y = np.arange(50) % 3
+    folder = write_edge_list(tmp_path / "nomasks", "0 1\n1 2\n", small_features(50), y)
+    for g in (load_dataset(str(folder)), load_dataset("sbm:60:3")):
+        sizes = [int(m.sum()) for m in (g.train_mask, g.val_mask, g.test_mask)]
+        assert sizes == [int(0.6 * g.n), int(0.2 * g.n), g.n - int(0.6 * g.n) - int(0.2 * g.n)], (g.name, sizes)
+        assert (g.train_mask.astype(int) + g.val_mask + g.test_mask == 1).all()
+    ooc = EdgeFolder(folder, chunk=10).masks(seed=0)                  # spgnn partition --out-of-core: the same split
+    assert all(np.array_equal(ooc[s], getattr(load_dataset(str(folder)), f"{s}_mask")) for s in ooc)
+    big = np.concatenate([np.zeros(51, int), np.ones(10, int)])      # one class of 51: the per-class split
+    train, val, test = default_split(big, 2, seed=0)
+    assert np.bincount(big[train]).tolist() == [20, 10] and np.bincount(big[test]).tolist() == [1]
+
 
 def test_per_class_split_counts_and_determinism():
     y = np.repeat(np.arange(4), [100, 60, 50, 25])

@@ -90,7 +90,11 @@ def torch_saved(path: Path):
         return RestrictedUnpickler(f, encoding="latin1").load()
 
 
-def per_class_split(y, num_classes: int, seed: int, train_per_class: int = 20, val_per_class: int = 30):
+TRAIN_PER_CLASS, VAL_PER_CLASS = 20, 30        # `per_class_split`'s, as in Shchur et al. 2018
+
+
+def per_class_split(y, num_classes: int, seed: int, train_per_class: int = TRAIN_PER_CLASS,
+                    val_per_class: int = VAL_PER_CLASS):
     """Boolean (train, val, test) masks: per class, ``train_per_class`` random nodes train, the next
     ``val_per_class`` validation, the rest test. A class with fewer nodes fills train first, then val."""
     y = np.asarray(y)
@@ -128,8 +132,17 @@ def random_split(n: int, seed: int, fractions=(0.6, 0.2)) -> tuple:
     return tuple(masks)
 
 
+def default_split(y, num_classes: int, seed: int) -> tuple:
+    """(train, val, test) of a graph without a split of its own: `per_class_split` where a class has more nodes than
+    the 20 + 30 it takes for training and validation; else (it would leave test, or validation and test, empty),
+    and for binary targets, the seeded 60/20/20 `random_split`."""
+    if y.ndim == 1 and np.bincount(y, minlength=num_classes).max(initial=0) > TRAIN_PER_CLASS + VAL_PER_CLASS:
+        return per_class_split(y, num_classes, seed)
+    return random_split(len(y), seed)
+
+
 def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None = None) -> Graph:
-    """Graph from its parts; ``masks`` None means a seeded per-class random split (60/20/20 for binary targets)."""
+    """Graph from its parts; ``masks`` None means `default_split`."""
     x = np.asarray(x)
     if x.dtype.kind not in "biuf":
         raise SpgnnError(f"dataset {name!r}: features must be numbers, got a {x.dtype} array")
@@ -138,7 +151,7 @@ def from_arrays(name: str, adj, x, y, masks, seed: int, num_classes: int | None 
         num_classes = y.shape[1]
     num_classes = int(num_classes or (y.max() + 1 if y.size else 0))
     if masks is None:
-        masks = random_split(len(y), seed) if y.ndim == 2 else per_class_split(y, num_classes, seed)
+        masks = default_split(y, num_classes, seed)
     return Graph(adj, x, y, *masks, name=name, num_classes=num_classes)
 
 

@@ -15,7 +15,8 @@
 
 Every graph is symmetrised unless its format says it is directed, and self-loops are dropped (the layers
 add them back). Splits: the data's own where it has one, otherwise ``per_class_split`` (20 train and 30
-validation nodes per class, the rest test, as in Shchur et al. 2018), seeded by ``seed``.
+validation nodes per class, the rest test, as in Shchur et al. 2018), seeded by ``seed``; where that would leave
+test empty (no class of more than 50 nodes), a seeded random 60/20/20 split (`default_split`).
 """
 
 from __future__ import annotations
@@ -528,7 +529,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
     """Graph from a folder holding ``edges.npy`` ([E, 2], or [2, E] as PyG's edge_index), ``edges.txt`` or
     ``edges.csv`` (lines ``src dst`` or ``src,dst``, node ids 0..N-1, ``#`` comments), ``features.npy``
     [N, F], ``labels.npy`` [N], optional boolean ``train_mask.npy``/``val_mask.npy``/``test_mask.npy`` [N]
-    (without them: per-class random split; without val: none; without test: all the rest) and optional
+    (without them: `default_split`; without val: none; without test: all the rest) and optional
     ``meta.json`` {"directed": bool, "name": str}."""
     folder = Path(folder)
     edge_file = next((folder / f for f in ("edges.npy", "edges.txt", "edges.csv") if (folder / f).is_file()), None)
@@ -600,7 +601,7 @@ def rmat(scale: int, edge_factor: int = 16, seed: int = 0, num_features: int = 1
     removed. Features: ``num_features`` N(0, 1) float32 columns. Labels: argmax over ``num_classes`` of a
     random projection XW averaged over each node's closed neighbourhood (one mean-aggregation layer can
     fit it exactly; features alone only partly; classes no node falls in, at small scales, are dropped). Split:
-    per-class random."""
+    `default_split`."""
     rmat_check(scale, edge_factor)
     rng = np.random.default_rng(seed)
     n = 1 << scale
@@ -686,7 +687,7 @@ def sbm(n: int, k: int, p_in: float | None = None, p_out: float | None = None, n
     """Stochastic block model: n nodes in k near-equal classes (random ids), each pair joined with probability
     p_in inside a class and p_out across (defaults: mean degree 8 inside + 2 across), undirected, sampled
     in O(edges). Features: class mean (N(0, 0.25²) per dimension, one per class) + N(0, 1) noise,
-    ``num_features`` columns. Split: per-class random.
+    ``num_features`` columns. Split: `default_split`.
 
     Spec ``sbm:N:K[:PIN:POUT[:F]]``; an empty field takes its default, e.g. ``sbm:10000:5:::32``."""
     p_in, p_out = sbm_check(n, k, p_in, p_out, num_features)

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import per_class_split, random_split, reading
+from ..graph.build import default_split, reading
 from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta, folder_labels, folder_masks
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
@@ -76,10 +76,8 @@ class EdgeFolder:
             raise SpgnnError(f"cannot read {self.folder / name}: {e}") from None
 
     def masks(self, seed: int) -> dict:
-        """The split masks as `spgnn.graph.datasets.read_edge_list` makes them (the folder's, or seeded per class)."""
-        masks = dict(zip(SPLITS, folder_masks(self.folder) or
-                         (random_split(self.n, seed) if self.targets else
-                          per_class_split(self.y, self.num_classes, seed))))
+        """The split masks as `spgnn.graph.datasets.read_edge_list` makes them (the folder's, or `default_split`)."""
+        masks = dict(zip(SPLITS, folder_masks(self.folder) or default_split(self.y, self.num_classes, seed)))
         for key, m in masks.items():
             if np.shape(m) != (self.n,):
                 raise SpgnnError(f"{self.folder}: the {key} mask has shape {np.shape(m)}, expected ({self.n},): one "
