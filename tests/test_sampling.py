@@ -403,8 +403,10 @@ def test_bad_input():
         with pytest.raises(SpgnnError, match=f"^{flags}.* to full-batch training, not --sampler"):
             check_options(TrainConfig(model="sage", **options), "sage:3", 4, 1, g)
     with pytest.raises(SpgnnError, match="^--batch-norm with --sampler trains on one process only: on 2 each"):
-        check_options(TrainConfig(model="sage", batch_norm=True), "sage:3", 4, 1, g, nprocs=2)
-    assert check_options(TrainConfig(model="sage", batch_norm=True), "sage:3", 4, 1, g, nprocs=1)[0].batch_norm
+        check_options(TrainConfig(model="sage", batch_norm=True), "sage:3,3", 4, 1, g, nprocs=2)
+    assert check_options(TrainConfig(model="sage", batch_norm=True), "sage:3,3", 4, 1, g, nprocs=1)[0].batch_norm
+    with pytest.raises(SpgnnError, match="^batch norm follows each hidden layer .* none of the sage's layers"):
+        check_options(TrainConfig(model="sage", batch_norm=True), "sage:3", 4, 1, g, nprocs=1)   # one hop: no norm
 
 
 def test_isolated_and_no_in_edges():
