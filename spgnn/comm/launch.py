@@ -735,6 +735,7 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
 POLL_S = 0.5        # how often `run_local` looks for ranks that exited without a report
+BAD_INPUT = f"{SpgnnError.__name__}: "     # how a rank's report of an SpgnnError begins (`_run_rank`)
 UNGUARDED = 86      # the exit code of a rank whose program, as the rank imported it, called `spgnn.run` again
 
 
@@ -742,8 +743,9 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
               device: str = "cpu", transport: str = "auto") -> list:
     """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined as a job on `device`, its collectives through
     `transport` (`init`); return the results by rank. `fn` and its results must be picklable. A failure on any rank
-    raises RuntimeError here, naming every rank that failed; a collective fails after `timeout_s`, and the whole call
-    after `deadline_s` (default `timeout_s`) rather than hang. A world that fails to form is formed again, with fresh
+    raises RuntimeError here, naming every rank that failed (where the first is an SpgnnError, that error, in one
+    line); a collective fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`) rather
+    than hang. A world that fails to form is formed again, with fresh
     processes and port, up to `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run
     nowhere.
 
@@ -761,6 +763,9 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
         raise SpgnnError("spgnn.run was called again as the processes it started imported the program: call it "
                          "under `if __name__ == \"__main__\":`")
     order = sorted(failures, key=lambda r: (failures[r][0] != "exit", failures[r][1]))  # a cause before its echoes
+    first = failures[order[0]][2]
+    if first.startswith(BAD_INPUT):      # bad input: its one line, as `spgnn train` says it
+        raise SpgnnError(f"rank {order[0]}: {first.splitlines()[0][len(BAD_INPUT):]}")
     echoes = "; ".join(f"rank {r}: {failures[r][2].splitlines()[0]}" for r in order[1:])
     raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))
 
