@@ -112,6 +112,21 @@ ROW_WISE = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.LayerNorm, torch.nn.Gro
             torch.nn.LogSoftmax)    # torch modules that take each row whole
 
 
+def _guard(module: torch.nn.Module, why: str | None) -> None:
+    """Have torch `module` raise SpgnnError(`why`) when it runs (batch norm and dropout: in training), where `why`
+    is not None; the verdict of the graph that prepared it last holds. Refused when used, not when present: a
+    module that only holds parameters (an nn.Linear multiplied by `g.linear`) computes nothing wrong."""
+    module._spgnn_refusal = why
+    if why is not None and not getattr(module, "_spgnn_guarded", False):
+        module.register_forward_pre_hook(_refuse)
+        module._spgnn_guarded = True
+
+
+def _refuse(module: torch.nn.Module, args) -> None:
+    if module._spgnn_refusal and (module.training or isinstance(module, ROW_WISE)):
+        raise SpgnnError(module._spgnn_refusal)
+
+
 class DistGraph:
     """This rank's share of a graph on the layout of ``cfg.algo`` (every rank constructs it together).
 
@@ -435,7 +450,7 @@ class DistGraph:
                              "gradient over the ranks: call model = g.prepare(model, opt) before training, and "
                              "g.sync_gradients(model) after each backward")
         (total,) = self.all_sum([local.item()])
-        return local + (total - local.detach())
+        return (local - local.detach()) + total     # the same value on every rank, whatever its own `local`
 
     def targets(self) -> torch.Tensor:
         """This rank's columns of its rows' binary targets (n_p×|columns(t)|; 0, 1 or NaN where unknown): the
@@ -599,7 +614,7 @@ class DistGraph:
                 if module.adjacency is not None:
                     self.layout(module.adjacency)
             else:
-                self._check_plain(name or "the model", module)
+                _guard(module, self._plain_refusal(f"module {name!r}" if name else "the model", module))
         digest = {k: hashlib.sha1(p.detach().cpu().numpy().tobytes()).hexdigest() for k, p in model.named_parameters()}
         every = self.comm.all_gather_object(digest)
         differ = next((k for k in digest if any(d.get(k) != digest[k] for d in every)), None)
@@ -621,21 +636,25 @@ class DistGraph:
             optimizer.register_step_pre_hook(lambda opt, args, kwargs: self._check_owned(opt))
         return model
 
-    def _check_plain(self, name: str, module: torch.nn.Module) -> None:
-        """Refuse a torch module whose result would depend on the layout: one of each row (a linear map, a layer
-        norm, a softmax) where a rank holds part of each row (2D, 3D), one over nodes or drawn per rank (batch norm,
-        dropout) where the rows are split."""
-        kind = f"{name} (torch.nn.{type(module).__name__})"
+    def _plain_refusal(self, what: str, module: torch.nn.Module) -> str | None:
+        """Why torch `module` (`what`) would compute what depends on the layout, or None: one of each row (a linear
+        map, a layer norm, a softmax) where a rank holds part of each row (2D, 3D), one over nodes or drawn per rank
+        (batch norm, dropout) where the rows are split."""
+        kind = f"{what} (torch.nn.{type(module).__name__})"
         if isinstance(module, ROW_WISE):
-            self.require("whole_rows", f"{name}, a torch.nn.{type(module).__name__} (spgnn.Linear and g.log_softmax "
-                                       "take any layout),")
+            try:
+                self.require("whole_rows", f"{kind}, which spgnn.Linear, g.linear and g.log_softmax replace on any "
+                                           "layout,")
+            except SpgnnError as e:
+                return str(e)
         split = self.comm.world_size > 1
         if split and isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            raise SpgnnError(f"{kind} normalizes by this rank's rows, and keeps its statistics per rank: use "
-                             "spgnn.BatchNorm, which takes them over every node")
+            return (f"{kind} normalizes by this rank's rows, and keeps its statistics per rank: use spgnn.BatchNorm, "
+                    "which takes them over every node")
         if split and isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
-            raise SpgnnError(f"{kind} draws its masks per rank, so the run would change with P (and on 1.5d the "
-                             "replicas of a block drift apart): use g.dropout, whose masks are the same on any layout")
+            return (f"{kind} draws its masks per rank, so the run would change with P (and on 1.5d the replicas of a "
+                    "block drift apart): use g.dropout, whose masks are the same on any layout")
+        return None
 
     def _check_owned(self, optimizer) -> None:
         """SpgnnError where `optimizer` (the one given to `prepare`) holds a parameter of a module not prepared."""

@@ -106,6 +106,8 @@ def _prepared(comm, what):
         if what == "not prepared":          # (stepped silently on each rank's share of the gradient: weights apart)
             g.cross_entropy(model(g, g.x)).backward()
         model = g.prepare(model, None if what == "unsummed, prepared without the optimizer" else opt)
+        if what in PLAIN:                   # refused when used, in training
+            model[1](model[0](g, g.x))
         if what.startswith("unsummed"):        # (without the optimizer: stepped silently, P-dependent losses)
             g.cross_entropy(model(g, g.x)).backward()
             opt.step()
@@ -175,11 +177,11 @@ REFUSED = {
     "float64": "parameter 'weight' of the model is torch.float64, but the features are torch.float32: build the",
     "mask None": "a mask is a split's name (train, val, test) or a boolean tensor of shape",
     "linear": "linear: W of shape (1432, 3) needs H's columns as its rows: give W (H's width)×(outputs)",
-    "torch linear": "1, a torch.nn.Linear (spgnn.Linear and g.log_softmax take any layout), needs whole rows, which "
-                    "--algo 2d does not offer",
-    "batch norm": "1 (torch.nn.BatchNorm1d) normalizes by this rank's rows, and keeps its statistics per rank: use "
-                  "spgnn.BatchNorm",
-    "dropout": "1 (torch.nn.Dropout) draws its masks per rank, so the run would change with P",
+    "torch linear": "module '1' (torch.nn.Linear), which spgnn.Linear, g.linear and g.log_softmax replace on any "
+                    "layout, needs whole rows, which --algo 2d does not offer",
+    "batch norm": "module '1' (torch.nn.BatchNorm1d) normalizes by this rank's rows, and keeps its statistics per "
+                  "rank: use spgnn.BatchNorm",
+    "dropout": "module '1' (torch.nn.Dropout) draws its masks per rank, so the run would change with P",
 }
 
 
@@ -245,7 +247,14 @@ def test_layouts_refuse_what_they_cannot_do():
         spgnn.DistGraph(comm, dataset="cora", algo="2d").require("whole_rows", "batch normalization")
     torch.manual_seed(0)
     alone = torch.nn.Sequential(torch.nn.Linear(g.num_features, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5))
-    assert g.prepare(alone) is alone        # one process holds every row, whole
+    assert g.prepare(alone)(g.x).shape == (g.n, 4)         # one process holds every row, whole
+    grid = spgnn.DistGraph(comm, dataset="cora", algo="2d")
+    held = grid.prepare(torch.nn.Linear(grid.num_features, 3))    # its parameters used by g.linear: on any layout
+    with torch.no_grad():
+        assert torch.allclose(grid.linear(grid.x, held.weight.t(), held.bias), g.x @ held.weight.t() + held.bias,
+                              atol=1e-6)
+    with pytest.raises(SpgnnError, match=r"^the model \(torch.nn.Linear\), which spgnn.Linear, g.linear and "):
+        held(grid.x)                                            # run itself: refused
 
 
 def _steps(g, model, opt, epochs, schedule=None) -> list[float]:
