@@ -26,3 +26,12 @@ MPI4PY = find_spec("mpi4py") is not None
 def env(**extra) -> dict:
     """os.environ with the interpreter's bin/ first on PATH (mpirun starts its daemons from there)."""
     return dict(os.environ, PATH=os.pathsep.join([BIN, os.environ.get("PATH", "")]), **extra)
+
+
+def state(pid: int) -> str:
+    """Process `pid`'s state letter from /proc (R, S, T: stopped, Z: ended, not yet waited for), X where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except OSError:
+        return "X"

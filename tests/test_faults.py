@@ -321,18 +321,21 @@ def test_a_rank_stalled_before_mpi_starts_does_not_hang_the_job(tmp_path):
         in err, err[-2000:]
 
 
-def test_a_programs_error_under_mpirun_is_said(tmp_path):
+@pytest.mark.parametrize("error, said", [("ValueError", "ValueError: the width of W is wrong"),
+                                         ("spgnn.SpgnnError", "spgnn: error: rank 1: the width of W is wrong\n")])
+def test_a_programs_error_under_mpirun_is_said(error, said, tmp_path):
     """A program's own failure in `spgnn.run` under mpirun: MPI_Abort, which ends the job, ended the process before
-    Python printed the exception, so nothing said what failed."""
+    Python printed the exception, so nothing said what failed. An SpgnnError (bad input) is one line."""
     if MPIRUN is None or not MPI4PY:
         pytest.skip(f"mpirun and mpi4py are needed beside {sys.executable} (pip install 'spgnn[mpi]')")
     program = tmp_path / "program.py"
-    program.write_text("import spgnn\n\ndef main(comm):\n    if comm.rank == 1:\n"
-                       "        raise ValueError('the width of W is wrong')\n    comm.all_gather_object(0)\n\n"
+    program.write_text(f"import spgnn\n\ndef main(comm):\n    if comm.rank == 1:\n"
+                       f"        raise {error}('the width of W is wrong')\n    comm.all_gather_object(0)\n\n"
                        "if __name__ == '__main__':\n    spgnn.run(main, timeout=60)\n")
     job = subprocess.run([*MPIRUN_ARGS, "--oversubscribe", "-np", "2", sys.executable, str(program)], cwd=ROOT,
                          env=env(), capture_output=True, text=True, timeout=300)
-    assert job.returncode != 0 and "ValueError: the width of W is wrong" in job.stderr, job.stderr[-2000:]
+    assert job.returncode != 0 and said in job.stderr, job.stderr[-2000:]
+    assert ("Traceback" in job.stderr) == (error == "ValueError"), job.stderr[-2000:]
 
 
 def test_mpirun_without_mpi4py_is_one_line():

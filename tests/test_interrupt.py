@@ -22,7 +22,7 @@ import torch
 
 from spgnn import plot
 from spgnn.train import interrupt
-from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS, env
+from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS, env, state
 from tests.test_faults import rank_pid
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -205,14 +205,6 @@ def test_a_signal_before_the_epochs_stops_the_run_at_once(tmp_path):
     _, err = finish(job)
     assert job.returncode == 143 and not report.exists()
     assert re.findall(r"spgnn: .*", err) == ["spgnn: error: interrupted by SIGTERM"], err[-3000:]
-
-
-def state(pid: int) -> str:
-    """The process's state letter from /proc (T: stopped, Z: ended, not yet waited for), X where it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return "X"
 
 
 @pytest.mark.parametrize("then", ["fg", "kill -9"])

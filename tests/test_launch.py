@@ -7,6 +7,7 @@ import sys
 import time
 
 from spgnn.comm import launch
+from tests.launchers import state
 
 # a rank that has taken SIGTERM over (as `spgnn.train.interrupt.handled` does): it ends with code 7 when it acts on it
 HANDLES_SIGTERM = """import signal, sys
@@ -15,12 +16,6 @@ print("ready", flush=True)
 while True:
     signal.pause()
 """
-
-
-def state(pid: int) -> str:
-    """The process's state letter (R, S, T for stopped, Z...), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rpartition(")")[2].split()[0]
 
 
 def test_a_stopped_rank_acts_on_the_sigterm_that_ends_it():

@@ -743,9 +743,9 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
               device: str = "cpu", transport: str = "auto") -> list:
     """Run ``fn(comm, *args)`` on `nprocs` fresh local processes joined as a job on `device`, its collectives through
     `transport` (`init`); return the results by rank. `fn` and its results must be picklable. A failure on any rank
-    raises RuntimeError here, naming every rank that failed (where the first is an SpgnnError, that error, in one
-    line); a collective fails after `timeout_s`, and the whole call after `deadline_s` (default `timeout_s`) rather
-    than hang. A world that fails to form is formed again, with fresh
+    raises here: where the first is an SpgnnError (bad input), that error, in one line naming its rank; else a
+    RuntimeError naming every rank that failed; a collective fails after `timeout_s`, and the whole call after
+    `deadline_s` (default `timeout_s`) rather than hang. A world that fails to form is formed again, with fresh
     processes and port, up to `JOIN_ATTEMPTS` times: `fn` starts on no rank before all have joined, so it has run
     nowhere.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import sys
 import traceback
 from dataclasses import replace
 
@@ -43,9 +44,12 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     comm = launch.init(device, timeout, transport)
     try:
         out = main(comm, *args)
-    except BaseException:
+    except BaseException as e:
         if launched.kind == "mpirun":   # MPI_Abort ends the process before Python would say why it failed
-            traceback.print_exc()
+            if isinstance(e, SpgnnError):
+                sys.stderr.write(f"spgnn: error: rank {comm.rank}: {e}\n")
+            elif not isinstance(e, SystemExit):
+                traceback.print_exc()
         launch.abort(1)
         launch.leave()
         raise

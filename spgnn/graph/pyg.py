@@ -28,8 +28,8 @@ def _numpy(value, what: str) -> np.ndarray:
 
 def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:
     """The Graph of a PyG ``Data`` with ``edge_index``, ``x``, ``y`` and optional ``train_mask``, ``val_mask``,
-    ``test_mask`` ([N] or [N, S] for S fixed splits, ``split`` choosing one; without them, the per-class random
-    split of ``seed``); masks of one split, or none, refuse a ``split`` other than 0. A holds each edge once,
+    ``test_mask`` ([N] or [N, S] for S fixed splits, ``split`` choosing one; without them, `default_split` of
+    ``seed``); masks of one split, or none, refuse a ``split`` other than 0. A holds each edge once,
     duplicates summed and self-loops kept, as PyG's layers see them: a weight of 1 each, or ``edge_weight`` ([E], as
     PyG's GCNConv takes it; GraphSAGE and GIN weigh their mean and sum by it, where PyG's SAGEConv and GINConv
     ignore it). GAT attends each distinct edge once, where PyG's GATConv attends every copy. ``symmetric``: add
