@@ -64,7 +64,8 @@ class EdgeFolder:
         self.n = self.x.shape[0]
         self.y = folder_labels(f, self._npy("labels.npy"), self.name)     # class ids, or n×t binary targets
         if self.y.shape[0] != self.n:
-            raise SpgnnError(f"{f / 'labels.npy'}: {self.y.shape[0]} labels for {self.n} feature rows")
+            raise SpgnnError(f"dataset {self.name!r}: {f / 'features.npy'} has {self.n} rows but {f / 'labels.npy'} "
+                             f"has {self.y.shape[0]}; both need one row per node")     # (as `assemble` says it)
         self.targets = self.y.shape[1] if self.y.ndim == 2 else 0
         self.num_classes = self.targets or (int(self.y.max()) + 1 if self.y.size else 0)
         validate.check_features(self.x[:0], str(f / "features.npy"))        # numbers, one column at least
