@@ -19,7 +19,7 @@ from .comm import calibrate as calibration
 from .comm import launch
 from .comm.agree import agree, on_rank0
 from .config import TrainConfig, plugin_options
-from .errors import SpgnnError, out_of_memory
+from .errors import SpgnnError, out_of_memory, say
 from .graph import validate
 from .graph.datasets import load_dataset
 from .graph.ogbl import ogbl_folder
@@ -324,7 +324,7 @@ def train(args, argv) -> int:
     report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))   # written to --output
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:
-            _error(report["stopped"])
+            say(report["stopped"])
         launch.shutdown()
         return 1
     if comm.rank == 0:
@@ -755,13 +755,6 @@ def _communicating(e: BaseException) -> bool:
             or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
 
 
-def _error(message: str) -> None:
-    """`spgnn: error: message` on stderr as one write, so that the lines of ranks sharing a stderr (--nprocs,
-    mpirun) never interleave, even unbuffered."""
-    sys.stderr.write(f"spgnn: error: {message}\n")
-    sys.stderr.flush()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` (else this program's command line, the process ending with it); returns the exit
     status. SIGINT and SIGTERM are handled meanwhile (`spgnn.train.interrupt`)."""
@@ -772,7 +765,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rank = launch.detect().rank if argv else 0
     except SpgnnError as e:
-        _error(str(e))
+        say(str(e))
         return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
     with interrupt.handled(say=rank == 0, keep=program):
@@ -793,16 +786,16 @@ def _command(args, argv, rank: int) -> int:
         # unless the --nprocs parent starts the job again (`launch.spawn`)
         again = isinstance(e, launch.JoinError) and e.quick and os.environ.get("SPGNN_JOIN_AGAIN")
         if (rank == 0 or getattr(e, "every_rank", False)) and not again:
-            _error(str(e))
+            say(str(e))
         launch.leave()
         return launch.JOIN_FAILED if again else 2
     except (RuntimeError, MemoryError) as e:       # (numpy's allocation failure is a MemoryError)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         if out_of_memory(e):
             remedy = OUT_OF_MEMORY.get(args.command, "use a machine with more memory")
-            _error(f"rank {rank}: out of memory ({first[:200]}): {remedy}")
+            say(f"rank {rank}: out of memory ({first[:200]}): {remedy}")
         elif _communicating(e):   # a collective failed: a peer died or timed out
-            _error(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
+            say(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
                    "its output")
         else:                   # this rank's own failure: where it happened
             traceback.print_exc()
@@ -812,7 +805,7 @@ def _command(args, argv, rank: int) -> int:
     except KeyboardInterrupt as e:      # a signal stopped it at once: outside the epochs, or asked twice
         code = e.code if isinstance(e, interrupt.Interrupted) else 130
         if rank == 0:
-            _error(str(e) or "interrupted")
+            say(str(e) or "interrupted")
         launch.abort(code)
         launch.leave()
         return code

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..errors import SpgnnError
+from ..errors import SpgnnError, say
 from ..memory import keep_freed_memory
 from .comm import Comm, TorchTransport
 from .mpi import mpi
@@ -672,11 +672,9 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, stop_s: float, ext
                     name = f" ({signal.Signals(-p.returncode).name})"
                 except ValueError:      # a real-time signal has no name
                     name = ""
-                sys.stderr.write(f"spgnn: error: rank {r} was killed by signal {-p.returncode}{name}\n")
-                sys.stderr.flush()
+                say(f"rank {r} was killed by signal {-p.returncode}{name}")
         if late:
-            sys.stderr.write(f"spgnn: error: {late}\n")
-            sys.stderr.flush()
+            say(late)
         _end(procs, grace_s)
         for s, handler in previous.items():
             signal.signal(s, handler)

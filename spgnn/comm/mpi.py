@@ -18,7 +18,6 @@ data moved by `Comm` goes through MPI. `Comm` does the byte accounting, so the l
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import time
 import zlib
@@ -27,7 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
-from ..errors import SpgnnError
+from ..errors import SpgnnError, say
 
 
 def mpi():
@@ -68,10 +67,8 @@ class MPITransport:
             time.sleep(min(1.0, self.timeout_s / 4))
             waiting = self._waiting
             if waiting is not None and time.monotonic() - waiting[0] > self.timeout_s:
-                sys.stderr.write(f"spgnn: error: rank {self.MPI.COMM_WORLD.Get_rank()}: communication failed "
-                                 f"({waiting[1]} waited beyond --timeout {self.timeout_s:g} s); another process "
-                                 "probably exited or stalled, see its output\n")
-                sys.stderr.flush()
+                say(f"rank {self.MPI.COMM_WORLD.Get_rank()}: communication failed ({waiting[1]} waited beyond "
+                    f"--timeout {self.timeout_s:g} s); another process probably exited or stalled, see its output")
                 os._exit(1)
 
     def new_group(self, ranks):

@@ -5,12 +5,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
-import sys
 import traceback
 from dataclasses import replace
 
 from ..config import timeout_fits, timeout_rule
-from ..errors import SpgnnError
+from ..errors import SpgnnError, say
 from . import launch
 
 
@@ -47,7 +46,7 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     except BaseException as e:
         if launched.kind == "mpirun":   # MPI_Abort ends the process before Python would say why it failed
             if isinstance(e, SpgnnError):
-                sys.stderr.write(f"spgnn: error: rank {comm.rank}: {e}\n")
+                say(f"rank {comm.rank}: {e}")
             elif not isinstance(e, SystemExit):
                 traceback.print_exc()
         launch.abort(1)
