@@ -248,10 +248,15 @@ def share_cores(processes: int) -> int:
     return threads
 
 
+def _here() -> tuple:
+    """This process's machine (`_machine`) and the cores it may run on (`_affinity`), as `peers` gathers them."""
+    return _machine(), tuple(sorted(_affinity()))
+
+
 def peers(comm: Comm) -> list:
-    """Each process of `comm`'s job: its machine (`_machine`) and the cores it may run on (`_affinity`), in one
-    all-gather of some bytes a rank (not counted: bookkeeping), which `machine_cores` and `sharing` read."""
-    return comm.all_gather_object((_machine(), tuple(sorted(_affinity()))))
+    """`_here` of each process of `comm`'s job, in one all-gather of some bytes a rank (not counted: bookkeeping),
+    which `machine_cores` and `sharing` read."""
+    return comm.all_gather_object(_here())
 
 
 def machine_cores(comm: Comm, gathered: list | None = None) -> int:
@@ -268,7 +273,7 @@ def sharing(comm: Comm, gathered: list | None = None) -> int:
     torchrun job, or of mpirun --bind-to none, may run on every core of the node: they share them all; srun
     --cpus-per-task gives each its own cores, and mpirun's default binding (by core or package) its core or
     package, which those bound alike share."""
-    mine = (_machine(), tuple(sorted(_affinity())))
+    mine = _here()
     return sum(peer == mine for peer in gathered or peers(comm))
 
 
