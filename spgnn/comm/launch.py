@@ -557,14 +557,15 @@ def spawn(argv: list[str], nprocs: int, grace_s: float = 5.0, stop_s: float = 30
 
 
 class _Stops:
-    """The SIGINT and SIGTERM an --nprocs supervisor got (`heard`, its handler), each passed on to every rank once
+    """The SIGINT and SIGTERM an --nprocs supervisor got (`heard`, its handler), each passed on to every rank of
+    `procs` (the list the supervisor fills as it starts them) once
     (`forward`), and until when it waits for the ranks (`until`): `stop_s` after the first (they finish the epoch
     under way), `grace_s` after a SIGINT that follows (Ctrl-C again: they stop at once), no longer after a third.
     SIGTERM after the first is the same request delivered again (`timeout` sends it to the process and to its
     group), not passed on."""
 
-    def __init__(self, stop_s: float, grace_s: float):
-        self.signals, self.until, self.waits, self.told = [], math.inf, (stop_s, grace_s, 0.0), {}
+    def __init__(self, procs: list, stop_s: float, grace_s: float):
+        self.procs, self.signals, self.until, self.waits, self.told = procs, [], math.inf, (stop_s, grace_s, 0.0), {}
 
     def heard(self, signum, frame) -> None:
         if self.signals and signum != signal.SIGINT or len(self.signals) == len(self.waits):
@@ -572,13 +573,11 @@ class _Stops:
         self.signals.append(signum)
         self.until = min(self.until, time.monotonic() + self.waits[len(self.signals) - 1])
 
-    def listen(self, procs: list) -> dict:
-        """`heard` made the handler of SIGINT and SIGTERM, `pause` and `resume` those of SIGTSTP and SIGCONT, for
-        the ranks `procs` (in the main thread only: elsewhere they are left alone); returns the handlers before, to
-        set back."""
+    def listen(self) -> dict:
+        """`heard` made the handler of SIGINT and SIGTERM, `pause` and `resume` those of SIGTSTP and SIGCONT (in the
+        main thread only: elsewhere they are left alone); returns the handlers before, to set back."""
         if threading.current_thread() is not threading.main_thread():
             return {}
-        self.procs = procs
         handlers = {signal.SIGINT: self.heard, signal.SIGTERM: self.heard}
         if hasattr(signal, "SIGTSTP"):
             handlers |= {signal.SIGTSTP: self.pause, signal.SIGCONT: self.resume}
@@ -611,9 +610,9 @@ class _Stops:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(p.pid, signum)
 
-    def forward(self, procs: list) -> None:
+    def forward(self) -> None:
         """Each signal not yet passed on to each rank still running (`told`: how many each was given)."""
-        for p in procs:
+        for p in self.procs:
             while self.told.get(p.pid, 0) < len(self.signals) and p.poll() is None:
                 p.send_signal(self.signals[self.told.get(p.pid, 0)])
                 self.told[p.pid] = self.told.get(p.pid, 0) + 1
@@ -623,13 +622,13 @@ class _Stops:
         before it handled signals (−N)."""
         return any(returncode in (128 + s, -s) for s in self.signals)
 
-    def late(self, procs: list) -> str | None:
+    def late(self) -> str | None:
         """Where the wait for the ranks is over and some still run: those ranks killed, and the line that says so."""
-        running = [r for r, p in enumerate(procs) if p.poll() is None]
+        running = [r for r, p in enumerate(self.procs) if p.poll() is None]
         if not running or time.monotonic() < self.until:
             return None
         for r in running:
-            procs[r].kill()
+            self.procs[r].kill()
         n, name = len(self.signals), signal.Signals(self.signals[-1]).name
         when = f"within {self.waits[n - 1]:g} s of {'the second ' if n == 2 else ''}{name}" if n < 3 else \
             f"before a third signal ({name})"
@@ -654,20 +653,20 @@ def _spawn_once(argv: list[str], nprocs: int, grace_s: float, stop_s: float, ext
     """One launch of `spawn`: its first non-zero exit code, else 0."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(nprocs),
                LOCAL_WORLD_SIZE=str(nprocs), SPGNN_LAUNCHER="spawn", SPGNN_PARENT_PID=str(os.getpid()), **extra)
-    stops, late = _Stops(stop_s, grace_s), None
-    procs, code, failed_at = [], 0, None
-    previous = stops.listen(procs)
+    procs, code, failed_at, late = [], 0, None, None
+    stops = _Stops(procs, stop_s, grace_s)
+    previous = stops.listen()
     try:
         for r in range(nprocs):
             with _blocked((signal.SIGINT, signal.SIGTERM)):
                 procs.append(subprocess.Popen([sys.executable, "-m", "spgnn", *argv], start_new_session=True,
                                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r))))
         while any(p.poll() is None for p in procs):
-            stops.forward(procs)
+            stops.forward()
             if failed_at is None and (bad := [p.returncode for p in procs
                                               if p.returncode and not stops.expected(p.returncode)]):
                 code, failed_at = _shell_code(bad[0]), time.monotonic()
-            if failed_at is not None and time.monotonic() - failed_at > grace_s or (late := stops.late(procs)):
+            if failed_at is not None and time.monotonic() - failed_at > grace_s or (late := stops.late()):
                 break
             time.sleep(0.05)
     finally:
