@@ -333,3 +333,26 @@ def test_the_split_of_another_graph_of_as_many_nodes_is_refused(tmp_path):
     LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(ours)), Comm(0, 1))          # its own: trains
     with pytest.raises(SpgnnError, match=r"its graph is not --dataset .*parts's \(120 against 120 nodes, other "):
         LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(theirs)), Comm(0, 1))
+
+
+def test_the_same_graph_gzipped_again_or_unzipped_is_the_same_graph(tmp_path):
+    """The digest a partitioned folder keeps of its OGB folder's graph hashed the .csv.gz files' bytes, whose gzip
+    header holds a time and a name: the same edges gzip'd again, or unzipped to edge.csv, were refused as 'other
+    edges', also by a cache folder's run that gave no --ogb-split at all."""
+    from spgnn.cli import main
+    from spgnn.graph.ogbl import fingerprint
+
+    folder = write_folder(tmp_path, "hits")
+    assert main(["partition", "--dataset", str(folder), "--nparts", "1", "--method", "block", "--output",
+                 str(tmp_path / "parts"), "--quiet"]) == 0
+    made, edges = fingerprint(folder), folder / "raw" / "edge.csv.gz"
+    text = gzip.decompress(edges.read_bytes())
+    edges.write_bytes(gzip.compress(text, mtime=12345))
+    assert fingerprint(folder) == made
+    LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(folder)), Comm(0, 1))
+    edges.unlink()
+    (folder / "raw" / "edge.csv").write_bytes(text)
+    assert fingerprint(folder) == made
+    LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(folder)), Comm(0, 1))
+    (folder / "raw" / "edge.csv").write_bytes(text + b"0,1\n")         # another graph: another digest
+    assert fingerprint(folder) != made

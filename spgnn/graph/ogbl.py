@@ -24,6 +24,7 @@ folder's name, or, in a folder renamed, by a split type only one dataset has (pp
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import pickle
@@ -209,14 +210,19 @@ def read_held_out(folder: str | os.PathLike, kind: str | None = None) -> HeldOut
     return HeldOut(name, where.name, n, metric, k or HITS_K.get(judged, 50), pairs, files)
 
 
+FINGERPRINT = "ogbl:text:"      # `fingerprint`'s kind; "ogbl:HEX" (written before) hashed the gzip'd bytes
+
+
 def fingerprint(folder: str | os.PathLike) -> str:
-    """A digest of OGB link folder `folder`'s graph: its raw edge and node-count files, read a block at a time."""
+    """A digest of OGB link folder `folder`'s graph: the text of its raw node-count and edge files, decompressed a
+    block at a time, so that the same CSVs gzip'd again (a gzip header holds a time and a name) or unzipped
+    (``edge.csv``) give the same digest."""
     raw, digest = Path(folder) / "raw", hashlib.sha256()
     for path in (_file(raw, "num-node-list"), _file(raw, "edge")):
-        with reading(path), open(path, "rb") as f:
+        with reading(path), (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
             while block := f.read(1 << 24):
                 digest.update(block)
-    return "ogbl:" + digest.hexdigest()
+    return FINGERPRINT + digest.hexdigest()
 
 
 def read_ogbl(folder: str | os.PathLike, split: str | None = None) -> Graph:

@@ -25,7 +25,7 @@ from ..comm.halo import Halo
 from ..cost import ModelCost
 from ..distgraph import DistGraph
 from ..errors import SpgnnError
-from ..graph.ogbl import fingerprint, ogbl_folder, read_held_out
+from ..graph.ogbl import FINGERPRINT, fingerprint, ogbl_folder, read_held_out
 from ..graph.pyg import as_graph
 from ..layers.registry import Layer
 from ..layers.stack import config_model
@@ -92,6 +92,7 @@ class LinkTrainer(Run):
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts, costs_of)
         perm = node_order(opened)
         made_from = getattr(opened.info, "source", "")      # "" for a folder that does not say (written before)
+        made_from = made_from if made_from.startswith(FINGERPRINT) else ""     # nor an older kind of digest
         if given and (given.n != opened.info.n or made_from and made_from != on_rank0(comm, lambda: fingerprint(
                 folder[0]))):
             raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph is not --dataset {cfg.dataset}'s ({given.n} "
