@@ -1,10 +1,13 @@
-"""The --nprocs supervisor's handling of its ranks (`spgnn.comm.launch`), on plain processes that stand for them."""
+"""The --nprocs supervisor's handling of its ranks (`spgnn.comm.launch`), on plain processes that stand for them, and
+`spgnn.run`'s of the failures of its local ranks."""
 
 import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from spgnn.comm import launch
 from tests.launchers import state
@@ -58,3 +61,36 @@ def test_the_cores_a_machine_has_and_the_ranks_sharing_them_come_of_one_gather(m
     assert comm.calls == 1 and gathered == world and comm.sent == (("here", 1), (0, 1))
     assert launch.machine_cores(comm, gathered) == 5 and launch.sharing(comm, gathered) == 2 and comm.calls == 1
     assert launch.machine_cores(comm) == 5 and launch.sharing(comm) == 2 and comm.calls == 3   # alone: a gather each
+
+
+# a program of one's own whose rank 1 fails with an SpgnnError (`error`), rank 0 returning its result
+FAILS_ON_RANK_1 = """import sys
+import spgnn
+from spgnn.comm.launch import JoinError
+
+
+def main(comm, error):
+    if comm.rank == 1:
+        raise {"SpgnnError": spgnn.SpgnnError, "JoinError": JoinError}[error]("the input is bad: fix it")
+    return comm.rank
+
+
+if __name__ == "__main__":
+    try:
+        spgnn.run(main, sys.argv[1], nprocs=2, timeout=60)
+    except Exception as e:
+        print(f"{type(e).__name__}: {e}")
+"""
+
+
+@pytest.mark.parametrize("error", ["SpgnnError", "JoinError"])
+def test_a_ranks_spgnn_error_in_run_is_one_line(error, tmp_path):
+    """`spgnn.run(main, nprocs=2)` whose rank 1 raised an SpgnnError: rank 0, done, printed a traceback of its
+    leaving (the barrier its failed peer never reached) above the error's one line; and an SpgnnError of a subclass
+    (JoinError) came as a RuntimeError holding the rank's traceback, where SpgnnError's one line was due."""
+    script = tmp_path / "program.py"
+    script.write_text(FAILS_ON_RANK_1)
+    done = subprocess.run([sys.executable, str(script), error], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.stdout == "SpgnnError: rank 1: the input is bad: fix it\n", done.stdout + done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -725,14 +725,16 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
     except BaseException as e:  # report the failure at once (a shutdown could wait for peers), exit non-zero
         import traceback
 
-        why = f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        kind = SpgnnError.__name__ if isinstance(e, SpgnnError) else type(e).__name__   # (a JoinError is bad input too)
+        why = f"{kind}: {e}\n{traceback.format_exc()}"
         if stage == "result":
             why = (f"its result cannot be sent back to the launching process ({type(e).__name__}: {e}): return "
                    "what pickle can send (numbers, strings, lists, dicts, tensors, arrays)")
         queue.put((rank, stage, (time.time(), why)))
         sys.exit(1)
     queue.put((rank, "done", result))
-    shutdown()
+    with contextlib.suppress(Exception):    # a peer failed after this rank's result: that peer's report says why
+        shutdown()
 
 
 PRELOAD = ["spgnn.train.fullbatch", "spgnn.train.minibatch"]    # what `run_local`'s fork server imports once
