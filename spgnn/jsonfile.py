@@ -41,11 +41,12 @@ def temporary(path: Path) -> Path:
 
 def abandoned(path: Path) -> list[Path]:
     """The `temporary` files of `path` left by writers that are gone: written on this host by a process no longer
-    running (and the ``.NAME.PID.tmp`` of earlier versions, which were written on this host). Another host's, and a
-    running writer's, are left where they are: nothing here can tell whether that writer still writes."""
-    host, found = socket.gethostname(), []
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        writer = tmp.name[len(path.name) + 2:-len(".tmp")]          # PID@HOST.TAG, or PID
+    running (and the ``.NAME.PID.tmp`` and ``NAME.PID.tmp`` of earlier versions, which were written on this host).
+    Another host's, and a running writer's, are left where they are: nothing here can tell whether that writer still
+    writes."""
+    host, found, name = socket.gethostname(), [], glob.escape(path.name)
+    for tmp in [*path.parent.glob(f".{name}.*.tmp"), *path.parent.glob(f"{name}.*.tmp")]:
+        writer = tmp.name.removeprefix(".")[len(path.name) + 1:-len(".tmp")]      # PID@HOST.TAG, or PID
         pid, _, rest = writer.partition("@")
         if (rest.rpartition(".")[0] if rest else host) == host and pid.isdigit() and not _running(int(pid)):
             found.append(tmp)

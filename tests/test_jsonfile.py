@@ -61,20 +61,21 @@ def test_no_two_writes_share_a_temporary_file(tmp_path, monkeypatch):
 
 def test_only_this_hosts_dead_writers_leave_abandoned_files(tmp_path):
     """A temporary file is abandoned where its writer ran on this host and runs no more; another host's, and a
-    running writer's, may still be written."""
+    running writer's, may still be written. (The ``checkpoint.pt.PID.tmp`` of earlier versions was left for ever.)"""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     here, out = socket.gethostname(), tmp_path / "checkpoint.pt"
     files = {name: tmp_path / name for name in (
         f".checkpoint.pt.{dead}@{here}.0a1b2c3d.tmp",           # gone: abandoned
         f".checkpoint.pt.{dead}.tmp",                           # as named before, on this host: abandoned
+        f"checkpoint.pt.{dead}.tmp",                            # and before that: abandoned
         f".checkpoint.pt.{os.getpid()}@{here}.0a1b2c3d.tmp",    # still running
         f".checkpoint.pt.{dead}@another.host.0a1b2c3d.tmp",     # another host's: unknown
         f".checkpoint.ptx.{dead}@{here}.0a1b2c3d.tmp",          # another file's
     )}
     for f in files.values():
         f.write_text("")
-    assert sorted(abandoned(out)) == sorted(list(files.values())[:2])
+    assert sorted(abandoned(out)) == sorted(list(files.values())[:3])
 
 
 def test_a_report_that_cannot_be_written_goes_to_a_temporary_file_the_error_names(tmp_path):
