@@ -160,6 +160,33 @@ def test_a_cached_planetoid_file_is_read_again_when_any_of_its_files_changes(tmp
     assert PartitionedDataset(changed).info.graph_hash == PartitionedDataset(first).info.graph_hash  # same edges
 
 
+def test_a_cached_dataset_file_is_read_again_when_its_split_policy_changes(tmp_path, monkeypatch):
+    """A dataset file without a split of its own gets `default_split`'s. Its cache folder was found from the file
+    alone, so a file cached before the policy changed (graphs of classes of at most 50 nodes: 60/20/20 where 20/30
+    per class left test empty) kept its old masks. The index carries the code that reads and splits it."""
+    from spgnn import plan
+    from spgnn.graph import build
+    from spgnn.graph.datasets import save_npz
+
+    data = tmp_path / "g.npz"
+    save_npz(small_graph(n=80, f=4, seed=2), data)
+    with np.load(data) as z:
+        arrays = {k: z[k] for k in z.files if not k.endswith("_mask")}      # no split of its own
+    with data.open("wb") as f:
+        np.savez(f, **arrays)
+    cfg = TrainConfig(dataset=str(data), partition="random", algo="1d", cache_dir=str(tmp_path / "cache"))
+    first = plan.partition_to_cache(cfg, 2)
+    assert plan.partition_to_cache(cfg, 2) == first
+
+    def per_class_only(y, num_classes, seed):       # the policy before: 20/30 per class whatever the class sizes
+        return build.per_class_split(y, num_classes, seed)
+
+    monkeypatch.setattr(build, "default_split", per_class_only)
+    later = plan.partition_to_cache(cfg, 2)
+    assert later != first
+    assert PartitionedDataset(later).info.counts["test"] == 0 < PartitionedDataset(first).info.counts["test"]
+
+
 def test_parts_of_two_partitions_of_one_graph_do_not_mix(tmp_path):
     """A part folder copied in from another partition of the same graph (same sizes) was read: nodes twice, others
     missing. Each write tags its parts with an id of its own; a folder written before, with none, still reads."""

@@ -363,9 +363,12 @@ def _file_stat(path) -> list | None:
 
 def _source_entry(dataset, options: dict, cache_dir=None) -> Path | None:
     """The index file of the cache that maps a dataset file as it lies on disk (path, size, modification time of
-    each file its reader opens: all eight of a Planetoid file's) and the `options` that choose its partition
-    (method, its file's or its code's `fingerprint`, seed, B, ...) to its cache folder; None where the dataset is
-    not given as a file (a named, generated or folder dataset is read to find its folder)."""
+    each file its reader opens: all eight of a Planetoid file's), the code that reads it into a graph and draws its
+    split where it has none (`fingerprint` of `load_dataset`'s and `default_split`'s files: a new split policy is a
+    new entry) and the `options` that choose its partition (method, its file's or its code's `fingerprint`, seed,
+    B, ...) to its cache folder; None where the dataset is not given as a file (a named, generated or folder
+    dataset is read to find its folder)."""
+    from ..graph import build, datasets
     from .partition import fingerprint, get_partitioner
 
     source = [_file_stat(f) for f in source_files(dataset) or [None]]
@@ -374,7 +377,8 @@ def _source_entry(dataset, options: dict, cache_dir=None) -> Path | None:
     name = options.get("partition")
     fn = get_partitioner(name) if isinstance(name, str) else None
     method = _file_stat(name) if fn is None else fingerprint(fn)       # its file's, or its code's and versions'
-    key = json.dumps([FORMAT, source, options, method], sort_keys=True, default=str)
+    reader = [fingerprint(datasets.load_dataset), fingerprint(build.default_split)]
+    key = json.dumps([FORMAT, source, reader, options, method], sort_keys=True, default=str)
     return cache_root(cache_dir) / "sources" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
 
 
