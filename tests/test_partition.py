@@ -81,6 +81,15 @@ def test_every_seed_draws_its_own_partition(method):
     assert np.array_equal(make_parts(method, g.adj, 4, 1), parts[1])
 
 
+@pytest.mark.parametrize("method", [pytest.param(m, marks=needs(m)) for m in ("metis", "kahip", "kaminpar")])
+def test_every_seed_of_the_command_line_reaches_the_library(method):
+    """--seed takes [0, 2^63), but KaHIP and KaMinPar took a 32-bit int and METIS seed + 1 in an int64: a seed of
+    2^31 or more (2^63 − 1 for METIS) was a traceback. The libraries take it modulo 2^31 − 1."""
+    adj = GRAPHS["sym"].adj
+    for seed in (2**31, 2**63 - 1):
+        np.testing.assert_array_equal(make_parts(method, adj, 3, seed), make_parts(method, adj, 3, seed % (2**31 - 1)))
+
+
 @needs("metis")
 def test_metis_balances_vertices_and_nnz():
     """Both constraints hold, also on a skewed R-MAT graph (where balancing vertices alone leaves nnz 2-5×

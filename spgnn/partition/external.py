@@ -27,6 +27,15 @@ def _require(module: str, extra: str):
                          f"(or {module})") from None
 
 
+SEEDS = 2**31 - 1       # the libraries take a 32-bit int seed (METIS seed + 1)
+
+
+def library_seed(seed: int) -> int:
+    """`seed` (any of --seed's [0, 2^63)) as the C libraries take it: seed mod (2^31 − 1), so that METIS's seed + 1
+    fits a 32-bit int too; a seed below that is itself."""
+    return int(seed) % SEEDS
+
+
 @register("metis")
 def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: int = 30) -> np.ndarray:
     """METIS k-way (METIS_PartGraphKway): minimum edge cut subject to each part's vertex count and
@@ -44,7 +53,8 @@ def metis(adj, P: int, seed: int = 0, *, balance_edges: bool = True, ufactor: in
     if balance_edges:
         w[:, 1] += np.diff(sp.csr_matrix(adj).indptr)
     # METIS seeds its generator as srand does, 0 as 1: seed + 1 keeps seeds 0 and 1 apart (seed 0's parts as before)
-    return fill_empty(_metis_kway(s, w, P, {"seed": int(seed) + 1, "ufactor": int(ufactor), "numbering": 0}), P)
+    options = {"seed": library_seed(seed) + 1, "ufactor": int(ufactor), "numbering": 0}
+    return fill_empty(_metis_kway(s, w, P, options), P)
 
 
 def _metis_kway(s, w, P: int, options: dict) -> np.ndarray:
@@ -96,7 +106,7 @@ def kahip(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, mode: str = "f
     s = undirected(adj)
     n, nnz = s.shape[0], s.nnz
     _, parts = kahip_.kaffpa(np.ones(n, np.int64), s.indptr.astype(np.int64), np.ones(nnz, np.int64),
-                             s.indices.astype(np.int64), P, float(imbalance), True, int(seed),
+                             s.indices.astype(np.int64), P, float(imbalance), True, library_seed(seed),
                              _KAHIP_MODES.index(mode))
     return fill_empty(parts, P)
 
@@ -115,7 +125,7 @@ def kaminpar(adj, P: int, seed: int = 0, *, imbalance: float = 0.03, preset: str
         path = os.path.join(d, "graph.parhip")
         _write_parhip(path, s)
         graph = km.load_graph(path, km.GraphFileFormat.PARHIP)
-    km.reseed(int(seed))
+    km.reseed(library_seed(seed))
     parts = km.KaMinPar(1, km.context_by_name(preset)).compute_partition(graph, P, float(imbalance))
     return fill_empty(parts, P)
 
