@@ -768,11 +768,16 @@ def main(argv: list[str] | None = None) -> int:
         say(str(e))
         return 2
     progress.configure(rank == 0 and not getattr(args, "quiet", False))
-    with interrupt.handled(say=rank == 0, keep=program):
-        try:
-            return _command(args, argv, rank)
-        except interrupt.Interrupted as e:     # one that came while a failure was said and its job ended: said, too
-            return e.code
+    try:
+        with interrupt.handled(say=rank == 0, keep=program):
+            try:
+                return _command(args, argv, rank)
+            except interrupt.Interrupted as e:     # one that came while a failure was said and its job ended: said, too
+                return e.code
+    except interrupt.Interrupted as e:         # passed on by the --nprocs supervisor while this rank started
+        if rank == 0:
+            say(str(e))
+        return e.code
 
 
 def _command(args, argv, rank: int) -> int:

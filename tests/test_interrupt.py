@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from spgnn import plot
+from spgnn.comm import launch
 from spgnn.train import interrupt
 from tests.launchers import MPI4PY, MPIRUN, MPIRUN_ARGS, env, state
 from tests.test_faults import rank_pid
@@ -205,6 +206,19 @@ def test_a_signal_before_the_epochs_stops_the_run_at_once(tmp_path):
     _, err = finish(job)
     assert job.returncode == 143 and not report.exists()
     assert re.findall(r"spgnn: .*", err) == ["spgnn: error: interrupted by SIGTERM"], err[-3000:]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_passed_on_while_a_rank_starts_stops_it_in_one_line(signum, tmp_path):
+    """An --nprocs rank starts with SIGINT and SIGTERM held (`spgnn.comm.launch.spawn`), so that a Ctrl-C passed on
+    while it imports is not lost; it arrived as the command took the signals over, outside the command's handling of
+    them: a traceback of every rank, exit status 1. Here the rank's signal is sent before it can take it."""
+    with launch._blocked(interrupt.SIGNALS):                # as the supervisor starts its ranks
+        job = start([], tmp_path)
+    job.send_signal(signum)
+    _, err = finish(job)
+    assert job.returncode == 128 + signum
+    assert re.findall(r"spgnn: .*", err) == [f"spgnn: error: interrupted by {signum.name}"], err[-3000:]
 
 
 @pytest.mark.parametrize("then", ["fg", "kill -9"])

@@ -72,17 +72,17 @@ def _on_signal(signum, frame):
 def handled(say: bool = False, keep: bool = False):
     """Within the block (a command), SIGINT and SIGTERM are handled as the module describes (where signal handlers
     can be set: in the main thread); `say`: this process tells a terminal that it heard a stop asked for (rank 0).
-    Signals that an --nprocs supervisor kept blocked until now (`spgnn.comm.launch.spawn`) arrive here. After the
-    block the handlers before it are back, or, with `keep` (the process ends with the block), the command is
-    leaving."""
+    Signals that an --nprocs supervisor kept blocked until now (`spgnn.comm.launch.spawn`) arrive here: as an
+    `Interrupted` raised on entering, which the caller catches around the block. After the block the handlers before
+    it are back, or, with `keep` (the process ends with the block), the command is leaving."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     before = {s: signal.signal(s, _on_signal) for s in SIGNALS}
     _state.update(handled=True, graceful=False, leaving=False, request=None, say=say)
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     try:
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
         yield
     finally:
         if keep:
