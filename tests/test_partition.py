@@ -183,6 +183,18 @@ def test_metrics_equal_brute_force(gname):
                 assert got[key] == pytest.approx(want, rel=1e-12), (gname, P, seed, key)
 
 
+def test_metrics_take_the_part_vector_make_parts_returns_and_check_it():
+    """partition_metrics(adj, make_parts(...)) was an AttributeError traceback, and a Partition of another graph
+    (or ids beyond its P) went unchecked."""
+    g = GRAPHS["sym"]
+    parts = make_parts("random", g.adj, 3, seed=1)
+    assert partition_metrics(g.adj, parts, g.train_mask) == partition_metrics(g.adj, Partition(parts, 3), g.train_mask)
+    for bad, message in ((parts[1:], "has length 59 but the graph has 60 nodes"),
+                         (Partition(parts, 2), r"holds part ids 0\.\.2, but the layout's 2 parts")):
+        with pytest.raises(SpgnnError, match=message):
+            partition_metrics(g.adj, bad)
+
+
 def test_partition_info_has_cost():
     part = make_partition("fennel", GRAPHS["sym"].adj, 3, seed=2, gamma=1.2)
     assert part.info["method"] == "fennel" and part.info["params"] == {"gamma": 1.2, "nu": 1.1}

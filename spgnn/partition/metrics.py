@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from .order import part_order
-from .partition import Partition, get_partitioner, make_parts
+from .partition import Partition, check_parts, get_partitioner, make_parts
 
 
 def halo_rows(adj, parts: np.ndarray, P: int) -> np.ndarray:
@@ -55,14 +55,17 @@ def imbalance(w) -> float:
     return float(w.max() / w.mean()) if w.mean() > 0 else 1.0
 
 
-def partition_metrics(adj, partition: Partition, train_mask=None) -> dict:
-    """Every metric of the module docstring for `partition` of graph `adj` (what the partitioner cost is
-    in ``partition.info``: ``seconds``, ``peak_rss_growth_bytes``)."""
+def partition_metrics(adj, partition: Partition | np.ndarray, train_mask=None) -> dict:
+    """Every metric of the module docstring for `partition` of graph `adj` (n×n): a `Partition` or a part vector
+    (n,) of P = its largest id + 1 parts (as `make_parts` returns), checked against A (what the partitioner cost is
+    in a Partition's ``info``: ``seconds``, ``peak_rss_growth_bytes``)."""
     a = sp.csr_matrix(adj)
-    parts, P = partition.parts, partition.P
+    P = partition.P if isinstance(partition, Partition) else int(np.max(partition, initial=0)) + 1
+    parts = check_parts(getattr(partition, "parts", partition), a.shape[0], P)
     diagonal = np.bincount(parts[np.flatnonzero(a.diagonal())], minlength=P)
     train = np.bincount(parts, weights=train_mask, minlength=P) if train_mask is not None else None
-    return block_metrics(partition.sizes(), halo_rows(a, parts, P), block_nnz(a, parts, P), diagonal, train)
+    return block_metrics(np.bincount(parts, minlength=P), halo_rows(a, parts, P), block_nnz(a, parts, P), diagonal,
+                         train)
 
 
 def block_metrics(sizes, halo, block_nnz, diagonal, train=None) -> dict:
