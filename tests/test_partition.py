@@ -544,6 +544,25 @@ def test_a_partitioner_is_registered_as_layers_and_algorithms_are():
         PARTITIONERS.pop("nothing", None)
 
 
+def test_a_partitioner_that_changes_the_graph_it_is_given_changes_no_graph():
+    """A plug-in that weighs A its own way in place (adj.data[:] = 5) changed the caller's graph, trained on next,
+    and the partitioned folder the cache wrote under the unchanged graph's key."""
+    g = small_graph(n=40)
+    before = g.adj.copy()
+
+    def reweighs(adj, P, seed=0):
+        adj.data[:] = 5.0
+        return np.arange(adj.shape[0]) * P // adj.shape[0]
+
+    PARTITIONERS["reweighs"] = reweighs
+    try:
+        parts = make_parts("reweighs", g.adj, 2)
+    finally:
+        PARTITIONERS.pop("reweighs")
+    assert (g.adj != before).nnz == 0
+    np.testing.assert_array_equal(parts, np.arange(40) // 20)
+
+
 def test_a_partitioner_that_fails_or_takes_other_arguments_is_one_line(capsys):
     """A plug-in of another signature, or one that raised, was a traceback; one that failed on the 32-node ring
     `spgnn partition` warms it up on was reported against the ring ("the graph has 32 nodes"); parameters at the

@@ -409,7 +409,8 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
 
 def _called(name: str, fn, adj, P: int, seed: int, params: dict):
     """fn(adj, P, seed, **params); for a plug-in (not spgnn's own, whose failures are tracebacks to fix), SpgnnError
-    naming partitioner `name` where it does not take those arguments or fails, but for running out of memory."""
+    naming partitioner `name` where it does not take those arguments or fails, but for running out of memory, and a
+    copy of A, which it may change (``adj.data[:] = 1`` in place changed the graph trained on)."""
     if (getattr(fn, "__module__", None) or "").startswith("spgnn."):
         return fn(adj, P, seed, **params)
     try:
@@ -420,7 +421,7 @@ def _called(name: str, fn, adj, P: int, seed: int, params: dict):
     except ValueError:                  # no signature to read (a builtin): called as it is
         pass
     try:
-        return fn(adj, P, seed, **params)
+        return fn(adj.copy(), P, seed, **params)
     except Exception as e:
         if isinstance(e, SpgnnError) or out_of_memory(e):
             raise
