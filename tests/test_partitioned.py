@@ -355,6 +355,16 @@ def test_bad_folders_fail_with_one_line(tmp_path, capfd):
         Trainer(TrainConfig(cache_dir=str(blocked / "cache"), epochs=1), Comm())
 
 
+def test_a_part_beyond_the_folder_is_named_as_such(tmp_path):
+    """share(B) said the folder was incomplete ('part-0000B is missing ... re-create it'), share(-1) looked for
+    part--0001, and share(1.0) was a ValueError traceback."""
+    ds = PartitionedDataset(_folder(tmp_path, "sym", 2))
+    for part in (2, -1, 1.0):
+        with pytest.raises(SpgnnError, match=rf"holds parts 0\.\.1, not part {part}$"):
+            ds.share(part)
+    assert ds.share(np.int64(1)).part == 1
+
+
 def test_a_share_never_holds_more_than_its_part(tmp_path):
     """No rank's arrays grow with n beyond its part: each array of a share has n_p rows (or nnz_p entries)."""
     g = small_graph(n=400, seed=9)

@@ -143,7 +143,9 @@ class PartitionedDataset:
         return self.path / f"part-{part:05d}" / name
 
     def share(self, part: int) -> Share:
-        """Part `part` from its folder, checked against meta.json."""
+        """Part `part` (0 ≤ part < B) from its folder, checked against meta.json."""
+        if not isinstance(part, (int, np.integer)) or not 0 <= part < self.nparts:
+            raise SpgnnError(f"{self.path} holds parts 0..{self.nparts - 1}, not part {part!r}")
         folder = self.path / f"part-{part:05d}"
         if not folder.is_dir():
             raise SpgnnError(f"{folder} is missing: the partitioned dataset is incomplete; {REMAKE}")
