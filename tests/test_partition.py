@@ -251,6 +251,8 @@ def test_saved_partition_records_provenance(tmp_path):
     (np.arange(60) % 3 - 1, r"ids -1\.\.1"),
     (np.arange(60) % 2, "part 2 of 3 is empty"),
     (np.linspace(0, 2, 60), "integer part ids"),
+    (np.zeros((60, 1), int), r"shape \(60, 1\), but it is one part id a node: give a vector of 60"),    # said
+    (np.c_[np.arange(60), np.arange(60) % 3], r"shape \(60, 2\)"),            # 'length 60 but the graph has 60'
 ])
 def test_bad_vectors(parts, message):
     with pytest.raises(SpgnnError, match=message):

@@ -208,7 +208,10 @@ def fill_empty(parts: np.ndarray, P: int) -> np.ndarray:
 def check_parts(parts, n: int, P: int) -> np.ndarray:
     """`parts` as int64 after checking length n, ids in [0, P) and that no part is empty."""
     parts = np.asarray(parts)
-    if parts.ndim != 1 or parts.shape[0] != n:
+    if parts.ndim != 1:                 # an (n, 1) array, a text file of two columns (node, part)
+        raise SpgnnError(f"partition vector has shape {parts.shape}, but it is one part id a node: give a vector of "
+                         f"{n} (a text file: one id a line)")
+    if parts.shape[0] != n:
         raise SpgnnError(f"partition vector has length {parts.size} but the graph has {n} nodes")
     if parts.size and not np.issubdtype(parts.dtype, np.integer):
         raise SpgnnError(f"partition vector must hold integer part ids, got dtype {parts.dtype}")
