@@ -205,6 +205,17 @@ def test_a_graph_in_memory_with_its_ogb_split(runs):
         LinkTrainer(_cfg(roots["mrr"], cache, val_edges=0.2, test_edges=0.2), Comm(0, 1))
 
 
+def test_an_ogb_graph_without_its_split_is_refused(runs):
+    """A partitioned folder of an OGB link graph, or the graph in memory, without --ogb-split trained a hashed split
+    of OGB's training edges, judged by ROC-AUC instead of the folder's split and figure, and said nothing."""
+    roots, cache, _, _ = runs
+    parts = _partition_once(_cfg(roots["mrr"], cache), 1, ["train"])[2]
+    for where, graph in ((parts, None), ("cora", load_dataset(str(roots["mrr"])))):
+        with pytest.raises(SpgnnError, match=r"^--task link: dataset 'ogbl-citation2' is the graph of an OGB link "
+                                             r"folder .*: give --ogb-split FOLDER, the OGB folder it was made from$"):
+            LinkTrainer(_cfg(where, cache), Comm(0, 1), graph=graph)
+
+
 def test_report_names_the_metric(tmp_path):
     folder = write_folder(tmp_path, "mrr")
     report = LinkTrainer(_cfg(folder, tmp_path / "cache", epochs=2), Comm(0, 1)).run(log=None)

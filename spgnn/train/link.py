@@ -91,8 +91,12 @@ class LinkTrainer(Run):
 
         cfg, opened, _, _ = open_parts(cfg, comm, graph, parts, costs_of)
         perm = node_order(opened)
-        made_from = getattr(opened.info, "source", "")      # "" for a folder that does not say (written before)
-        made_from = made_from if made_from.startswith(FINGERPRINT) else ""     # nor an older kind of digest
+        source = getattr(opened.info, "source", "")         # "" for a folder that does not say (written before)
+        if not given and source.startswith("ogbl:"):        # (a hashed split of it held out training edges)
+            raise SpgnnError(f"--task link: dataset {opened.info.name!r} is the graph of an OGB link folder (its "
+                             "training edges), judged on the folder's own split: give --ogb-split FOLDER, the OGB "
+                             "folder it was made from")
+        made_from = source if source.startswith(FINGERPRINT) else ""     # nor an older kind of digest
         if given and (given.n != opened.info.n or made_from and made_from != on_rank0(comm, lambda: fingerprint(
                 folder[0]))):
             raise SpgnnError(f"--ogb-split {cfg.ogb_split}: its graph is not --dataset {cfg.dataset}'s ({given.n} "
