@@ -242,6 +242,20 @@ def test_saved_partition_records_provenance(tmp_path):
     assert {"numpy", "scipy", "spgnn", "python"} <= set(meta["versions"]) and len(meta["graph_hash"]) == 64
 
 
+def test_save_partition_checks_the_vector_against_its_graph(tmp_path):
+    """save_partition wrote any vector under the graph's hash: of another length, of floats (1.5 saved as 1), or
+    with part 0 empty (a 3-way partition no run could use); an unwritable path was an OSError traceback."""
+    g = GRAPHS["sym"]
+    for bad, message in ((np.arange(59) % 2, "has length 59 but the graph has 60 nodes"),
+                         (np.arange(60) % 2 * 1.5, "must hold integer part ids"),
+                         (np.arange(60) % 2 + 1, "part 0 of 3 is empty")):
+        with pytest.raises(SpgnnError, match=message):
+            save_partition(tmp_path / "p.npz", bad, "mine", {}, 0, g)
+        assert not (tmp_path / "p.npz").exists()
+    with pytest.raises(SpgnnError, match=r"^cannot write the partition to .*: Is a directory; give a writable file"):
+        save_partition(tmp_path, np.arange(60) % 2, "mine", {}, 0, g)
+
+
 # ---------------------------------------------------------------------------------------------- bad input
 
 

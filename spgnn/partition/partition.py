@@ -253,17 +253,24 @@ def versions() -> dict:
 
 
 def save_partition(path, parts, method: str, params: dict, seed: int, graph) -> Path:
-    """Write `parts` to an .npz with its provenance: method, params, seed, library versions, and the
-    size and pattern hash of `graph` (a Graph or its adjacency), so it is never applied to another graph."""
+    """Write `parts` (n,), checked against `graph` (a Graph or its adjacency) as a partition into its largest id + 1
+    parts, to an .npz with its provenance: method, params, seed, library versions, and the size and pattern hash of
+    the graph, so it is never applied to another graph."""
     adj = getattr(graph, "adj", graph)
     parts = np.asarray(parts)
+    nparts = int(parts.max(initial=0)) + 1 if parts.ndim == 1 and np.issubdtype(parts.dtype, np.integer) else 1
+    parts = check_parts(parts, adj.shape[0], nparts)
     meta = {"format": FILE_FORMAT, "method": str(method), "params": params, "seed": int(seed),
-            "nparts": int(parts.max()) + 1 if parts.size else 0, "graph": getattr(graph, "name", "graph"),
+            "nparts": nparts, "graph": getattr(graph, "name", "graph"),
             "n": int(adj.shape[0]), "nnz": int(adj.nnz), "graph_hash": graph_hash(adj), "versions": versions()}
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as f:     # a file object: numpy would otherwise append .npz to other suffixes
-        np.savez_compressed(f, parts=parts.astype(np.int32), meta=np.array(json.dumps(meta, default=str)))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as f:     # a file object: numpy would otherwise append .npz to other suffixes
+            np.savez_compressed(f, parts=parts.astype(np.int32), meta=np.array(json.dumps(meta, default=str)))
+    except OSError as e:
+        raise SpgnnError(f"cannot write the partition to {path}: {e.strerror or e}; give a writable file "
+                         "path") from None
     return path
 
 
