@@ -139,6 +139,41 @@ def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):
     assert (written / "checkpoint.pt").read_bytes() == before
 
 
+def _unsaved(comm, folder, output):
+    """A run whose first checkpoint (after epoch STOP − 1) cannot be written: its folder is removed just before."""
+    save = checkpoint.save
+
+    def removed_first(f, state, last):
+        shutil.rmtree(folder, ignore_errors=True)
+        return save(f, state, last)
+
+    checkpoint.save = removed_first             # (rank 0 writes; in this rank's process alone)
+    return Trainer(TrainConfig(**BASE | {"checkpoint": str(folder), "output": str(output)}), comm).run(log=None)
+
+
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(tmp_path, monkeypatch, capsys):
+    """A checkpoint that could not be written mid-run (its folder removed, a full disk) ended the run with one line
+    and no report: the epochs it had trained were lost with it. The run stops after that epoch, every rank alike,
+    its report of the epochs done written, as a diverged run's is, then fails in that one line."""
+    folder, output = tmp_path / "ck", tmp_path / "r.json"
+    with pytest.raises(SpgnnError, match=rf"^rank \d: cannot write the checkpoint .*; the run stopped after epoch "
+                                         rf"{STOP - 1}$") as e:
+        run_local(_unsaved, 2, folder, output)
+    report = json.loads(output.read_text())
+    assert [e["epoch"] for e in report["epochs"]] == list(range(STOP)) and report["final"] is None
+    assert str(e.value).endswith(report["stopped"]) and not folder.exists()
+
+    def full(*args):
+        raise SpgnnError("no room")
+
+    monkeypatch.setattr(checkpoint, "save", full)               # and one line, exit status 2, on the command line
+    code = cli.main(["train", "--epochs", "4", "--hidden", "16", "--checkpoint", str(folder), "--checkpoint-every",
+                     "2", "--output", str(output), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == ["spgnn: error: no room; the run stopped after epoch 1"]
+    assert len(json.loads(output.read_text())["epochs"]) == 2
+
+
 def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
     """From a checkpoint after epoch 1, only epochs 2.. run (counted), and they start from the checkpoint's
     weights: zeroed there, the first resumed loss is ln C (uniform logits), which no rerun from epoch 0 gives."""

@@ -58,14 +58,20 @@ class Run:
     def run(self, log=print) -> dict:
         """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
-        rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged.
+        rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged or a
+        checkpoint could not be written (then SpgnnError, once the report of the epochs done is written).
         `log` (rank 0) gets one line an epoch. Asked to stop by a signal (where the command handles them,
         `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
         report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
         interrupt.graceful()
-        report = self._train(log)
+        try:
+            report, unsaved = self._train(log), None
+        except Unsaved as u:
+            report, unsaved = u.report, u
         if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
             agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+        if unsaved is not None:
+            raise SpgnnError(str(unsaved))
         return report
 
     def _train(self, log) -> dict:
@@ -85,8 +91,11 @@ class Run:
         def save(epoch, records, best, stopping=False):     # `stopping`: the run stops after `epoch`
             if folder and (stopping or (epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
-                last[0] = checkpoint.save_on_rank0(self.comm, lambda: checkpoint.save(folder, state, last[0]),
-                                                   cfg.timeout)
+                try:
+                    last[0] = checkpoint.save_on_rank0(self.comm, lambda: checkpoint.save(folder, state, last[0]),
+                                                       cfg.timeout)
+                except SpgnnError as e:     # every rank's: the run stops, its report of the epochs done written (`run`)
+                    raise Unsaved(epoch, records, best, str(e)) from None
                 good[0] = (folder, epoch)
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
@@ -107,12 +116,17 @@ class Run:
                     raise Diverged(stopped["epoch"] if stopped else cfg.epochs - 1,
                                    records[-1]["loss"] if records else math.nan, records, best,
                                    "the model's scores became NaN or infinite") from None
-        except Diverged as d:
-            kept = f"; {Path(good[0][0]) / checkpoint.FILE} holds epoch {good[0][1]}, from before: resume from it " \
-                   "with a lower --lr (its weights may be on their way already: if it diverges again, start again)" \
+        except Ended as d:
+            kept = "" if isinstance(d, Unsaved) else \
+                f"; {Path(good[0][0]) / checkpoint.FILE} holds epoch {good[0][1]}, from before: resume from it " \
+                "with a lower --lr (its weights may be on their way already: if it diverges again, start again)" \
                 if good[0] else "; lower --lr, or scale the features down"
             report = self.report(d.epochs, None, d.best)        # its prediction is of the run it did not finish
-            return report | {"stopped": f"{d}{kept}"} | ({"predicted": None} if "predicted" in report else {})
+            report |= {"stopped": f"{d}{kept}"} | ({"predicted": None} if "predicted" in report else {})
+            if isinstance(d, Unsaved):
+                d.report = report
+                raise
+            return report
         if not best and records:     # --eval-every 0, or no validation figure: the final evaluation is the best
             val, test = f"val_{self.metric}", f"test_{self.metric}"
             best = {"epoch": records[-1]["epoch"], val: final[val], test: final[test]}
@@ -290,11 +304,27 @@ class Stopped(Exception):
         self.signal, self.epoch, self.epochs, self.best = signal, epoch, epochs, best
 
 
-class Diverged(Exception):
+class Ended(Exception):
+    """The run stopped before its end (`Diverged`, `Unsaved`): the line that says why, the records up to it."""
+
+    def __init__(self, line: str, epochs: list[dict], best: dict):
+        super().__init__(line)
+        self.epochs, self.best = epochs, best
+
+
+class Diverged(Ended):
     """The loss, a weight or a gradient became NaN or infinite at an epoch; holds the records before it."""
 
     def __init__(self, epoch: int, loss: float, epochs: list[dict], best: dict, what: str | None = None):
         what = what or (f"the training loss became {loss}" if not math.isfinite(loss) else "a weight or gradient "
                         "became NaN or infinite")
-        super().__init__(f"{what} at epoch {epoch}; the run stopped there")
-        self.epochs, self.best = epochs, best
+        super().__init__(f"{what} at epoch {epoch}; the run stopped there", epochs, best)
+
+
+class Unsaved(Ended):
+    """The checkpoint of an epoch could not be written (`why`); holds the records up to that epoch, then the run's
+    `report` of them."""
+
+    def __init__(self, epoch: int, epochs: list[dict], best: dict, why: str):
+        super().__init__(f"{why}; the run stopped after epoch {epoch}", epochs, best)
+        self.report = None
