@@ -464,6 +464,27 @@ def test_a_graph_too_small_for_20_30_per_class_is_split_60_20_20(tmp_path):
     assert np.bincount(big[train]).tolist() == [20, 10] and np.bincount(big[test]).tolist() == [1]
 
 
+def test_a_pyg_graph_without_masks_is_split_by_the_runs_seed():
+    """A PyG Data without masks (PyG's Amazon and Coauthor have none) given as graph= was split by seed 0 whatever
+    the run's seed, where a dataset file is split by it: every seed of a study trained on the same split."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from spgnn import DistGraph, TrainConfig
+    from spgnn.graph.pyg import from_pyg
+    from tests.graphs import small_graph
+
+    g = small_graph(n=300, seed=4)
+    a = g.adj.tocoo()
+    data = SimpleNamespace(edge_index=torch.from_numpy(np.stack([a.col, a.row])), x=torch.from_numpy(g.x),
+                           y=torch.from_numpy(g.y))
+    for seed in (0, 3):
+        held = DistGraph(None, TrainConfig(seed=seed), graph=data).parts.graph.train_mask
+        np.testing.assert_array_equal(held, from_pyg(data, seed=seed).train_mask)
+    assert not np.array_equal(from_pyg(data, seed=0).train_mask, from_pyg(data, seed=3).train_mask)
+
+
 def test_per_class_split_counts_and_determinism():
     y = np.repeat(np.arange(4), [100, 60, 50, 25])
     y = y[np.random.default_rng(9).permutation(y.size)]

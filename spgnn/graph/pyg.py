@@ -67,10 +67,11 @@ def to_pyg(graph: Graph):
                 val_mask=t(graph.val_mask), test_mask=t(graph.test_mask), num_nodes=graph.n, **weights)
 
 
-def as_graph(graph) -> Graph:
-    """``graph`` itself when it is a Graph, its conversion when it is a PyG ``Data``; else SpgnnError."""
+def as_graph(graph, seed: int = 0) -> Graph:
+    """``graph`` itself when it is a Graph, its conversion when it is a PyG ``Data`` (without masks: the
+    `default_split` of ``seed``, the run's, as a dataset file's); else SpgnnError."""
     if graph is None or isinstance(graph, Graph):
         return graph
     if hasattr(graph, "edge_index"):
-        return from_pyg(graph)
+        return from_pyg(graph, seed=seed)
     raise SpgnnError(f"a graph must be a spgnn Graph or a PyTorch Geometric Data, got {type(graph).__name__}")

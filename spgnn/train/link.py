@@ -83,7 +83,7 @@ class LinkTrainer(Run):
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
-        graph = as_graph(graph)
+        graph = as_graph(graph, cfg.seed)
 
         def costs_of(info):     # what --algo auto weighs: the encoder, on layouts of whole rows for the MLP decoder
             costs = ModelCost.of_config(cfg, info.num_features, width)

@@ -151,7 +151,7 @@ class MinibatchTrainer(Run):
 
     def __init__(self, cfg: TrainConfig, comm: Comm | None, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
-        comm, graph = comm if comm is not None else Comm(), as_graph(graph)
+        comm, graph = comm if comm is not None else Comm(), as_graph(graph, cfg.seed)
         parts = split_parts(sampler_config(cfg, sampler, bulk, comm.world_size, split_graph), comm, graph) \
             if split_graph else None
         cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph if parts is None else parts.info,
