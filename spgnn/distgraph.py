@@ -156,7 +156,7 @@ class DistGraph:
                 raise SpgnnError(f"{what} by the model's declared costs: pass DistGraph(..., model=your model, or a "
                                  "function (features, outputs) → model)")
         self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
-        graph = as_graph(graph)
+        graph = as_graph(graph, cfg.seed)
         if graph is not None and cfg.dataset not in (TrainConfig.dataset, graph.name):
             raise SpgnnError(f"the graph in memory ({graph.name}) and dataset={cfg.dataset!r} both name the graph "
                              "to train on: give one of them")
@@ -498,7 +498,11 @@ class DistGraph:
 
     def evaluate(self, logits: torch.Tensor, masks=SPLITS) -> dict:
         """The task's figure on each split in `masks` (accuracy, or ROC-AUC), as `task.evaluate` gives it."""
-        return self.task.evaluate(self, logits, self._splits(masks))
+        figures = self.task.evaluate(self, logits, self._splits(masks))
+        if not isinstance(figures, dict):
+            raise SpgnnError(f"task {self.task.name!r}'s evaluate returned {_described(figures)}: it returns a dict, "
+                             f"{{'<split>_{self.task.metric}': a float}} for each split")
+        return figures
 
     def loss(self, logits: torch.Tensor, mask="train") -> torch.Tensor:
         """The task's global mean loss over `mask` (cross-entropy, or BCE over the known targets)."""
@@ -506,6 +510,10 @@ class DistGraph:
         if not _scalar(loss):
             raise SpgnnError(f"task {self.task.name!r}'s loss returned {_described(loss)}: a loss is a one-element "
                              "tensor, the global mean (g.globally of this rank's partial sum)")
+        if torch.is_grad_enabled() and logits.requires_grad and not loss.requires_grad:
+            raise SpgnnError(f"task {self.task.name!r}'s loss has no gradient, though the logits have one: it was "
+                             "detached on its way (.detach(), float(...), torch.tensor(value)); make it of the logits "
+                             "with g's operations")
         if not self._loss_checked:      # once, outside the ledger: a loss of each rank's rows alone differs by rank
             self._loss_checked, values = True, self.comm.all_gather_object(float(loss.detach()))
             if not np.allclose(values, values[0], rtol=1e-6, atol=0.0, equal_nan=True):

@@ -406,3 +406,20 @@ def test_a_loss_of_each_ranks_rows_alone_is_refused():
     finally:
         TASKS.pop("local-loss", None)
         TASKS.pop("excess", None)
+
+
+def test_a_detached_loss_or_no_figures_is_one_line():
+    """A task's loss detached on its way (float(...) back into a tensor) trained nothing and failed in backward with
+    torch's RuntimeError; an evaluate that returned nothing failed with an AttributeError after the first epoch."""
+    detached = type("Detached", (LogProb,), {"name": "detached", "loss": lambda self, g, out, mask="train":
+                                             g.cross_entropy(out, mask).detach()})
+    silent = type("Silent", (LogProb,), {"name": "silent", "evaluate": lambda self, g, out, splits=(): None})
+    for task, message in ((detached, r"^task 'detached''s loss has no gradient, though the logits have one: "),
+                          (silent, r"^task 'silent''s evaluate returned NoneType: it returns a dict, "
+                                   r"\{'<split>_logprob': a float\} for each split$")):
+        register_task(task)
+        try:
+            with pytest.raises(SpgnnError, match=message):
+                Trainer(TrainConfig(task=task.name, epochs=1, hidden=4), _comm()).run(log=None)
+        finally:
+            TASKS.pop(task.name, None)
