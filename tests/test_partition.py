@@ -242,6 +242,15 @@ def test_saved_partition_records_provenance(tmp_path):
     assert {"numpy", "scipy", "spgnn", "python"} <= set(meta["versions"]) and len(meta["graph_hash"]) == 64
 
 
+@pytest.mark.parametrize("seed", [-1, 1.5, "3", 2**64])
+def test_a_seed_that_is_no_seed_is_one_line(seed):
+    """make_partition(..., seed=-1) (or 1.5, "3") was a numpy ValueError or TypeError traceback from random, ldg
+    and fennel, and taken by metis, kahip and kaminpar; 2^64 was taken by some."""
+    for method in ("random", "fennel", "block"):
+        with pytest.raises(SpgnnError, match=r"seed is a whole number in \[0, 2\^63\), as --seed, got"):
+            make_partition(method, GRAPHS["sym"].adj, 2, seed=seed)
+
+
 def test_save_partition_checks_the_vector_against_its_graph(tmp_path):
     """save_partition wrote any vector under the graph's hash: of another length, of floats (1.5 saved as 1), or
     with part 0 empty (a 3-way partition no run could use); an unwritable path was an OSError traceback."""

@@ -387,6 +387,8 @@ def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dic
         raise SpgnnError(f"the number of parts must be at least 1, got {P}")
     if P > n:
         raise SpgnnError(f"{P} processes but the graph has only {n} nodes: use at most {n} processes")
+    if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:      # as --seed
+        raise SpgnnError(f"a partition's seed is a whole number in [0, 2^63), as --seed, got {seed!r}")
     if isinstance(method, Partition):           # one made before (make_partition): its parts and provenance
         if params:
             raise SpgnnError(f"partitioner parameter(s) {', '.join(sorted(params))} go with a partitioner, not with "
