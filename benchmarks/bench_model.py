@@ -40,6 +40,7 @@ import numpy as np
 
 from spgnn import cost, spmm
 from spgnn.comm.launch import run_local
+from spgnn.errors import SpgnnError
 from spgnn.jsonfile import write_json
 from spgnn.layers import LAYERS
 
@@ -225,9 +226,13 @@ def main(argv=None) -> int:
     args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir) if not args.memory_only else []
     if args.memory:
         machine.check_datasets(p, args.memory.split(","), args.data_dir)
-    missing = [f for f in (args.calibration or "").split(",") if f and f != "default" and not Path(f).is_file()]
-    if missing:
-        p.error(f"--calibration {missing[0]}: no such file")
+    for f in (f for f in (args.calibration or "").split(",") if f and f != "default"):
+        if not Path(f).is_file():
+            p.error(f"--calibration {f}: no such file")
+        try:                                            # read as the model reads it, before any launch
+            cost.load_calibration(f), cost.load_rates(f)
+        except SpgnnError as e:
+            p.error(str(e))
     out = Path(args.out)
     if args.calibration is None:
         args.calibration = str(out.with_name(out.stem + "-calibration.json"))

@@ -278,6 +278,21 @@ def test_benchmarks_refuse_bad_input_in_one_line_before_any_work(script, argv, e
     assert not out.exists()
 
 
+@pytest.mark.parametrize("text, error", [("[", "JSONDecodeError"), ('{"world_size": 0, "collectives": {}}',
+                                                                    "comm_ranks 0 is no figure")])
+def test_bench_model_refuses_a_calibration_it_cannot_read_before_any_launch(text, error, tmp_path, monkeypatch,
+                                                                          capsys):
+    """A --calibration file that is no calibration spgnn reads is one line before any launch (it was a traceback of
+    the ranks' SpgnnError, after the processes had started)."""
+    bad, out = tmp_path / "cal.json", tmp_path / "m.json"
+    bad.write_text(text)
+    code, said, err = _refusal("bench_model", ["--datasets", "cora", "--procs", "2", "--calibration",
+                                               f"default,{bad}", "--out", str(out)], monkeypatch, capsys)
+    assert code == 2 and not said and "Traceback" not in err, err
+    assert error in err.strip().splitlines()[-1] and str(bad) in err.strip().splitlines()[-1], err
+    assert not out.exists()
+
+
 @pytest.mark.parametrize("script", ["bench_bound", "bench_comm", "bench_init", "bench_sampling", "bench_ring"])
 def test_benchmarks_refuse_an_out_they_cannot_write(script, tmp_path, monkeypatch, capsys):
     """An --out that is a folder is refused in one line before any work (it once failed with IsADirectoryError after
