@@ -243,12 +243,16 @@ def test_saved_partition_records_provenance(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "3", 2**64])
-def test_a_seed_that_is_no_seed_is_one_line(seed):
+def test_a_seed_or_a_part_count_that_is_no_number_is_one_line(seed):
     """make_partition(..., seed=-1) (or 1.5, "3") was a numpy ValueError or TypeError traceback from random, ldg
-    and fennel, and taken by metis, kahip and kaminpar; 2^64 was taken by some."""
+    and fennel, and taken by metis, kahip and kaminpar; 2^64 was taken by some. P = 2.5 or "2" were tracebacks
+    too, 2.0 'partition vector must hold integer part ids'."""
     for method in ("random", "fennel", "block"):
         with pytest.raises(SpgnnError, match=r"seed is a whole number in \[0, 2\^63\), as --seed, got"):
             make_partition(method, GRAPHS["sym"].adj, 2, seed=seed)
+    for P in (2.5, "2", 2.0):
+        with pytest.raises(SpgnnError, match=r"number of parts must be a whole number of at least 1, got"):
+            make_parts("metis" if importlib.util.find_spec("pymetis") else "fennel", GRAPHS["sym"].adj, P)
 
 
 def test_save_partition_checks_the_vector_against_its_graph(tmp_path):

@@ -383,8 +383,8 @@ def fixed_parts(method) -> int | None:
 
 def _make(method, adj, P: int, seed: int, params: dict) -> tuple[np.ndarray, dict]:
     n = adj.shape[0]
-    if P < 1:
-        raise SpgnnError(f"the number of parts must be at least 1, got {P}")
+    if not isinstance(P, (int, np.integer)) or P < 1:
+        raise SpgnnError(f"the number of parts must be a whole number of at least 1, got {P!r}")
     if P > n:
         raise SpgnnError(f"{P} processes but the graph has only {n} nodes: use at most {n} processes")
     if not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:      # as --seed
