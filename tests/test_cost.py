@@ -317,3 +317,20 @@ def test_messages_name_the_grid_as_given():
         plan.plan(TrainConfig(algo="2d", grid="2x2", memory_per_rank="1K"), 4, small_graph(n=40))
     with pytest.raises(cli.SpgnnError, match=r"--algo 3d on grid 2x1x2 needs"):
         plan.plan(TrainConfig(algo="3d", grid="2x1x2", memory_per_rank="1K"), 4, small_graph(n=40))
+
+
+def test_the_docs_statistics_commands_count_an_ogb_graphs_edges_both_ways(monkeypatch):
+    """`spgnn cost --nnz` counts both directions of an undirected graph's edges: a command of the docs for a graph
+    of an OGB dataset's published n gives its nnz as bench_comm's plans do (ogbn-papers100M's command once gave its
+    1.6e9 edges once, half the graph)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    from bench_comm import OGB
+    nnz_of = {n: nnz for n, nnz, _ in OGB.values()}
+    given = [(int(n), int(nnz)) for doc in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
+             for n, nnz in re.findall(r"spgnn cost --nodes (\d+) --nnz (\d+)", doc.read_text())]
+    assert {n for n, _ in given} >= set(nnz_of), given
+    assert all(nnz == nnz_of[n] for n, nnz in given if n in nnz_of), given
