@@ -138,6 +138,29 @@ def test_a_cached_dataset_file_is_not_read_again(tmp_path, monkeypatch):
     assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 6 and PartitionedDataset(first).nparts == 2
 
 
+def test_a_relative_cache_folder_finds_a_dataset_file_from_its_first_run(tmp_path, monkeypatch):
+    """A cache folder written anew came back resolved (the written folder's path), which did not lie under a
+    relative --cache-dir (or one reached through a link): the first run recorded nothing, and the second read the
+    graph again. A quoted '~/x' made a folder named ~, which the run then failed to find."""
+    from spgnn import plan
+    from spgnn.graph.datasets import save_npz
+
+    monkeypatch.chdir(tmp_path)
+    save_npz(small_graph(n=100, f=4, seed=2), tmp_path / "g.npz")
+    (tmp_path / "linked").symlink_to(tmp_path / "caches", target_is_directory=True)
+    (tmp_path / "caches").mkdir()
+    reads = []
+    real_load = plan.load_dataset
+    monkeypatch.setattr(plan, "load_dataset", lambda *a, **k: reads.append(a[0]) or real_load(*a, **k))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for cache_dir in ("cache", str(tmp_path / "linked"), "~/under-home"):
+        cfg = TrainConfig(dataset="g.npz", partition="random", algo="1d", cache_dir=cache_dir)
+        first = plan.partition_to_cache(cfg, 2)
+        assert plan.partition_to_cache(cfg, 2) == first and len(reads) == 1, cache_dir     # found, not read
+        reads.clear()
+    assert first.parent == tmp_path / "under-home" and not (tmp_path / "~").exists()    # (a folder named ~ was made)
+
+
 def test_a_cached_planetoid_file_is_read_again_when_any_of_its_files_changes(tmp_path, monkeypatch):
     """A Planetoid file is read with its seven ind.NAME.* siblings: the cache finds its folder from the sizes and
     modification times of all eight (it looked at the named file alone, and served a changed graph's old

@@ -332,8 +332,10 @@ def write_parts(path, parts: InMemoryParts, overwrite: bool = True) -> Path:
 # the cache of partitioned datasets
 
 def cache_root(cache_dir=None) -> Path:
-    """--cache-dir, else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions."""
-    return Path(cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "spgnn" / "partitions")
+    """--cache-dir, else $SPGNN_CACHE_DIR, else ~/.cache/spgnn/partitions; absolute, ~ expanded (a quoted '~/x' made
+    a folder named ~ here, which the run then could not find), links kept."""
+    root = cache_dir or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "spgnn" / "partitions"
+    return Path(root).expanduser().absolute()
 
 
 def cache_folder(root, graph, method, params: dict, seed: int, nparts: int) -> Path:
@@ -411,7 +413,8 @@ def remember_source(dataset, options: dict, folder, cache_dir=None) -> None:
 
 def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, cache_dir=None) -> Path:
     """The cache folder of `graph` partitioned into `nparts` parts, written first (by `partition_fn()`, which
-    returns the `Partition`) unless a complete one is there."""
+    returns the `Partition`) unless a complete one is there; under the cache root as given either way (a relative
+    or linked root is not resolved), so that `remember_source` finds it there."""
     folder = cache_folder(cache_root(cache_dir), graph, method, params, seed, nparts)
     if is_partitioned(folder):
         return folder
@@ -428,4 +431,5 @@ def cached(graph, partition_fn, method, params: dict, seed: int, nparts: int, ca
         raise SpgnnError(f"the partition cache folder {root} is not writable ({why}): set --cache-dir or "
                          f"${CACHE_ENV} to a writable folder")
     partition = partition_fn()
-    return write_parts(folder, InMemoryParts(graph, partition, partition.info | {"split_seed": seed}), overwrite=False)
+    write_parts(folder, InMemoryParts(graph, partition, partition.info | {"split_seed": seed}), overwrite=False)
+    return folder
