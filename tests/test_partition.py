@@ -242,6 +242,18 @@ def test_saved_partition_records_provenance(tmp_path):
     assert {"numpy", "scipy", "spgnn", "python"} <= set(meta["versions"]) and len(meta["graph_hash"]) == 64
 
 
+def test_an_empty_partition_file_is_one_line(tmp_path):
+    """An empty text file printed numpy's 'UserWarning: loadtxt: input contained no data' (two lines of source)
+    above the error line."""
+    import warnings
+
+    (tmp_path / "empty.txt").write_text("")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(SpgnnError, match="^partition vector has length 0 but the graph has 60 nodes$"):
+            make_parts(str(tmp_path / "empty.txt"), GRAPHS["sym"].adj, 2)
+
+
 @pytest.mark.parametrize("seed", [-1, 1.5, "3", 2**64])
 def test_a_seed_or_a_part_count_that_is_no_number_is_one_line(seed):
     """make_partition(..., seed=-1) (or 1.5, "3") was a numpy ValueError or TypeError traceback from random, ldg

@@ -298,7 +298,9 @@ def load_parts(path, adj=None, P: int | None = None) -> tuple[np.ndarray, dict]:
         elif form == "npy":
             parts, meta = np.load(path, allow_pickle=False), {}
         else:
-            parts, meta = np.loadtxt(path, dtype=np.int64, ndmin=1), {}
+            with warnings.catch_warnings():     # an empty file: its length is the error, not numpy's warning
+                warnings.simplefilter("ignore")
+                parts, meta = np.loadtxt(path, dtype=np.int64, ndmin=1), {}
     except (OSError, ValueError, KeyError) as e:
         raise SpgnnError(f"cannot read partition file {path}: {e}") from None
     if meta and adj is not None and meta.get("graph_hash") != graph_hash(adj):
