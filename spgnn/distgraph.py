@@ -44,7 +44,7 @@ from .config import TrainConfig
 from .errors import SpgnnError
 from .graph.adjacency import ADJACENCIES, Adjacency, get_adjacency
 from .graph.graph import row_normalize
-from .graph.pyg import as_graph
+from .graph.pyg import given_graph
 from .layers.registry import options as layer_options
 from .plan import open_parts
 from .spmm.base import check_attend
@@ -156,10 +156,7 @@ class DistGraph:
                 raise SpgnnError(f"{what} by the model's declared costs: pass DistGraph(..., model=your model, or a "
                                  "function (features, outputs) → model)")
         self.cfg = cfg.validate()                  # its task builds the model whose costs --algo auto compares
-        graph = as_graph(graph, cfg.seed)
-        if graph is not None and cfg.dataset not in (TrainConfig.dataset, graph.name):
-            raise SpgnnError(f"the graph in memory ({graph.name}) and dataset={cfg.dataset!r} both name the graph "
-                             "to train on: give one of them")
+        graph = given_graph(graph, cfg)
         self.cfg, self.parts, shape, self.compared = open_parts(self.cfg, comm, graph, parts,
                                                                 self.model_cost if model is not None else None)
         cfg, self.info = self.cfg, self.parts.info

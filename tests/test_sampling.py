@@ -5,6 +5,7 @@ replicated or split with c = 1, 2), fetched features are the true rows and their
 imply, bad input is refused, GraphSAGE learns Cora."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -577,3 +578,18 @@ def test_bad_trainer_options(capsys):
     capsys.readouterr()
     assert main(["train", "--sampler", "sage:5,5", "--layers", "3", "--nprocs", "2"]) == 2
     assert capsys.readouterr().err.startswith("spgnn: error: --layers 3 but --sampler sage:5,5 samples 2 hops")
+
+
+@pytest.mark.parametrize("split_graph", [False, True])
+def test_a_graph_in_memory_and_another_dataset_are_refused(split_graph, tmp_path):
+    """MinibatchTrainer given graph= and a dataset naming another graph trained the graph in memory while its report
+    named the dataset (spgnn.Trainer and LinkTrainer refuse the pair); its own name, or the default, trains."""
+    g = small_graph(n=80, seed=1)
+    cfg = TrainConfig(model="sage", epochs=1, cache_dir=str(tmp_path))
+    with pytest.raises(SpgnnError, match=r"^the graph in memory \(small\) and dataset='citeseer' both name the graph "
+                                         r"to train on: give one of them$"):
+        MinibatchTrainer(replace(cfg, dataset="citeseer"), Comm(0, 1), "sage:3", graph=g, split_graph=split_graph)
+    for dataset in (TrainConfig.dataset, "small"):
+        report = MinibatchTrainer(replace(cfg, dataset=dataset), Comm(0, 1), "sage:3", graph=g,
+                                  split_graph=split_graph).run(log=None)
+        assert report["graph"]["name"] == "small"

@@ -75,3 +75,13 @@ def as_graph(graph, seed: int = 0) -> Graph:
     if hasattr(graph, "edge_index"):
         return from_pyg(graph, seed=seed)
     raise SpgnnError(f"a graph must be a spgnn Graph or a PyTorch Geometric Data, got {type(graph).__name__}")
+
+
+def given_graph(graph, cfg) -> Graph | None:
+    """`as_graph` of the graph in memory a run is given (a PyG ``Data`` split by cfg.seed); SpgnnError where
+    cfg.dataset, set too, names another graph."""
+    graph = as_graph(graph, cfg.seed)
+    if graph is not None and cfg.dataset not in (type(cfg).dataset, graph.name):
+        raise SpgnnError(f"the graph in memory ({graph.name}) and dataset={cfg.dataset!r} both name the graph to "
+                         "train on: give one of them")
+    return graph

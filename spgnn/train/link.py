@@ -26,7 +26,7 @@ from ..cost import ModelCost
 from ..distgraph import DistGraph
 from ..errors import SpgnnError
 from ..graph.ogbl import FINGERPRINT, fingerprint, ogbl_folder, read_held_out
-from ..graph.pyg import as_graph
+from ..graph.pyg import given_graph
 from ..layers.registry import Layer
 from ..layers.stack import config_model
 from ..memory import SavedTensorMeter
@@ -83,7 +83,7 @@ class LinkTrainer(Run):
         self.split = EdgeSplit(0.0, 0.0, cfg.seed) if given else EdgeSplit(cfg.val_edges, cfg.test_edges,
                                                                             cfg.seed).check()
         decoder, width = cfg.decoder, cfg.embedding or cfg.hidden
-        graph = as_graph(graph, cfg.seed)
+        graph = given_graph(graph, cfg)
 
         def costs_of(info):     # what --algo auto weighs: the encoder, on layouts of whole rows for the MLP decoder
             costs = ModelCost.of_config(cfg, info.num_features, width)

@@ -41,7 +41,7 @@ from ..errors import SpgnnError
 from ..graph.adjacency import normalize
 from ..graph.datasets import load_dataset
 from ..graph.graph import row_normalize
-from ..graph.pyg import as_graph
+from ..graph.pyg import given_graph
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
 from ..memory import held_bytes
@@ -151,7 +151,7 @@ class MinibatchTrainer(Run):
 
     def __init__(self, cfg: TrainConfig, comm: Comm | None, sampler: str, batch_size: int | None = None, bulk: int = 1,
                  graph=None, split_graph: bool = False):
-        comm, graph = comm if comm is not None else Comm(), as_graph(graph, cfg.seed)
+        comm, graph = comm if comm is not None else Comm(), given_graph(graph, cfg)
         parts = split_parts(sampler_config(cfg, sampler, bulk, comm.world_size, split_graph), comm, graph) \
             if split_graph else None
         cfg, g, batch_size = check_options(cfg, sampler, batch_size, bulk, graph if parts is None else parts.info,
