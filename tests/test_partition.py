@@ -189,6 +189,10 @@ def test_metrics_take_the_part_vector_make_parts_returns_and_check_it():
     g = GRAPHS["sym"]
     parts = make_parts("random", g.adj, 3, seed=1)
     assert partition_metrics(g.adj, parts, g.train_mask) == partition_metrics(g.adj, Partition(parts, 3), g.train_mask)
+    # a Graph for its A, as save_partition takes it (an AttributeError, 'Graph' object has no attribute 'shape')
+    assert partition_metrics(g, parts) == partition_metrics(g.adj, parts)
+    np.testing.assert_array_equal(make_parts("random", g, 3, seed=1), parts)
+    np.testing.assert_array_equal(make_partition("random", g, 3, seed=1).parts, parts)
     for bad, message in ((parts[1:], "has length 59 but the graph has 60 nodes"),
                          (Partition(parts, 2), r"holds part ids 0\.\.2, but the layout's 2 parts")):
         with pytest.raises(SpgnnError, match=message):

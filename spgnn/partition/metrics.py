@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from .order import part_order
-from .partition import Partition, check_parts, get_partitioner, make_parts
+from .partition import Partition, adjacency, check_parts, get_partitioner, make_parts
 
 
 def halo_rows(adj, parts: np.ndarray, P: int) -> np.ndarray:
@@ -56,10 +56,10 @@ def imbalance(w) -> float:
 
 
 def partition_metrics(adj, partition: Partition | np.ndarray, train_mask=None) -> dict:
-    """Every metric of the module docstring for `partition` of graph `adj` (n×n): a `Partition` or a part vector
-    (n,) of P = its largest id + 1 parts (as `make_parts` returns), checked against A (what the partitioner cost is
-    in a Partition's ``info``: ``seconds``, ``peak_rss_growth_bytes``)."""
-    a = sp.csr_matrix(adj)
+    """Every metric of the module docstring for `partition` of graph `adj` (A, n×n, or a Graph): a `Partition` or a
+    part vector (n,) of P = its largest id + 1 parts (as `make_parts` returns), checked against A (what the
+    partitioner cost is in a Partition's ``info``: ``seconds``, ``peak_rss_growth_bytes``)."""
+    a = sp.csr_matrix(adjacency(adj))
     P = partition.P if isinstance(partition, Partition) else int(np.max(partition, initial=0)) + 1
     parts = check_parts(getattr(partition, "parts", partition), a.shape[0], P)
     diagonal = np.bincount(parts[np.flatnonzero(a.diagonal())], minlength=P)

@@ -256,7 +256,7 @@ def save_partition(path, parts, method: str, params: dict, seed: int, graph) -> 
     """Write `parts` (n,), checked against `graph` (a Graph or its adjacency) as a partition into its largest id + 1
     parts, to an .npz with its provenance: method, params, seed, library versions, and the size and pattern hash of
     the graph, so it is never applied to another graph."""
-    adj = getattr(graph, "adj", graph)
+    adj = adjacency(graph)
     parts = np.asarray(parts)
     nparts = int(parts.max(initial=0)) + 1 if parts.ndim == 1 and np.issubdtype(parts.dtype, np.integer) else 1
     parts = check_parts(parts, adj.shape[0], nparts)
@@ -338,9 +338,15 @@ def saved_meta(path) -> dict:
 # making partitions
 
 
+def adjacency(graph):
+    """A of `graph`, a `Graph`, or `graph` itself where it is A (n×n) already."""
+    return getattr(graph, "adj", graph)
+
+
 def make_parts(method, adj, P: int, seed: int = 0, **params) -> np.ndarray:
-    """Part vector from a partitioner name, a file path, or an array; always checked."""
-    return _make(method, adj, P, seed, params)[0]
+    """Part vector of graph `adj` (A, or a Graph) from a partitioner name, a file path, or an array; always
+    checked."""
+    return _make(method, adjacency(adj), P, seed, params)[0]
 
 
 def check_method(method) -> None:
@@ -355,10 +361,11 @@ def check_method(method) -> None:
 
 
 def make_partition(method, adj, P: int, seed: int = 0, node_order: str = "natural", **params) -> Partition:
-    """The checked Partition, its nodes inside each part in `node_order` (`spgnn.partition.order`), with `info`:
-    method, params, seed (or the file's), node_order, the seconds the partitioner and the order took and their
-    peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
+    """The checked Partition of graph `adj` (A, or a Graph), its nodes inside each part in `node_order`
+    (`spgnn.partition.order`), with `info`: method, params, seed (or the file's), node_order, the seconds the
+    partitioner and the order took and their peak memory (``peak_rss_growth_bytes``, see ``memory.rss_growth``)."""
     check_order(node_order)
+    adj = adjacency(adj)
     with rss_growth() as mem, stage("partitioning", f"into {P} parts by {method}" if isinstance(method, (str, Path))
                                      else f"into {P} parts"):
         t0 = time.perf_counter()
