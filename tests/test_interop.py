@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -254,6 +256,17 @@ def test_to_pyg_round_trips():
     assert (back.adj != g.adj).nnz == 0 and back.num_classes == g.num_classes
     for k in ("x", "y", "train_mask", "val_mask", "test_mask"):
         assert np.array_equal(getattr(back, k), getattr(g, k)), k
+
+
+def test_to_pyg_refuses_what_is_no_graph_and_names_itself_without_pyg(monkeypatch):
+    """to_pyg of a PyG Data (or anything but a Graph) was an AttributeError traceback; without PyTorch Geometric it
+    named Graph.to_pyg, which does not exist."""
+    with pytest.raises(SpgnnError, match=r"^spgnn.to_pyg takes a spgnn Graph \(as load_dataset or from_pyg gives "
+                                         r"it\), got SimpleNamespace$"):
+        to_pyg(SimpleNamespace(edge_index=np.zeros((2, 0), np.int64)))
+    monkeypatch.setitem(sys.modules, "torch_geometric.data", None)      # import torch_geometric.data fails
+    with pytest.raises(SpgnnError, match=r"^spgnn.to_pyg needs PyTorch Geometric: pip install torch-geometric$"):
+        to_pyg(small_graph(n=20, seed=1))
 
 
 def _losses(comm, model, data):

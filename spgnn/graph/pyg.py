@@ -55,10 +55,13 @@ def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, s
 def to_pyg(graph: Graph):
     """``torch_geometric.data.Data(x, edge_index, y, train_mask, val_mask, test_mask)`` of ``graph``, and
     ``edge_weight`` where A is not binary; edges in the order of A's CSR (by target, then source)."""
+    if not isinstance(graph, Graph):
+        raise SpgnnError(f"spgnn.to_pyg takes a spgnn Graph (as load_dataset or from_pyg gives it), got "
+                         f"{type(graph).__name__}")
     try:
         from torch_geometric.data import Data
     except ImportError as e:
-        raise SpgnnError("Graph.to_pyg needs PyTorch Geometric: pip install torch-geometric") from e
+        raise SpgnnError("spgnn.to_pyg needs PyTorch Geometric: pip install torch-geometric") from e
     a = graph.adj.tocoo()
     edge_index = torch.from_numpy(np.stack([a.col, a.row]).astype(np.int64))
     t = torch.from_numpy
