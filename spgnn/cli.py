@@ -67,6 +67,11 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
     that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output;
     what it reads first, then `early()` (what else its inputs must be), then whether it can write (which makes
     the folders of --output and --checkpoint)."""
+    for flag, path in (("--output", output), ("--calibration", calibration), ("--checkpoint", checkpoint_dir),
+                       ("--resume", resume)):
+        if path == "":          # (falsy: the run would go on without it, a resume from scratch)
+            raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave "
+                             f"{flag} out")
     if output:
         inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
         _not_an_input(output, "--output", "the report", inputs)

@@ -174,6 +174,18 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(tmp_p
     assert len(json.loads(output.read_text())["epochs"]) == 2
 
 
+@pytest.mark.parametrize("flag", ["--resume", "--checkpoint", "--output"])
+def test_an_empty_path_is_refused(flag, tmp_path, capsys, monkeypatch):
+    """``--resume "$CKPT"`` with CKPT unset gave an empty path, which the run took for none: it trained from epoch 0
+    (and wrote no checkpoint or report) as if all were well."""
+    monkeypatch.chdir(tmp_path)
+    code = cli.main(["train", "--epochs", "2", "--hidden", "16", flag, "", "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err == [f"spgnn: error: {flag} was given an empty path (an unset shell variable?): give it a "
+                                 f"path, or leave {flag} out"]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
     """From a checkpoint after epoch 1, only epochs 2.. run (counted), and they start from the checkpoint's
     weights: zeroed there, the first resumed loss is ln C (uniform logits), which no rerun from epoch 0 gives."""
