@@ -591,7 +591,7 @@ def test_a_spec_is_checked_without_reading_it(tmp_path, monkeypatch):
 def test_a_partitioned_folder_is_said_to_be_one(tmp_path):
     """spgnn partition --dataset PARTS said the folder held neither an edge list nor Planetoid nor OGB files."""
     from spgnn.partition.ooc import partition_edge_folder
-    from spgnn.partition.partition import make_partition
+    from spgnn.partition.partition import make_partition, save_partition
     from spgnn.partition.partitioned import InMemoryParts, write_parts
 
     g = load_dataset(str(write_edge_list(tmp_path / "el", "0 1\n1 2\n", small_features(), [0, 1, 0, 1, 0, 1])))
@@ -601,6 +601,13 @@ def test_a_partitioned_folder_is_said_to_be_one(tmp_path):
         load_dataset(str(parts))
     with pytest.raises(SpgnnError, match=re.escape(said)):
         partition_edge_folder(parts, tmp_path / "again", 2, "block")
+    # one of its parts, and a partition file, were 'found neither an edge list ...' and 'no graph found'
+    with pytest.raises(SpgnnError, match=re.escape(f"is one part of the partitioned dataset folder {parts}: give")):
+        load_dataset(str(parts / "part-00001"))
+    save_partition(tmp_path / "p.npz", make_partition("block", g.adj, 2).parts, "block", {}, 0, g)
+    with pytest.raises(SpgnnError, match=r"p\.npz is a partition file \(spgnn partition --output FILE\.npz\), not a "
+                       r"graph: give it as --partition"):
+        load_dataset(str(tmp_path / "p.npz"))
 
 
 def test_source_files_are_all_a_dataset_file_is_read_from(tmp_path):

@@ -209,13 +209,16 @@ def source_files(spec: str | os.PathLike) -> list[Path] | None:
 
 
 def check_not_partitioned(path: Path) -> None:
-    """SpgnnError when `path` is a partitioned dataset folder (`spgnn partition --output` wrote it), which no reader
-    of whole graphs reads: it is trained on as it is."""
+    """SpgnnError when `path` is a partitioned dataset folder (`spgnn partition --output` wrote it), or a part folder
+    of one, which no reader of whole graphs reads: the folder is trained on as it is."""
     from ..partition.partitioned import is_partitioned
 
     if is_partitioned(path):
         raise SpgnnError(f"{path} is a partitioned dataset folder already: train on it directly (spgnn train "
                          f"--dataset {path}), or partition anew from the dataset it was made from")
+    if path.name.startswith("part-") and is_partitioned(path.parent):
+        raise SpgnnError(f"{path} is one part of the partitioned dataset folder {path.parent}: give the folder (spgnn "
+                         f"train --dataset {path.parent}), of which each process reads its own part")
 
 
 def _read_path(path: Path, seed: int, split: int | None) -> Graph:
@@ -406,6 +409,9 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
         elif "edges" in keys or "edge_index" in keys:
             key = "edges" if "edges" in keys else "edge_index"
             (src, dst), n = edge_pairs(npz[key], f"{path} ({key})"), None
+        elif keys == {"parts", "meta"}:         # what save_partition writes
+            raise SpgnnError(f"{path} is a partition file (spgnn partition --output FILE.npz), not a graph: give it "
+                             f"as --partition {path}, and as --dataset the graph it was made from")
         else:
             raise SpgnnError(f"cannot read {path}: no graph found: expected adj_indices/adj_indptr/adj_shape "
                              f"or edges [E, 2]; it holds {', '.join(sorted(keys))}")
