@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -222,10 +223,14 @@ def partition_figure(result: dict):
 
 def target(path: str | Path) -> Path:
     """The file `save` writes for `path` (format from the suffix; without one, PNG at path.png); SpgnnError, before
-    anything is drawn, where matplotlib is missing or writes no such format."""
+    anything is drawn, where matplotlib is missing or writes no such format, or `path` names a folder (written as
+    one, or one that exists: its path.png would land beside it, not in it)."""
     pyplot()                                     # (one line where matplotlib is missing)
     from matplotlib.backend_bases import FigureCanvasBase
 
+    if str(path).endswith(("/", os.sep)) or Path(path).is_dir():
+        raise SpgnnError(f"cannot write a plot to {path}: it is a folder; give a file in it, such as "
+                         f"{Path(path) / 'runs.png'}")
     path = Path(path)
     path = path if path.suffix else path.with_suffix(".png")
     formats = FigureCanvasBase.get_supported_filetypes()

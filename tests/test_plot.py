@@ -150,15 +150,20 @@ def test_an_output_that_cannot_be_written_is_said_before_any_work(tmp_path, repo
     for output, said in ((a_file / "x.png", f"cannot write the plot to {a_file / 'x.png'}: "),
                          (tmp_path / "x.json", f"cannot write a plot to {tmp_path / 'x.json'}: matplotlib writes no "
                           ".json files; end it in one of "),
-                         (tmp_path / "x.foo", "matplotlib writes no .foo files")):
+                         (tmp_path / "x.foo", "matplotlib writes no .foo files"),
+                         # a folder: it wrote the plot beside it, as folder.png (spgnn cost and calibrate refuse it)
+                         (tmp_path, f"cannot write a plot to {tmp_path}: it is a folder; give a file in it"),
+                         (f"{tmp_path / 'new'}/", "it is a folder; give a file in it")):
         assert main(["plot", str(a_file), "--output", str(output)]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert said in line, line
+    assert not tmp_path.with_suffix(".png").exists() and not (tmp_path / "new.png").exists()
     import spgnn.cli
 
     monkeypatch.setattr(spgnn.cli, "make_partition", lambda *a, **k: pytest.fail("partitioned"))
-    assert main(["partition", "--nparts", "2", "--compare", "block,random", "--plot", str(tmp_path / "p.foo")]) == 2
-    assert "matplotlib writes no .foo files" in capsys.readouterr().err
+    for output, said in ((tmp_path / "p.foo", "matplotlib writes no .foo files"), (tmp_path, "it is a folder")):
+        assert main(["partition", "--nparts", "2", "--compare", "block,random", "--plot", str(output)]) == 2
+        assert said in capsys.readouterr().err
 
 
 def test_a_report_of_no_ranks_draws_empty_bars(reports):
