@@ -246,6 +246,16 @@ def test_saved_partition_records_provenance(tmp_path):
     assert {"numpy", "scipy", "spgnn", "python"} <= set(meta["versions"]) and len(meta["graph_hash"]) == 64
 
 
+def test_a_dataset_given_as_a_partition_file_is_said_to_be_none(tmp_path):
+    """A dataset's .npz given as --partition read "cannot read partition file g.npz: 'parts is not a file in the
+    archive'"."""
+    from spgnn.graph.datasets import save_npz
+
+    save_npz(GRAPHS["sym"], tmp_path / "g.npz")
+    with pytest.raises(SpgnnError, match=r"g\.npz is no saved partition \(it holds adj_indices, .*: a dataset\?\)"):
+        make_parts(str(tmp_path / "g.npz"), GRAPHS["sym"].adj, 2)
+
+
 def test_an_empty_partition_file_is_one_line(tmp_path):
     """An empty text file printed numpy's 'UserWarning: loadtxt: input contained no data' (two lines of source)
     above the error line."""

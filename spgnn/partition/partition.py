@@ -282,8 +282,13 @@ def _form(path: Path) -> str:
 
 
 def _saved(path: Path, parts: bool = True) -> tuple[np.ndarray | None, dict]:
-    """(parts, or None when not `parts`, and meta) of a `save_partition` file."""
+    """(parts, or None when not `parts`, and meta) of a `save_partition` file; SpgnnError for another zip (a
+    dataset's .npz given as a partition)."""
     with np.load(path, allow_pickle=False) as z:
+        if not {"parts", "meta"} <= set(z.files):
+            raise SpgnnError(f"{path} is no saved partition (it holds {', '.join(sorted(z.files)[:6]) or 'nothing'}, "
+                             "not parts and meta: a dataset?): give a file spgnn partition --output FILE.npz wrote, "
+                             "or a .npy or text part vector")
         return z["parts"] if parts else None, json.loads(str(z["meta"]))
 
 
