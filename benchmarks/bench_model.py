@@ -177,23 +177,29 @@ def score(rows, k: int) -> str:
             f"within {AUTO_TARGET:.0%}: {sum(a['ratio'] <= 1 + AUTO_TARGET for a in autos)}/{len(autos)}")
 
 
-def plot(rows, path) -> None:
+def plot(rows, mems, path) -> None:
+    """Predicted against measured: each timed layout's epoch seconds (`rows`) and each --memory run's peak MiB a rank
+    (`mems`), a panel for each that has any, the ratios 1 and the targets' bounds drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5, 5))
-    for dataset in dict.fromkeys(r["dataset"] for r in rows):
-        mine = [r for r in rows if r["dataset"] == dataset]
-        ax.scatter([r["measured_s"] for r in mine], [r["predicted_s"] for r in mine], label=dataset)
-    lo = min(min(r["measured_s"], r["predicted_s"]) for r in rows) / 1.5
-    hi = max(max(r["measured_s"], r["predicted_s"]) for r in rows) * 1.5
-    for k, style in ((1, "-"), (1 + TIME_TARGET, ":"), (1 - TIME_TARGET, ":")):
-        ax.plot([lo, hi], [k * lo, k * hi], "k" + style, lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="measured s / epoch (median)", ylabel="predicted s / epoch",
-           title="cost model: epoch seconds")
-    ax.legend()
+    panels = [(rows, "measured_s", "predicted_s", TIME_TARGET, "s / epoch (median)", "epoch seconds"),
+              (mems, "rss_mb", "predicted_mb", MEMORY_TARGET, "peak MiB a rank", "peak memory")]
+    panels = [p for p in panels if p[0]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 5), squeeze=False)
+    for ax, (points, measured, predicted, target, unit, title) in zip(axes[0], panels):
+        for dataset in dict.fromkeys(r["dataset"] for r in points):
+            mine = [r for r in points if r["dataset"] == dataset]
+            ax.scatter([r[measured] for r in mine], [r[predicted] for r in mine], label=dataset)
+        lo = min(min(r[measured], r[predicted]) for r in points) / 1.5
+        hi = max(max(r[measured], r[predicted]) for r in points) * 1.5
+        for k, style in ((1, "-"), (1 + target, ":"), (1 - target, ":")):
+            ax.plot([lo, hi], [k * lo, k * hi], "k" + style, lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {unit}", ylabel=f"predicted {unit}",
+               title=f"cost model: {title}")
+        ax.legend()
     machine.save_figure(fig, path)
 
 
@@ -277,9 +283,9 @@ def main(argv=None) -> int:
                                "calibration": json.loads(Path(first).read_text()) if first else None,
                                "runs": rows, "memory": mems, "auto": autos,
                                "scores": {f: score(rows, k) for k, f in enumerate(names) if rows}})
-    if rows:
-        plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if rows else ""))
+    if rows or mems:
+        plot(rows, mems, out.with_suffix(".png"))
+    print(f"wrote {out}" + (f" and {out.with_suffix('.png')}" if rows or mems else ""))
     return 0
 
 

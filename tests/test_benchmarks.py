@@ -61,6 +61,32 @@ def test_bench_model_writes_a_valid_report_against_the_defaults(tmp_path, bench)
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+def test_bench_model_memory_only_draws_its_memory_beside_the_prediction(tmp_path, bench, monkeypatch):
+    """--memory GRAPHS --memory-only writes the .png the docs promise, peak memory measured against predicted (it
+    drew epoch seconds only, so a run of no timed layout wrote no plot at all); each `spgnn train` run stood in for."""
+    import bench_model
+    import machine
+
+    def run(graph, P, algo, args, folder):
+        return {"dataset": graph, "P": P, "algo": algo, "shape": str(P), "setup_mb": [250.0] * P,
+                "train_mb": [270.0 + P] * P, "rss_mb": 270.0 + P, "predicted_mb": 260.0,
+                "memory_ratio": 260 / (270 + P)}
+
+    drawn = []
+    monkeypatch.setattr(bench_model, "memory", run)
+    monkeypatch.setattr(machine, "save_figure", lambda fig, path: drawn.append(fig) or Path(path).write_bytes(b"png"))
+    out = tmp_path / "m.json"
+    code, said, err = bench("bench_model", ["--memory", "cora", "--memory-only", "--calibration", "default", "--out",
+                                            str(out)])
+    assert code == 0, err[-3000:]
+    mems = json.loads(out.read_text())["memory"]
+    assert len(mems) == 7 and out.with_suffix(".png").exists() and f"and {out.with_suffix('.png')}" in said
+    (ax,) = drawn[0].axes
+    measured, predicted = ax.collections[0].get_offsets().T
+    assert measured.tolist() == [r["rss_mb"] for r in mems] and predicted.tolist() == [r["predicted_mb"] for r in mems]
+    assert "memory" in ax.get_title()
+
+
 def test_bench_model_refuses_rounds_it_cannot_time(tmp_path, bench):
     """No timed step, or a negative warm-up, is refused in one line before the calibration or any launch."""
     for flags in (["--epochs", "0"], ["--warmup", "-1"]):
