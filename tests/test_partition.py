@@ -575,6 +575,21 @@ def test_warm_up_pays_the_node_orders_first_use_too():
     assert seen == ["False", "True"]
 
 
+def test_warm_up_is_a_small_ring_whatever_the_part_count():
+    """The warm-up partitioned a 16·P-node ring: --nparts 99999 --compare metis,kahip,kaminpar on cora spent 3
+    minutes on rings before its line '99999 processes but the graph has only 2708 nodes'."""
+    from spgnn.partition.metrics import WARM_PARTS, warm_up
+
+    calls = []
+    PARTITIONERS["counted"] = lambda adj, P, seed=0: calls.append((adj.shape[0], P)) or np.arange(adj.shape[0]) % P
+    try:
+        for P in (3, 99999):
+            warm_up("counted", P, "rcm")
+    finally:
+        PARTITIONERS.pop("counted")
+    assert calls == [(48, 3), (16 * WARM_PARTS, WARM_PARTS)]
+
+
 def test_a_partitioner_is_registered_as_layers_and_algorithms_are():
     """@spgnn.register("block") replaced spgnn's block (which --split-graph relies on) without a word; a class, or
     a partitioner returning None, failed later with 'partition vector has length 1 but the graph has n nodes'."""

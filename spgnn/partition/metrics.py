@@ -86,12 +86,16 @@ def block_metrics(sizes, halo, block_nnz, diagonal, train=None) -> dict:
     }
 
 
+WARM_PARTS = 8      # first-use costs do not grow with P; a 16·P-node ring did (3 minutes at P = 10^5)
+
+
 def warm_up(method, P: int, node_order: str = "natural") -> None:
-    """Run partitioner `method`, and `node_order`, once on a 16·P-node ring, so that the time and memory measured
-    of a partition leave out first-use costs (imports, JIT compilation; rcm's import was charged to the first
-    method compared). Paths and arrays need none. A partitioner that fails on the ring is left to fail, or not, on
-    the graph itself, which its error names."""
+    """Run partitioner `method`, and `node_order`, once on a 16·min(P, `WARM_PARTS`)-node ring into as many parts,
+    so that the time and memory measured of a partition leave out first-use costs (imports, JIT compilation; rcm's
+    import was charged to the first method compared). Paths and arrays need none. A partitioner that fails on the
+    ring is left to fail, or not, on the graph itself, which its error names."""
     if P >= 1 and isinstance(method, str) and get_partitioner(method) is not None:
+        P = min(P, WARM_PARTS)
         n = 16 * P
         ring = sp.csr_matrix((np.ones(2 * n), (np.arange(2 * n) % n, np.r_[np.arange(1, n + 1) % n,
                                                                             np.arange(-1, n - 1) % n])))
