@@ -566,9 +566,11 @@ def predict_layout(cls, stats, shape, model: ModelCost, alpha_beta=None, rates: 
             "recv_bytes_per_rank": max(led.total("recv_bytes") for led in ledgers)}
 
 
-def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "") -> tuple[object, list[dict]]:
+def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str = "",
+           ranks_per_node: int | None = None) -> tuple[object, list[dict]]:
     """The config with the algorithm and grid of lowest predicted epoch seconds (`predict_layout`: compute and
-    communication, P ranks on the calibrated machine, rates from cfg.calibration; ties by `preference`) for
+    communication, P ranks, `ranks_per_node` of them on each machine like the calibrated one (default all P), rates
+    from cfg.calibration; ties by `preference`) for
     `model` among those whose predicted peak memory fits cfg.memory_per_rank, and the table of what was compared
     (those dropped for memory marked "dropped"). `stats_of(cls, shape, adjacencies)`: {name: the block statistics
     of A under that adjacency} for that layout, or None when the layout does not fit the data (not compared).
@@ -585,7 +587,7 @@ def choose(cfg, P: int, stats_of, model: ModelCost, alpha_beta=None, hint: str =
         if stats is None:
             continue
         overlap = getattr(cfg, "overlap", "on") == "on" and _overlaps(cls)
-        row = predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap)
+        row = predict_layout(cls, stats, shape, model, alpha_beta, rates, overlap, ranks_per_node=ranks_per_node)
         table.append(option | row | {"seconds": row["epoch_s"]})
     if not table:
         raise SpgnnError(f"--algo auto: no modelled algorithm fits on {P} processes{hint}")

@@ -5,10 +5,12 @@ partitioned dataset folder, or written once to the cache); and the cost model's 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import cost, progress, spmm
+from .comm import launch
 from .comm.agree import agree, on_rank0
 from .comm.comm import Comm
 from .comm.grid import format_grid
@@ -88,9 +90,11 @@ def graph_stats(cfg: TrainConfig, g: Graph):
     return stats_of
 
 
-def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None, costs_of=None) -> tuple[TrainConfig, list[dict]]:
+def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None, costs_of=None,
+           ranks_per_node: int | None = None) -> tuple[TrainConfig, list[dict]]:
     """`cost.choose` for graph `g` in memory: (cfg with the predicted fastest algorithm and grid, the table)."""
-    return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta)
+    return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta,
+                       ranks_per_node=ranks_per_node)
 
 
 def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None) -> None:
@@ -118,19 +122,22 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
                          "(--algo auto picks the fastest that fits) or allow more memory")
 
 
-def resolve(cfg: TrainConfig, P: int, g, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
-    """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes."""
+def resolve(cfg: TrainConfig, P: int, g, costs_of=None, ranks_per_node: int | None = None) -> tuple[TrainConfig,
+                                                                                                    tuple, list | None]:
+    """(cfg with --algo auto resolved, the grid shape, what auto compared) for graph `g` on P processes,
+    `ranks_per_node` of them on a machine (default all)."""
     compared = None
     if cfg.algo == "auto":
-        cfg, compared = choose(cfg, g, P, _calibration(cfg), costs_of)
+        cfg, compared = choose(cfg, g, P, _calibration(cfg), costs_of, ranks_per_node)
     return cfg, _shape(spmm.get(cfg.algo), P, cfg, g.n), compared
 
 
-def plan(cfg: TrainConfig, P: int, graph=None, parts=None, costs_of=None) -> Plan:
-    """The run's `Plan` for a graph held in memory (`parts` overrides cfg.partition). Raises SpgnnError for
-    bad data, options or partitions, before any communication."""
+def plan(cfg: TrainConfig, P: int, graph=None, parts=None, costs_of=None, ranks_per_node: int | None = None) -> Plan:
+    """The run's `Plan` for a graph held in memory (`parts` overrides cfg.partition), `ranks_per_node` of the P
+    processes on a machine (default all). Raises SpgnnError for bad data, options or partitions, before any
+    communication."""
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    cfg, shape, compared = resolve(cfg, P, g, costs_of)
+    cfg, shape, compared = resolve(cfg, P, g, costs_of, ranks_per_node)
     partition = make_partition(cfg.partition if parts is None else parts, g.adj,
                                spmm.get(cfg.algo).num_parts(shape), cfg.seed, cfg.node_order)
     check_memory(cfg, P, shape, lambda cls, shape, adjacencies: {a: block_stats(g, partition, a) for a in adjacencies},
@@ -147,9 +154,10 @@ def predict(cfg: TrainConfig, graph, P: int, epochs: int = 1, evals: int = 1, se
     return [cost.epoch_ledger(cls, stats, p.shape, r, model, epochs, evals, setup) for r in range(P)]
 
 
-def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
-    """Load cfg.dataset, resolve --algo auto, partition it into the algorithm's row blocks and write it to
-    the cache (`spgnn.partition.partitioned.cached`; reused when there); returns the folder. The one place a process
+def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None, ranks_per_node: int | None = None) -> Path:
+    """Load cfg.dataset, resolve --algo auto (`ranks_per_node` of the P processes on a machine, default all),
+    partition it into the algorithm's row blocks and write it to the cache (`spgnn.partition.partitioned.cached`;
+    reused when there); returns the folder. The one place a process
     holds the whole graph, and not even there when cfg.dataset is a file whose partition for these options the cache
     holds already (`partitioned.source_folder`: found from the file's path, size and modification time)."""
     options = _source_options(cfg, P)
@@ -158,7 +166,7 @@ def partition_to_cache(cfg: TrainConfig, P: int, costs_of=None) -> Path:
         return found
     check_given_parts(cfg, P)
     g = load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
-    resolved, shape, _ = resolve(cfg, P, g, costs_of)
+    resolved, shape, _ = resolve(cfg, P, g, costs_of, ranks_per_node)
     folder = cached_partition(resolved, g, resolved.partition, spmm.get(resolved.algo).num_parts(shape))
     if options:
         partitioned.remember_source(cfg.dataset, options, folder, cfg.cache_dir)
@@ -265,9 +273,11 @@ def check_folder_options(cfg: TrainConfig, parts, given: bool = True) -> None:
                          "does not apply to it; drop --node-order or partition anew with spgnn partition --output")
 
 
-def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConfig, tuple, list | None]:
+def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None, ranks_per_node: int | None = None) -> tuple[
+        TrainConfig, tuple, list | None]:
     """(cfg with --algo auto resolved among the options whose row blocks are the parts, grid shape, what auto
-    compared) for a partitioned dataset on P processes; SpgnnError saying what fits when nothing does."""
+    compared) for a partitioned dataset on P processes, `ranks_per_node` of them on a machine (default all);
+    SpgnnError saying what fits when nothing does."""
     compared, K, where = None, parts.nparts, getattr(parts, "path", "the dataset")
     made = parts.partition_info
     method, order = made.get("method"), made.get("node_order")
@@ -279,7 +289,7 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None) -> tuple[TrainConf
         model = model_cost(cfg, parts.info, costs_of)
         cfg, compared = cost.choose(cfg, P, parts_stats(parts), model, _calibration(cfg),
                                     f": {where} holds {K} parts, so name an --algo or "
-                                    f"run on {K} processes")
+                                    f"run on {K} processes", ranks_per_node)
     cls = spmm.get(cfg.algo)
     shape = _shape(cls, P, cfg, parts.info.n)
     if cls.num_parts(shape) != K:
@@ -304,21 +314,29 @@ def _open_folder(folder: str, rank: int):
     return ds
 
 
+def machine_ranks(comm: Comm) -> int:
+    """The most processes of `comm`'s job on one machine (`launch.peers`, gathered: the same on every rank), as many
+    as --algo auto puts on each machine of its prediction (with all P on one, it weighed the layouts for ranks
+    time-sharing its cores, and could pick what the run's machines run slower)."""
+    return max(Counter(machine for machine, _ in launch.peers(comm)).values())
+
+
 def open_parts(cfg: TrainConfig, comm: Comm, graph=None, parts=None, costs_of=None):
     """(cfg resolved, the parts: `InMemoryParts` of `graph` or a `PartitionedDataset`, grid shape, what auto
     compared). A dataset that is no partitioned folder is partitioned by rank 0 into the cache while the
     others wait (`partition_to_cache`), then every rank opens the folder."""
     P = comm.world_size
+    per_node = machine_ranks(comm) if cfg.algo == "auto" else None      # (every rank, or none: the flags are one)
     if graph is not None:
-        p = plan(cfg, P, graph, parts, costs_of)
+        p = plan(cfg, P, graph, parts, costs_of, per_node)
         return p.cfg, partitioned.InMemoryParts(graph, p.partition), p.shape, p.compared
     if parts is not None:
         raise SpgnnError("a partition (parts) goes with a graph in memory; a dataset on disk is partitioned by "
                          "cfg.partition")
-    folder = on_rank0(comm, lambda: given_folder(cfg) or str(partition_to_cache(cfg, P, costs_of)),
+    folder = on_rank0(comm, lambda: given_folder(cfg) or str(partition_to_cache(cfg, P, costs_of, per_node)),
                       beat_s=min(30.0, cfg.timeout / 4))
     ds = agree(comm, lambda: _open_folder(folder, comm.rank))
-    cfg, shape, compared = fit_parts(cfg, P, ds, costs_of)
+    cfg, shape, compared = fit_parts(cfg, P, ds, costs_of, per_node)
     drawn = ds.partition_info.get("split_seed", ds.partition_info.get("seed", 0))     # (older folders: the seed)
     if cfg.seed != drawn and given_folder(cfg):                                     # (a cache folder has cfg's seed)
         progress.say(f"{folder} keeps its split (the dataset's own, or, where it has none, the random one of the "

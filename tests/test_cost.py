@@ -7,7 +7,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from spgnn import cli, cost, plan
+from spgnn import cli, cost, plan, spmm
 from spgnn.comm.comm import Comm
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
@@ -334,3 +334,36 @@ def test_the_docs_statistics_commands_count_an_ogb_graphs_edges_both_ways(monkey
              for n, nnz in re.findall(r"spgnn cost --nodes (\d+) --nnz (\d+)", doc.read_text())]
     assert {n for n, _ in given} >= set(nnz_of), given
     assert all(nnz == nnz_of[n] for n, nnz in given if n in nnz_of), given
+
+
+class _Machines:
+    """A stand-in for the Comm of rank 0 of a job whose processes lie on `machines` (one entry a rank): what
+    `launch.peers` gathers."""
+
+    def __init__(self, machines):
+        self.rank, self.world_size, self.machines = 0, len(machines), machines
+
+    def all_gather_object(self, obj, group=None):
+        return [((host, 0), (0,)) for host in self.machines]
+
+
+def test_auto_weighs_the_layouts_on_the_machines_of_the_run():
+    """--algo auto times each layout with as many ranks a machine as the job has (`plan.machine_ranks`): cora at
+    P = 16 on 8 machines of 2 ranks. It took all 16 for one machine, time-sharing its 2 cores, and picked 1.5d, which
+    the model itself puts at 1.6x 1d-halo's epoch on the run's machines."""
+    g = load_dataset("cora", None)
+    cfg = TrainConfig(dataset="cora", algo="auto", partition="random")
+    comm = _Machines([f"node{i // 2}" for i in range(16)])
+    assert plan.machine_ranks(comm) == 2
+    chosen, _, shape, compared = plan.open_parts(cfg, comm, graph=g)
+    model, stats_of = plan.model_cost(cfg, g), plan.graph_stats(cfg, g)
+    epoch = {}
+    for option in cost.candidates(16):
+        cls = spmm.get(option["algo"])
+        layout = cls.grid_for(16, **option)
+        if (stats := stats_of(cls, layout, model.adjacencies)) is not None:
+            row = cost.predict_layout(cls, stats, layout, model, None, cost.DEFAULT_RATES, cost._overlaps(cls),
+                                      ranks_per_node=2)
+            epoch[option["algo"], layout] = row["epoch_s"], row["recv_bytes_per_rank"]
+    assert (chosen.algo, tuple(shape)) == min(epoch, key=lambda k: cost.preference(*epoch[k]))
+    assert sorted(r["epoch_s"] for r in compared) == sorted(e for e, _ in epoch.values())
