@@ -367,3 +367,16 @@ def test_the_same_graph_gzipped_again_or_unzipped_is_the_same_graph(tmp_path):
     LinkTrainer(_cfg(tmp_path / "parts", tmp_path, ogb_split=str(folder)), Comm(0, 1))
     (folder / "raw" / "edge.csv").write_bytes(text + b"0,1\n")         # another graph: another digest
     assert fingerprint(folder) != made
+
+
+def test_out_of_core_refuses_a_link_folder_by_what_it_is(tmp_path, capsys):
+    """spgnn partition --out-of-core of an OGB link folder said its raw/ was missing node-label.csv.gz, a file no link
+    folder has."""
+    from spgnn.cli import main
+
+    folder = write_folder(tmp_path, "hits")
+    assert main(["partition", "--out-of-core", "--dataset", str(folder), "--nparts", "2", "--method", "fennel",
+                 "--output", str(tmp_path / "parts"), "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"spgnn: error: {folder} is an OGB link folder (split/TYPE/train.pt), which is "
+                                       "partitioned in memory, not out of core: drop --out-of-core\n")
+    assert not (tmp_path / "parts").exists()

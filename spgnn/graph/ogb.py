@@ -266,7 +266,12 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
     """Write OGB `folder` as an edge-list folder `out` (edges.npy [E, 2], features.npy, labels.npy, the split's
     masks, meta.json), `chunk` rows at a time, so that no more than O(n) of it is held: the form
     ``spgnn partition --out-of-core`` reads. Raw CSV and binary folders only (the ogb cache is one pickle)."""
+    from .ogbl import is_ogbl
+
     folder, out = Path(folder), Path(out)
+    if is_ogbl(folder):      # (its labels, which _form asks for, are none: a link folder has no node-label file)
+        raise SpgnnError(f"{folder} is an OGB link folder (split/TYPE/train.pt), which is partitioned in memory, not "
+                         f"out of core: drop --out-of-core")
     raw, form = folder / "raw", _form(folder)
     if form == "processed":
         raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz), "
