@@ -271,7 +271,7 @@ def to_edge_folder(folder: str | os.PathLike, out: str | os.PathLike, split: str
     folder, out = Path(folder), Path(out)
     if is_ogbl(folder):      # (its labels, which _form asks for, are none: a link folder has no node-label file)
         raise SpgnnError(f"{folder} is an OGB link folder (split/TYPE/train.pt), which is partitioned in memory, not "
-                         f"out of core: drop --out-of-core")
+                         "out of core: drop --out-of-core")
     raw, form = folder / "raw", _form(folder)
     if form == "processed":
         raise SpgnnError(f"{folder}: out-of-core reading needs OGB's raw files (raw/edge.csv.gz or raw/data.npz), "
