@@ -10,6 +10,7 @@ import time
 import pytest
 
 from spgnn.comm import launch
+from spgnn.train import interrupt
 from tests.launchers import state
 
 # a rank that has taken SIGTERM over (as `spgnn.train.interrupt.handled` does): it ends with code 7 when it acts on it
@@ -36,6 +37,22 @@ def test_a_stopped_rank_acts_on_the_sigterm_that_ends_it():
         if rank.poll() is None:
             rank.kill()
             rank.wait()
+
+
+def test_a_ctrl_c_pressed_twice_at_once_is_one_request(monkeypatch):
+    """The ranks take a SIGINT within `interrupt.AGAIN_S` of the first for the same request and finish their epoch;
+    the supervisor took it for a second Ctrl-C and killed them `grace_s` later, losing the epoch, its checkpoint
+    and the report. A SIGINT later than that is a second one to both."""
+    now = [100.0]
+    monkeypatch.setattr(launch.time, "monotonic", lambda: now[0])
+    stops = launch._Stops([], stop_s=300.0, grace_s=5.0)
+    stops.heard(signal.SIGINT, None)
+    now[0] += interrupt.AGAIN_S / 2
+    stops.heard(signal.SIGINT, None)
+    assert stops.signals == [signal.SIGINT] and stops.until == 100.0 + 300.0
+    now[0] += interrupt.AGAIN_S
+    stops.heard(signal.SIGINT, None)
+    assert stops.signals == [signal.SIGINT] * 2 and stops.until == now[0] + 5.0
 
 
 class _Gathers:

@@ -562,15 +562,21 @@ class _Stops:
     (`forward`), and until when it waits for the ranks (`until`): `stop_s` after the first (they finish the epoch
     under way), `grace_s` after a SIGINT that follows (Ctrl-C again: they stop at once), no longer after a third.
     SIGTERM after the first is the same request delivered again (`timeout` sends it to the process and to its
-    group), not passed on."""
+    group), not passed on; so is a SIGINT within `spgnn.train.interrupt.AGAIN_S` of the one before, as the ranks
+    take it (a Ctrl-C pressed twice at once: killed after `grace_s`, ranks finishing their epoch lost it)."""
 
     def __init__(self, procs: list, stop_s: float, grace_s: float):
+        from ..train.interrupt import AGAIN_S
+
         self.procs, self.signals, self.until, self.waits, self.told = procs, [], math.inf, (stop_s, grace_s, 0.0), {}
+        self.again_s, self.at = AGAIN_S, -math.inf
 
     def heard(self, signum, frame) -> None:
-        if self.signals and signum != signal.SIGINT or len(self.signals) == len(self.waits):
+        again = signum != signal.SIGINT or time.monotonic() - self.at < self.again_s
+        if self.signals and again or len(self.signals) == len(self.waits):
             return
         self.signals.append(signum)
+        self.at = time.monotonic()
         self.until = min(self.until, time.monotonic() + self.waits[len(self.signals) - 1])
 
     def listen(self) -> dict:
