@@ -380,3 +380,20 @@ def test_out_of_core_refuses_a_link_folder_by_what_it_is(tmp_path, capsys):
     assert capsys.readouterr().err == (f"spgnn: error: {folder} is an OGB link folder (split/TYPE/train.pt), which is "
                                        "partitioned in memory, not out of core: drop --out-of-core\n")
     assert not (tmp_path / "parts").exists()
+
+
+def test_minibatch_training_refuses_a_link_folder(tmp_path):
+    """--sampler on an OGB link folder, or a block partition of it with --split-graph, trained multiclass on its
+    labels, zeros: one class, accuracy 1.0 on every split (the full-batch trainer refuses it)."""
+    from spgnn.cli import main
+    from spgnn.train.minibatch import MinibatchTrainer
+
+    folder = write_folder(tmp_path, "hits")
+    assert main(["partition", "--dataset", str(folder), "--nparts", "1", "--method", "block", "--node-order",
+                 "natural", "--output", str(tmp_path / "parts"), "--quiet"]) == 0
+    for dataset, split in ((folder, False), (tmp_path / "parts", True)):
+        cfg = TrainConfig(dataset=str(dataset), model="sage", epochs=1, cache_dir=str(tmp_path / "cache"))
+        with pytest.raises(SpgnnError, match=r"^dataset 'ogbl-collab' is an OGB link-prediction graph, whose nodes "
+                                             r"have no labels: train it full-batch with --task link \(drop "
+                                             r"--sampler\)$"):
+            MinibatchTrainer(cfg, Comm(0, 1), "sage:3", split_graph=split)

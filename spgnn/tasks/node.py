@@ -61,12 +61,11 @@ class Targets(Task):
         return g.roc_auc(out, splits)
 
 
-def unlabelled(info) -> None:
-    """SpgnnError for the graph of an OGB link folder (its `source`, `spgnn.graph.ogbl.fingerprint`, says so): its
-    labels are zeros that no node task can learn from (one class, its accuracy 1)."""
+def unlabelled(info, fix: str = "train it with --task link") -> None:
+    """SpgnnError (ending in `fix`) for the graph of an OGB link folder (its `source`, `spgnn.graph.ogbl.fingerprint`,
+    says so): its labels are zeros that no node task can learn from (one class, its accuracy 1)."""
     if getattr(info, "source", "").startswith("ogbl:"):
-        raise SpgnnError(f"dataset {info.name!r} is an OGB link-prediction graph, whose nodes have no labels: train it "
-                         "with --task link")
+        raise SpgnnError(f"dataset {info.name!r} is an OGB link-prediction graph, whose nodes have no labels: {fix}")
 
 
 def target_counts(info, split: str) -> list:

@@ -54,6 +54,7 @@ from ..spmm import options as algorithm_options
 from ..spmm.base import Block, DistSpMM
 from ..spmm.halo import OneDHalo
 from ..spmm.local import LocalSpMM
+from ..tasks.node import unlabelled
 from .loop import Run
 
 
@@ -127,6 +128,7 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
                              "dataset")
         graph = partitioned.PartitionedDataset(cfg.dataset).info        # its parts are read by the ranks alone
     g = graph if graph is not None else load_dataset(cfg.dataset, cfg.data_dir, seed=cfg.seed)
+    unlabelled(g, "train it full-batch with --task link (drop --sampler)")
     if getattr(g, "targets", 0):
         raise SpgnnError(f"--sampler trains the multiclass node task only; dataset {g.name!r} has {g.targets} binary "
                          "targets per node: train it full-batch (drop --sampler)")
