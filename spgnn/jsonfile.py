@@ -19,10 +19,13 @@ from .errors import SpgnnError
 
 
 def json_safe(obj):
-    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None, and numpy's scalars and
-    arrays as Python's numbers and lists (so that a figure computed in numpy never loses a run its report)."""
+    """`obj` with every NaN or infinite float (which JSON cannot hold) replaced by None, numpy's scalars and
+    arrays as Python's numbers and lists, and paths as strings (so that a figure computed in numpy, or a
+    `pathlib.Path` given to a config, never loses a run its report)."""
     if isinstance(obj, np.generic | np.ndarray):
         obj = obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

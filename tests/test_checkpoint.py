@@ -186,6 +186,16 @@ def test_an_empty_path_is_refused(flag, tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_paths_given_to_the_config_are_written_as_strings(tmp_path):
+    """A program that gave its TrainConfig pathlib.Path's (output, checkpoint) lost its report to a TypeError once
+    the run was over, and its checkpoint, which held the Paths, could not be resumed ("truncated or corrupt")."""
+    folder, output = tmp_path / "ck", tmp_path / "r.json"
+    Trainer(TrainConfig(**BASE | {"checkpoint": folder, "output": output}), Comm(0, 1)).run(log=None)
+    assert json.loads(output.read_text())["config"]["checkpoint"] == str(folder)
+    resumed = Trainer(TrainConfig(**BASE | {"epochs": EPOCHS + 1, "resume": folder}), Comm(0, 1)).run(log=None)
+    assert [e["epoch"] for e in resumed["epochs"]] == list(range(EPOCHS + 1))
+
+
 def test_resume_runs_only_the_remaining_epochs(written, tmp_path):
     """From a checkpoint after epoch 1, only epochs 2.. run (counted), and they start from the checkpoint's
     weights: zeroed there, the first resumed loss is ln C (uniform logits), which no rerun from epoch 0 gives."""

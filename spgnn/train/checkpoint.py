@@ -288,8 +288,10 @@ def state_of(run, epoch: int, records: list, best: dict, mine: dict) -> dict:
     parts = getattr(run, "parts", None)
     partition = {"parts": parts.nparts} | {k: parts.partition_info.get(k) for k in ("method", "params", "seed")} \
         if parts is not None else {}
+    # its paths as strings: `load` (weights_only) reads back no pathlib.Path a program gave its TrainConfig
+    config = {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in run.cfg.as_dict().items()}
     return {"epoch": epoch, "model": run.model.state_dict(), "optimizer": run.opt.state_dict(),
             "progress": {"epochs": records, "best": best, "counters": run.counters()},
             "identity": mine,
             "partition": partition,
-            "config": run.cfg.as_dict()}
+            "config": config}
