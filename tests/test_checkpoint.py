@@ -123,6 +123,11 @@ def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
     torch.save(state, tmp_path / "keyless" / "checkpoint.pt")
     with pytest.raises(SpgnnError, match="is not an spgnn checkpoint"):
         _resume(tmp_path / "keyless")
+    (tmp_path / "other").mkdir()                    # a whole file of another program's: was "truncated or corrupt"
+    torch.save({"config": Path("cfg.yaml")}, tmp_path / "other" / "checkpoint.pt")
+    with pytest.raises(SpgnnError, match=r"is not an spgnn checkpoint of format spgnn-checkpoint/1: it holds a "
+                                         r"pathlib\.\w*Path, which no spgnn checkpoint does"):
+        _resume(tmp_path / "other")
 
 
 def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):

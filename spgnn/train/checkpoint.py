@@ -223,6 +223,10 @@ def _read(folder) -> tuple[Path, dict]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, IndexError, KeyError, pickle.UnpicklingError,
             zipfile.BadZipFile) as e:
+        if found := re.search(r"Unsupported global: GLOBAL (\S+)", str(e)):   # a whole file, of other objects
+            raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}: it holds a {found[1]}, which no "
+                             "spgnn checkpoint does (another program wrote it, or an older spgnn given such an "
+                             "object); resume from another checkpoint or start again") from None
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {first}): the file is "
                          "truncated or corrupt; resume from another checkpoint or start again") from None
