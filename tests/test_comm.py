@@ -149,9 +149,9 @@ def test_a_failure_in_fn_is_not_run_again_and_names_its_rank(launches, how, said
 
 def test_a_world_that_never_forms_says_why(monkeypatch):
     """Every launch fails to join (an interface that does not exist): after `JOIN_ATTEMPTS` launches, the error is
-    the join's own, naming the interface."""
+    the join's own, naming the interface, in one line that names the rank once."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "spgnn-none0")
-    with pytest.raises(RuntimeError, match="could not join the job .* over interface spgnn-none0"):
+    with pytest.raises(SpgnnError, match="^rank [01] could not join the job .* over interface spgnn-none0[^\\n]*$"):
         run_local(_rank, 2, timeout_s=30)
 
 

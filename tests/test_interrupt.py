@@ -126,6 +126,7 @@ def check_stopped(out: str, err: str, report: Path, signame: str, first: int, fo
     """The run stopped after an epoch k ≥ `first` as a finished run of k + 1 epochs: its report valid JSON with
     every epoch done, the final evaluation and the mark, one line naming them, a checkpoint of epoch k in
     `folder`; returns k."""
+    assert report.exists(), f"no report written; the run's output ends: {out[-1500:]}\n{err[-3000:]}"
     r = json.loads(report.read_text())
     k = r["interrupted"]["epoch"]
     assert r["interrupted"] == {"signal": signame, "epoch": k} and k >= first

@@ -775,7 +775,8 @@ def run_local(fn, nprocs: int, *args, timeout_s: float = 120.0, deadline_s: floa
     order = sorted(failures, key=lambda r: (failures[r][0] != "exit", failures[r][1]))  # a cause before its echoes
     first = failures[order[0]][2]
     if first.startswith(BAD_INPUT):      # bad input: its one line, as `spgnn train` says it
-        raise SpgnnError(f"rank {order[0]}: {first.splitlines()[0][len(BAD_INPUT):]}")
+        line = first.splitlines()[0][len(BAD_INPUT):]
+        raise SpgnnError(line if line.startswith(f"rank {order[0]} ") else f"rank {order[0]}: {line}")
     echoes = "; ".join(f"rank {r}: {failures[r][2].splitlines()[0]}" for r in order[1:])
     raise RuntimeError(f"rank {order[0]} failed: {failures[order[0]][2]}" + (f"\n(then {echoes})" if echoes else ""))
 
