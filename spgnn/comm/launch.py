@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import gc
 import math
 import os
 import pickle
@@ -508,9 +509,12 @@ def _ipv4_address(interface: str) -> str | None:
 
 def shutdown() -> None:
     """Leave torch.distributed once every rank is done (a rank tearing down while a peer is still in
-    its last collective makes the peer abort)."""
+    its last collective makes the peer abort), the collectives' objects that reference cycles still hold freed first:
+    freed later, as the interpreter exits, a gloo thread releasing a tensor aborts the process ("terminate called
+    without an active exception")."""
     if dist.is_available() and dist.is_initialized():
         dist.barrier()
+        gc.collect()
         dist.destroy_process_group()
 
 
