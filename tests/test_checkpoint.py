@@ -144,36 +144,41 @@ def test_bad_folders_fail_and_overwrite_nothing(written, tmp_path, capsys):
     assert (written / "checkpoint.pt").read_bytes() == before
 
 
-def _unsaved(comm, folder, output):
-    """A run whose first checkpoint (after epoch STOP − 1) cannot be written: its folder is removed just before."""
+def _unsaved(comm, folder, output, how):
+    """A run whose first checkpoint (after epoch STOP − 1) cannot be written: its folder is removed just before
+    (`how` "removed"), or replaced by a file ("a file")."""
     save = checkpoint.save
 
     def removed_first(f, state, last):
         shutil.rmtree(folder, ignore_errors=True)
+        if how == "a file":
+            folder.write_text("not a folder")
         return save(f, state, last)
 
     checkpoint.save = removed_first             # (rank 0 writes; in this rank's process alone)
     return Trainer(TrainConfig(**BASE | {"checkpoint": str(folder), "output": str(output)}), comm).run(log=None)
 
 
-def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(tmp_path, monkeypatch, capsys):
-    """A checkpoint that could not be written mid-run (its folder removed, a full disk) ended the run with one line
-    and no report: the epochs it had trained were lost with it. The run stops after that epoch, every rank alike,
-    its report of the epochs done written, as a diverged run's is, then fails in that one line."""
+@pytest.mark.parametrize("how", ["removed", "a file"])
+def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(how, tmp_path, monkeypatch, capsys):
+    """A checkpoint that could not be written mid-run (its folder removed or made a file, a full disk) ended the run
+    with one line (a traceback where the folder became a file) and no report: the epochs it had trained were lost
+    with it. The run stops after that epoch, every rank alike, its report of the epochs done written, as a diverged
+    run's is, then fails in that one line."""
     folder, output = tmp_path / "ck", tmp_path / "r.json"
     with pytest.raises(SpgnnError, match=rf"^rank \d: cannot write the checkpoint .*; the run stopped after epoch "
                                          rf"{STOP - 1}$") as e:
-        run_local(_unsaved, 2, folder, output)
+        run_local(_unsaved, 2, folder, output, how)
     report = json.loads(output.read_text())
     assert [e["epoch"] for e in report["epochs"]] == list(range(STOP)) and report["final"] is None
-    assert str(e.value).endswith(report["stopped"]) and not folder.exists()
+    assert str(e.value).endswith(report["stopped"]) and not folder.is_dir()
 
     def full(*args):
         raise SpgnnError("no room")
 
     monkeypatch.setattr(checkpoint, "save", full)               # and one line, exit status 2, on the command line
-    code = cli.main(["train", "--epochs", "4", "--hidden", "16", "--checkpoint", str(folder), "--checkpoint-every",
-                     "2", "--output", str(output), "--quiet"])
+    code = cli.main(["train", "--epochs", "4", "--hidden", "16", "--checkpoint", str(tmp_path / "ck2"),
+                     "--checkpoint-every", "2", "--output", str(output), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == ["spgnn: error: no room; the run stopped after epoch 1"]
     assert len(json.loads(output.read_text())["epochs"]) == 2

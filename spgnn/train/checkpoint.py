@@ -122,17 +122,17 @@ def save(folder, state: dict, last=ANY) -> tuple:
                              f"another run writes checkpoints to {folder} too, and neither may overwrite the other's; "
                              "give each run its own --checkpoint folder")
 
-    unchanged()                                 # before the write, and again just before its rename
-    for old in abandoned(path):                 # a writer killed mid-write left it: gone with it
-        old.unlink(missing_ok=True)
     state = {"format": FORMAT} | state | {"digest": digest(state)}
-    try:
+    try:        # (the folder may have become a file, or unreadable, since the run began: OSError anywhere here)
+        unchanged()                             # before the write, and again just before its rename
+        for old in abandoned(path):             # a writer killed mid-write left it: gone with it
+            old.unlink(missing_ok=True)
         replace_whole(path, lambda tmp: torch.save(state, tmp), unchanged)
+        return stamp(folder)
     except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
                          "unchanged; free space or give another folder") from None
-    return stamp(folder)
 
 
 def save_on_rank0(comm, write, timeout: float):
