@@ -507,17 +507,23 @@ class DistGraph:
         if not _scalar(loss):
             raise SpgnnError(f"task {self.task.name!r}'s loss returned {_described(loss)}: a loss is a one-element "
                              "tensor, the global mean (g.globally of this rank's partial sum)")
-        if torch.is_grad_enabled() and logits.requires_grad and not loss.requires_grad:
-            raise SpgnnError(f"task {self.task.name!r}'s loss has no gradient, though the logits have one: it was "
-                             "detached on its way (.detach(), float(...), torch.tensor(value)); make it of the logits "
-                             "with g's operations")
+        detached = torch.is_grad_enabled() and logits.requires_grad and not loss.requires_grad
+        values, ranks = None, [self.comm.rank] if detached else []
         if not self._loss_checked:      # once, outside the ledger: a loss of each rank's rows alone differs by rank
-            self._loss_checked, values = True, self.comm.all_gather_object(float(loss.detach()))
-            if not np.allclose(values, values[0], rtol=1e-6, atol=0.0, equal_nan=True):
-                raise SpgnnError(f"task {self.task.name!r}'s loss differs between the ranks ({min(values):.6g} to "
-                                 f"{max(values):.6g}): a loss of this rank's rows alone (F.cross_entropy(out[mask], "
-                                 "y[mask])) is not the global mean, and the steps would follow the sum of the ranks' "
-                                 "means; write it with g.cross_entropy, g.binary_cross_entropy or g.globally")
+            self._loss_checked, gathered = True, self.comm.all_gather_object((float(loss.detach()), detached))
+            values, ranks = [v for v, _ in gathered], [r for r, (_, d) in enumerate(gathered) if d]
+        if ranks:
+            e = SpgnnError(f"task {self.task.name!r}'s loss has no gradient on rank {', '.join(map(str, ranks))}, "
+                           "though the logits have one: it was detached on its way (.detach(), float(...), "
+                           "torch.tensor(value)), or is a constant there (a partial sum of no rows); make it of the "
+                           "logits with g's operations (a sum over no rows is 0 with a gradient)")
+            e.every_rank = values is None       # (the first time every rank raises it; later, this rank alone)
+            raise e
+        if values is not None and not np.allclose(values, values[0], rtol=1e-6, atol=0.0, equal_nan=True):
+            raise SpgnnError(f"task {self.task.name!r}'s loss differs between the ranks ({min(values):.6g} to "
+                             f"{max(values):.6g}): a loss of this rank's rows alone (F.cross_entropy(out[mask], "
+                             "y[mask])) is not the global mean, and the steps would follow the sum of the ranks' "
+                             "means; write it with g.cross_entropy, g.binary_cross_entropy or g.globally")
         return loss
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:

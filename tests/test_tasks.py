@@ -414,7 +414,8 @@ def test_a_detached_loss_or_no_figures_is_one_line():
     detached = type("Detached", (LogProb,), {"name": "detached", "loss": lambda self, g, out, mask="train":
                                              g.cross_entropy(out, mask).detach()})
     silent = type("Silent", (LogProb,), {"name": "silent", "evaluate": lambda self, g, out, splits=(): None})
-    for task, message in ((detached, r"^task 'detached''s loss has no gradient, though the logits have one: "),
+    for task, message in ((detached, r"^task 'detached''s loss has no gradient on rank 0, though the logits have "
+                                     r"one: "),
                           (silent, r"^task 'silent''s evaluate returned NoneType: it returns a dict, "
                                    r"\{'<split>_logprob': a float\} for each split$")):
         register_task(task)
@@ -423,3 +424,28 @@ def test_a_detached_loss_or_no_figures_is_one_line():
                 Trainer(TrainConfig(task=task.name, epochs=1, hidden=4), _comm()).run(log=None)
         finally:
             TASKS.pop(task.name, None)
+
+
+class ConstantOnOne(LogProb):
+    """Rank 1's partial sum a constant (as a rank holding none of the split's rows might make it): no gradient there."""
+
+    name = "constant-on-one"
+
+    def loss(self, g, out, mask="train"):
+        return g.globally(torch.zeros(()) if g.comm.rank == 1 else out.sum() * 0.0)
+
+
+def _constant_on_one(comm):
+    register_task(ConstantOnOne)
+    try:
+        Trainer(TrainConfig(task=ConstantOnOne.name, epochs=2, hidden=8), comm).run(log=None)
+    except SpgnnError as e:
+        return str(e)
+
+
+def test_a_loss_without_a_gradient_on_one_rank_is_said_by_every_rank():
+    """Where one rank's loss had no gradient, that rank alone refused it, and the line of a rank other than 0 went
+    unsaid under spgnn train (rank 0, waiting in its collective, said only that communication failed): every rank
+    now refuses it, naming the rank."""
+    said = run_local(_constant_on_one, 2, timeout_s=30)
+    assert said[0] == said[1] and said[0].startswith("task 'constant-on-one''s loss has no gradient on rank 1, "), said
