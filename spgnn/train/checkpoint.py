@@ -42,6 +42,7 @@ from ..jsonfile import abandoned, replace_whole, unwritable
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
+UNSAFE = re.compile(r"Unsupported global: GLOBAL (\S+)")      # torch's weights_only refusal, naming the object
 MODEL_FIELDS = ("model", "layers", "hidden", "batch_norm")     # and the options the model's layer declares
 
 
@@ -90,7 +91,7 @@ def loadable(obj, what: str) -> None:
         buffer.seek(0)
         torch.load(buffer, weights_only=True)
     except (pickle.PicklingError, pickle.UnpicklingError, AttributeError, TypeError) as e:
-        found = re.search(r"Unsupported global: GLOBAL (\S+)", str(e))
+        found = UNSAFE.search(str(e))
         raise SpgnnError(f"{what} holds what a checkpoint cannot read back ({found[1] if found else e}): keep plain "
                          "numbers, strings, lists, dicts and tensors (float(x) of a numpy number; a scheduler's "
                          "state_dict(), not the scheduler)") from None
@@ -223,7 +224,7 @@ def _read(folder) -> tuple[Path, dict]:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, IndexError, KeyError, pickle.UnpicklingError,
             zipfile.BadZipFile) as e:
-        if found := re.search(r"Unsupported global: GLOBAL (\S+)", str(e)):   # a whole file, of other objects
+        if found := UNSAFE.search(str(e)):           # a whole file, of other objects
             raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}: it holds a {found[1]}, which no "
                              "spgnn checkpoint does (another program wrote it, or an older spgnn given such an "
                              "object); resume from another checkpoint or start again") from None
