@@ -67,11 +67,6 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
     that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output;
     what it reads first, then `early()` (what else its inputs must be), then whether it can write (which makes
     the folders of --output and --checkpoint)."""
-    for flag, path in (("--output", output), ("--calibration", calibration), ("--checkpoint", checkpoint_dir),
-                       ("--resume", resume)):
-        if path == "":          # (falsy: the run would go on without it, a resume from scratch)
-            raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave "
-                             f"{flag} out")
     if output:
         inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
         _not_an_input(output, "--output", "the report", inputs)
@@ -760,6 +755,18 @@ def _communicating(e: BaseException) -> bool:
             or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
 
 
+PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume", "checkpoint", "output", "json",
+         "plot")                # the options of the commands that name a file or folder (none empty by default)
+
+
+def _no_empty_paths(args) -> None:
+    """SpgnnError where an option naming a file or folder was given an empty path (``--resume "$CKPT"``, CKPT
+    unset), which a command would take for none: a resume from scratch, no report, the default cache."""
+    if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == ""), None):
+        raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} "
+                         "out")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command `argv` (else this program's command line, the process ending with it); returns the exit
     status. SIGINT and SIGTERM are handled meanwhile (`spgnn.train.interrupt`)."""
@@ -768,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.tolerate_stdout()                          # before --help, which prints α and ×
     args = build_parser().parse_args(argv)
     try:
+        _no_empty_paths(args)
         rank = launch.detect().rank if argv else 0
     except SpgnnError as e:
         say(str(e))

@@ -184,12 +184,17 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(how, 
     assert len(json.loads(output.read_text())["epochs"]) == 2
 
 
-@pytest.mark.parametrize("flag", ["--resume", "--checkpoint", "--output"])
-def test_an_empty_path_is_refused(flag, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("command, flag", [("train", "--resume"), ("train", "--checkpoint"), ("train", "--output"),
+                                           ("train", "--cache-dir"), ("cost", "--calibration"),
+                                           ("partition", "--output"), ("plot", "--output")])
+def test_an_empty_path_is_refused(command, flag, tmp_path, capsys, monkeypatch):
     """``--resume "$CKPT"`` with CKPT unset gave an empty path, which the run took for none: it trained from epoch 0
-    (and wrote no checkpoint or report) as if all were well."""
+    (and wrote no checkpoint or report) as if all were well; ``spgnn partition --output ''`` saved nothing,
+    ``--cache-dir ''`` used the default cache, ``spgnn plot --output ''`` called the empty path a folder."""
     monkeypatch.chdir(tmp_path)
-    code = cli.main(["train", "--epochs", "2", "--hidden", "16", flag, "", "--quiet"])
+    args = {"train": ["--epochs", "2", "--hidden", "16", "--quiet"], "cost": ["--nprocs", "2"],
+            "partition": ["--nparts", "2", "--method", "random"], "plot": [str(tmp_path)]}[command]
+    code = cli.main([command, *args, flag, ""])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [f"spgnn: error: {flag} was given an empty path (an unset shell variable?): give it a "
                                  f"path, or leave {flag} out"]
