@@ -155,8 +155,8 @@ def _train_parser(sub) -> argparse.ArgumentParser:
       "graph replicated on every rank unless --split-graph): sage:FANOUTS node-wise (e.g. sage:15,10,5, hop 1 "
       "first) or ladies:SIZES layer-wise (e.g. ladies:512,512); one layer per size (a --layers other than "
       "the default must match)")
-    a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch (default 1024, or the "
-      "training set if smaller; a larger value given explicitly is an error)")
+    a("--batch-size", type=int, default=None, help="--sampler: seed nodes per minibatch on each rank (default 1024, "
+      "or the training set if smaller; a larger value given explicitly is an error)")
     a("--bulk", type=int, default=1, help="--sampler: minibatches each rank samples in one bulk call")
     graph = p.add_mutually_exclusive_group()
     graph.add_argument("--split-graph", action="store_true", help="--sampler: split the adjacency and features "

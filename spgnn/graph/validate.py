@@ -196,4 +196,5 @@ def check_masks(masks: dict, where: str, need_train: bool = True, ids=None) -> N
             if both.any():
                 raise SpgnnError(f"{where}: {int(both.sum())} nodes are in both the {a} and the {b} mask (first "
                                  f"at node {_first(both, ids)}); a node belongs to one split: fix the masks, or pass "
-                                 f"--allow-overlap if you mean it")
+                                 f"--allow-overlap (in a program: with spgnn.graph.validate.allow_overlap()) if you "
+                                 "mean it")
