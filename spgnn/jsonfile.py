@@ -81,7 +81,10 @@ def replace_whole(path: Path, write, check=None) -> None:
     """`write(tmp)` to a `temporary` file beside `path`, then that file flushed to the disk and renamed over `path`,
     keeping the mode of a file already there: it is replaced whole or not at all, also by a crash of the machine.
     `check()`, where given, runs just before the rename (an error it raises replaces nothing). The temporary file is
-    removed where a step fails, and the error raised again."""
+    removed where a step fails, and the error raised again. Those of `path`'s writers killed mid-write
+    (`abandoned`) are removed first: a report's, a checkpoint's of many GB."""
+    for old in abandoned(path):
+        old.unlink(missing_ok=True)
     tmp = temporary(path)
     try:
         write(tmp)

@@ -61,7 +61,8 @@ def test_no_two_writes_share_a_temporary_file(tmp_path, monkeypatch):
 
 def test_only_this_hosts_dead_writers_leave_abandoned_files(tmp_path):
     """A temporary file is abandoned where its writer ran on this host and runs no more; another host's, and a
-    running writer's, may still be written. (The ``checkpoint.pt.PID.tmp`` of earlier versions was left for ever.)"""
+    running writer's, may still be written. (The ``checkpoint.pt.PID.tmp`` of earlier versions was left for ever; a
+    report's, by any version.)"""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True).stdout.strip()
     here, out = socket.gethostname(), tmp_path / "checkpoint.pt"
@@ -76,6 +77,8 @@ def test_only_this_hosts_dead_writers_leave_abandoned_files(tmp_path):
     for f in files.values():
         f.write_text("")
     assert sorted(abandoned(out)) == sorted(list(files.values())[:3])
+    write_json(out, {"epochs": []})         # any file written whole (a report, as here) removes them, and only them
+    assert sorted(tmp_path.iterdir()) == sorted([out, *list(files.values())[3:]])
 
 
 def test_a_report_that_cannot_be_written_goes_to_a_temporary_file_the_error_names(tmp_path):

@@ -38,7 +38,7 @@ import torch
 
 from ..comm.agree import on_rank0
 from ..errors import SpgnnError
-from ..jsonfile import abandoned, replace_whole, unwritable
+from ..jsonfile import replace_whole, unwritable
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -126,8 +126,6 @@ def save(folder, state: dict, last=ANY) -> tuple:
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:        # (the folder may have become a file, or unreadable, since the run began: OSError anywhere here)
         unchanged()                             # before the write, and again just before its rename
-        for old in abandoned(path):             # a writer killed mid-write left it: gone with it
-            old.unlink(missing_ok=True)
         replace_whole(path, lambda tmp: torch.save(state, tmp), unchanged)
         return stamp(folder)
     except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
