@@ -718,11 +718,12 @@ def cost_command(args, argv) -> int:
         print(f"{r['P']:>6} {r['algo']:>8} {shape:>9} {r['recv_bytes_per_rank'] / 1e6:>17.2f} "
               f"{r['comm_seconds']:>13.4f} {r['epoch_s']:>9.4f} {r['memory_bytes'] / 2**30:>8.2f}{mark}")
     for P in Ps:
-        r, least = best[P], min((row["memory_bytes"] for row in rows if row["P"] == P), default=0)
+        r, least = best[P], min((row["memory_bytes"] for row in rows if row["P"] == P), default=None)
         print(f"{args.dataset or 'the graph'} at P = {P}: " + (
             f"{r['epoch_s']:.4f} s an epoch, {r['memory_bytes'] / 2**30:.2f} GiB per rank (--algo {r['algo']}"
             + "".join(f" {o.flag} {r[o.name]}" for o in shaping if r[o.name] != o.default) + ")"
-            if r else f"no layout fits --memory-per-rank (the least needs {least / 2**30:.2f} GiB a rank)"))
+            if r else f"no layout runs ({cost.NO_LAYOUT})" if least is None else
+            f"no layout fits --memory-per-rank (the least needs {least / 2**30:.2f} GiB a rank)"))
     if args.output:
         write_json(args.output, {"rows": rows, "argv": argv})
     return 0

@@ -622,8 +622,8 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
     whole step's; layouts over `memory_per_rank` bytes marked {"dropped": "memory"} (SpgnnError when none fits at
     some P, if `strict`; else all that P's rows are marked). Layouts that do not offer what the model needs or state
     its costs are not compared, nor those `stats_of` gives None (more row blocks than the graph has nodes); a P at
-    which no layout is left is an SpgnnError."""
-    rows = []
+    which no layout is left is an SpgnnError if `strict` or if it is every P, else that P has no rows."""
+    rows, missing = [], []
     for P in Ps:
         table = []
         for option in progress.each(candidates(P), "predicting", f"the layouts at P = {P}"):
@@ -637,11 +637,17 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
                                  range(min(P, ranks or P)), min(P, ranks_per_node or P))
             table.append({"P": P, **option, "shape": format_grid(shape), "seconds": row["comm_seconds"]} | row)
         if not table:
-            raise SpgnnError(f"no layout runs on {P} processes with these data: each needs more row blocks than the "
-                             "graph has nodes, or, for a partitioned folder, other row blocks than its parts")
+            missing.append(P)
+            if strict or len(missing) == len(Ps):
+                raise SpgnnError(f"no layout runs on {', '.join(map(str, missing))} processes with these data: "
+                                 f"{NO_LAYOUT}")
         under_memory(table, memory_per_rank, f"on {P} processes", strict)
         rows += table
     return rows
+
+
+NO_LAYOUT = "each needs more row blocks than the graph has nodes, or, for a partitioned folder, other row blocks " \
+            "than its parts"      # why `compare` found no layout at some P
 
 
 def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,

@@ -171,6 +171,13 @@ def test_cost_of_a_partitioned_folder_is_of_its_parts(tmp_path, capsys):
     rows = [line.split() for line in out.splitlines() if line.split() and line.split()[0].isdigit()]
     assert {r[1] for r in rows if r[0] == "2"} <= {"1d", "1d-halo", "sar"}         # 2 row blocks: its 2 parts
     assert {r[1] for r in rows if r[0] == "4"} <= {"1.5d", "2d", "3d"} and f"{folder} at P = 4: " in out
+    # a P at which no layout has its row blocks is said in its line, where it ended the whole command; every P, one line
+    assert cli.main(["cost", "--dataset", str(folder), "--nprocs", "2,3"]) == 0
+    out = capsys.readouterr().out
+    assert f"{folder} at P = 2: " in out and f"{folder} at P = 3: no layout runs (each needs more row blocks" in out
+    assert cli.main(["cost", "--dataset", str(folder), "--nprocs", "3,5"]) == 2
+    assert capsys.readouterr().err.strip() == f"spgnn: error: no layout runs on 3, 5 processes with these data: " \
+        f"{cost.NO_LAYOUT}"
 
 
 def test_statistics_count_the_diagonal_an_adjacency_adds(monkeypatch):
