@@ -62,14 +62,14 @@ def _subparser(sub, name: str, help: str, description: str) -> argparse.Argument
 
 
 def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None, dataset=None,
-                 early=lambda: None) -> None:
+                 early=lambda: None, what: str = "the report") -> None:
     """What a run writes or reads later (its report, α-β figures, checkpoints), checked before any work, so
     that no run is lost at its end to a path that was bad from the start, nor an input overwritten by its output;
     what it reads first, then `early()` (what else its inputs must be), then whether it can write (which makes
-    the folders of --output and --checkpoint)."""
+    the folders of --output and --checkpoint). `what`: what --output holds."""
     if output:
         inputs = [calibration, dataset] + [Path(f) / checkpoint.FILE for f in (checkpoint_dir, resume) if f]
-        _not_an_input(output, "--output", "the report", inputs)
+        _not_an_input(output, "--output", what, inputs)
     if calibration:
         from .cost import load_calibration, load_rates
 
@@ -79,7 +79,7 @@ def _check_files(output=None, calibration=None, checkpoint_dir=None, resume=None
         checkpoint.readable(resume)
     early()
     if output:
-        _writable_file(output, "--output", "the report")       # (its inputs checked above)
+        _writable_file(output, "--output", what)       # (its inputs checked above)
     if checkpoint_dir:
         checkpoint.writable(checkpoint_dir, bool(resume) and Path(resume).resolve() == Path(checkpoint_dir).resolve())
 
@@ -407,7 +407,7 @@ def calibrate(args, argv) -> int:
     if not args.device.startswith("cuda"):      # (a GPU's buffers are not the host's)
         calibration.check_memory(args.sizes, sizes, P, ops,
                                  P if launched.kind == "single" else launched.local_world_size)
-    _check_files(args.output)
+    _check_files(args.output, what="the fits")
     comm = _join(args, argv, args.device, args.timeout, args.transport)
     if isinstance(comm, int):
         return comm
@@ -663,7 +663,7 @@ def cost_command(args, argv) -> int:
     model_options = {"model": args.model, "hidden": args.hidden, "layers": args.layers, "dropout": args.dropout,
                      "precompute": args.precompute} | {name: getattr(args, name) for name in layer_options()}
     TrainConfig(**model_options).validate()
-    _check_files(args.output, args.calibration, dataset=args.dataset)
+    _check_files(args.output, args.calibration, dataset=args.dataset, what="the table")
     ab = cost.load_calibration(args.calibration) if args.calibration else None
     rates, limit = cost.load_rates(args.calibration), cost.memory_limit(args.memory_per_rank)
     statistics = [flag for flag, value in (("--nodes", args.nodes), ("--nnz", args.nnz),

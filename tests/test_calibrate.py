@@ -153,7 +153,8 @@ def test_calibrate_refuses_what_train_refuses(capfd):
                          (["--timeout", "1e13"], "--timeout must be a number of seconds of at least 1 and at most "
                                                  "2592000 (how long"),      # an OverflowError in every rank
                          (["--budget", "nan"], "--budget must be a positive number of seconds"),
-                         (["--sizes", "1,2"], "--sizes 1, 2 bytes are one message size on 2 processes")):
+                         (["--sizes", "1,2"], "--sizes 1, 2 bytes are one message size on 2 processes"),
+                         (["--output", "/proc/x.json"], "cannot write the fits to /proc/x.json")):   # ("the report")
         assert main(["calibrate", "--nprocs", "2", "--sizes", "4K,64K", *args]) == 2
         assert needle in capfd.readouterr().err                     # the processes' own stderr too
 
