@@ -2,6 +2,9 @@
 the graph is read (`spgnn.plan.partition_to_cache`, `spgnn.partition.partitioned.cached`, `TrainConfig.validate`)."""
 
 import os
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -33,6 +36,23 @@ def test_a_writer_leaves_another_writers_temporary_folder_alone(tmp_path):
     (other / "part-00000" / "x.npy").write_bytes(b"the other writer's")
     assert make() == folder and partitioned.PartitionedDataset(folder).nparts == 2
     assert (other / "part-00000" / "x.npy").read_bytes() == b"the other writer's"
+
+
+def test_a_dead_writers_temporary_folder_is_removed_a_running_ones_kept(tmp_path):
+    """A rank 0 killed while it wrote a cache entry (SIGKILL, out of memory) left its temporary folder, a dataset's
+    size, for ever; the next writer of that entry removes it, and leaves alone one whose writer runs or ran on another
+    host."""
+    g = small_graph(n=40)
+    folder, make = _cache(g, tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    here = socket.gethostname()
+    left = {f".{folder.name}.{pid}@{host}.0a1b2c3d.tmp": gone for pid, host, gone in
+            ((dead, here, True), (os.getpid(), here, False), (dead, "another.host", False))}
+    for name in left:
+        (folder.parent / name / "part-00000").mkdir(parents=True)
+    assert make() == folder and partitioned.PartitionedDataset(folder).nparts == 2
+    assert {name: not (folder.parent / name).exists() for name in left} == left
 
 
 def test_a_damaged_cache_folder_is_named_with_its_remedy(tmp_path):

@@ -33,7 +33,7 @@ from ..cost import BlockStats
 from ..errors import SpgnnError
 from ..graph.datasets import source_files
 from ..graph.validate import check_features, check_labels, check_masks, check_targets
-from ..jsonfile import replace_whole, unwritable
+from ..jsonfile import abandoned, replace_whole, temporary, unwritable
 from ..progress import each
 from ..sparse.csr import row_ids
 from .partition import versions
@@ -278,7 +278,9 @@ def write(path, info: GraphInfo, shares, partition: dict, overwrite: bool = True
     filling the same cache folder at once each end with the one complete folder."""
     path = check_output(path)
     ident = uuid.uuid4().hex            # this write's: a part folder copied in from another partition differs
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{ident}"      # (a pid alone repeats across hosts, restarts)
+    for old in abandoned(path):         # the folders of writers killed mid-write on this host, each a dataset's size
+        shutil.rmtree(old, ignore_errors=True)
+    tmp = temporary(path)
     tally, sizes = Tally(len(info.offsets) - 1), np.diff(info.offsets)
     try:
         tmp.mkdir(parents=True, exist_ok=False)
