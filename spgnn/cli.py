@@ -760,12 +760,16 @@ PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume
          "plot")                # the options of the commands that name a file or folder (none empty by default)
 
 
-def _no_empty_paths(args) -> None:
-    """SpgnnError where an option naming a file or folder was given an empty path (``--resume "$CKPT"``, CKPT
-    unset), which a command would take for none: a resume from scratch, no report, the default cache."""
+def _paths(args) -> None:
+    """The options of `args` naming a file or folder with a leading ``~`` expanded (``--output=~/r.json``, which the
+    shell leaves as it is); SpgnnError where one was given an empty path (``--resume "$CKPT"``, CKPT unset), which a
+    command would take for none: a resume from scratch, no report, the default cache."""
     if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == ""), None):
         raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} "
                          "out")
+    for n in PATHS:
+        if isinstance(value := getattr(args, n, None), str) and value.startswith("~"):
+            setattr(args, n, os.path.expanduser(value))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -776,7 +780,7 @@ def main(argv: list[str] | None = None) -> int:
     progress.tolerate_stdout()                          # before --help, which prints α and ×
     args = build_parser().parse_args(argv)
     try:
-        _no_empty_paths(args)
+        _paths(args)
         rank = launch.detect().rank if argv else 0
     except SpgnnError as e:
         say(str(e))

@@ -214,3 +214,14 @@ def test_help_shows_one_default_per_option():
         for entry in re.split(r"\n  (?=-)", parser.format_help()):
             assert len(re.findall(r"\((the )?default\b", entry)) <= 1, (name, " ".join(entry.split()))
     assert "(default: 0.01)" in subs["train"].format_help()
+
+
+def test_a_leading_tilde_of_an_output_is_the_home_folder(tmp_path, monkeypatch):
+    """``--output=~/plan.json`` (which the shell does not expand) made a folder named ~ in the working folder, where
+    --dataset's ~ was the home folder; every option naming a file or folder now expands it."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    assert main(["cost", "--dataset", "cora", "--nprocs", "2", "--output=~/plans/plan.json"]) == 0
+    assert json.loads((tmp_path / "home" / "plans" / "plan.json").read_text())["rows"]
+    assert list((tmp_path / "work").iterdir()) == []
