@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from .order import part_order
-from .partition import Partition, adjacency, check_parts, get_partitioner, make_parts
+from .partition import Partition, adjacency, check_parts, check_vector, get_partitioner, make_parts
 
 
 def halo_rows(adj, parts: np.ndarray, P: int) -> np.ndarray:
@@ -60,8 +60,8 @@ def partition_metrics(adj, partition: Partition | np.ndarray, train_mask=None) -
     part vector (n,) of P = its largest id + 1 parts (as `make_parts` returns), checked against A (what the
     partitioner cost is in a Partition's ``info``: ``seconds``, ``peak_rss_growth_bytes``)."""
     a = sp.csr_matrix(adjacency(adj))
-    P = partition.P if isinstance(partition, Partition) else int(np.max(partition, initial=0)) + 1
-    parts = check_parts(getattr(partition, "parts", partition), a.shape[0], P)
+    parts, P = (check_parts(partition.parts, a.shape[0], partition.P), partition.P) \
+        if isinstance(partition, Partition) else check_vector(partition, a.shape[0])
     diagonal = np.bincount(parts[np.flatnonzero(a.diagonal())], minlength=P)
     train = np.bincount(parts, weights=train_mask, minlength=P) if train_mask is not None else None
     return block_metrics(np.bincount(parts, minlength=P), halo_rows(a, parts, P), block_nnz(a, parts, P), diagonal,

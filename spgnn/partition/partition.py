@@ -238,6 +238,14 @@ def graph_hash(adj) -> str:
     return h.hexdigest()
 
 
+def check_vector(parts, n: int) -> tuple[np.ndarray, int]:
+    """(`parts`, checked by `check_parts` as a partition of n nodes into its largest id + 1 parts, as `make_parts`
+    returns it; that number of parts P)."""
+    parts = np.asarray(parts)
+    P = int(parts.max(initial=0)) + 1 if parts.ndim == 1 and np.issubdtype(parts.dtype, np.integer) else 1
+    return check_parts(parts, n, P), P
+
+
 def versions() -> dict:
     """Versions of Python, of spgnn (its own, also when run from a source tree that pip never installed) and of
     the installed libraries a partition can depend on."""
@@ -257,9 +265,7 @@ def save_partition(path, parts, method: str, params: dict, seed: int, graph) -> 
     parts, to an .npz with its provenance: method, params, seed, library versions, and the size and pattern hash of
     the graph, so it is never applied to another graph."""
     adj = adjacency(graph)
-    parts = np.asarray(parts)
-    nparts = int(parts.max(initial=0)) + 1 if parts.ndim == 1 and np.issubdtype(parts.dtype, np.integer) else 1
-    parts = check_parts(parts, adj.shape[0], nparts)
+    parts, nparts = check_vector(parts, adj.shape[0])
     meta = {"format": FILE_FORMAT, "method": str(method), "params": params, "seed": int(seed),
             "nparts": nparts, "graph": getattr(graph, "name", "graph"),
             "n": int(adj.shape[0]), "nnz": int(adj.nnz), "graph_hash": graph_hash(adj), "versions": versions()}
