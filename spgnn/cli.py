@@ -763,10 +763,14 @@ PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume
 def _paths(args) -> None:
     """The options of `args` naming a file or folder with a leading ``~`` expanded (``--output=~/r.json``, which the
     shell leaves as it is); SpgnnError where one was given an empty path (``--resume "$CKPT"``, CKPT unset), which a
-    command would take for none: a resume from scratch, no report, the default cache."""
+    command would take for none: a resume from scratch, no report, the default cache; or ``-``, which would name a
+    file ``-`` in the working folder."""
     if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == ""), None):
         raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} "
                          "out")
+    if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == "-"), None):
+        raise SpgnnError(f"{flag} -: spgnn reads and writes files by name, not standard input or output; give {flag} a "
+                         "file or folder name")
     for n in PATHS:
         if isinstance(value := getattr(args, n, None), str) and value.startswith("~"):
             setattr(args, n, os.path.expanduser(value))

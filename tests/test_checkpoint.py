@@ -184,20 +184,24 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(how, 
     assert len(json.loads(output.read_text())["epochs"]) == 2
 
 
+@pytest.mark.parametrize("value", ["", "-"])
 @pytest.mark.parametrize("command, flag", [("train", "--resume"), ("train", "--checkpoint"), ("train", "--output"),
                                            ("train", "--cache-dir"), ("cost", "--calibration"),
                                            ("partition", "--output"), ("plot", "--output")])
-def test_an_empty_path_is_refused(command, flag, tmp_path, capsys, monkeypatch):
+def test_an_empty_path_or_a_dash_is_refused(command, flag, value, tmp_path, capsys, monkeypatch):
     """``--resume "$CKPT"`` with CKPT unset gave an empty path, which the run took for none: it trained from epoch 0
     (and wrote no checkpoint or report) as if all were well; ``spgnn partition --output ''`` saved nothing,
-    ``--cache-dir ''`` used the default cache, ``spgnn plot --output ''`` called the empty path a folder."""
+    ``--cache-dir ''`` used the default cache, ``spgnn plot --output ''`` called the empty path a folder. ``--output
+    -``, for standard output as other tools take it, wrote a file named ``-``."""
     monkeypatch.chdir(tmp_path)
     args = {"train": ["--epochs", "2", "--hidden", "16", "--quiet"], "cost": ["--nprocs", "2"],
             "partition": ["--nparts", "2", "--method", "random"], "plot": [str(tmp_path)]}[command]
-    code = cli.main([command, *args, flag, ""])
+    code = cli.main([command, *args, flag, value])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err == [f"spgnn: error: {flag} was given an empty path (an unset shell variable?): give it a "
-                                 f"path, or leave {flag} out"]
+    said = {"": f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} out",
+            "-": f"{flag} -: spgnn reads and writes files by name, not standard input or output; give {flag} a file "
+                 "or folder name"}[value]
+    assert code == 2 and err == [f"spgnn: error: {said}"]
     assert list(tmp_path.iterdir()) == []
 
 
