@@ -99,10 +99,10 @@ def read_reports(paths: list[str]) -> list[dict]:
 
 
 def label(report: dict) -> str:
-    """"1d-halo · block · P=4" (sampled runs: the sampler instead of the algorithm)."""
+    """"1d-halo · block · P=4"; a sampled run "minibatch sage · P=4" (its sampler, and no partition: it reads none)."""
     cfg = report["config"]
-    how = f"minibatch {cfg['sampler']}" if cfg.get("sampler") else cfg["algo"]
-    return f"{how} · {cfg['partition']} · P={report['world_size']}"
+    how = f"minibatch {cfg['sampler']}" if cfg.get("sampler") else f"{cfg['algo']} · {cfg['partition']}"
+    return f"{how} · P={report['world_size']}"
 
 
 def labels(reports: list[dict]) -> list[str]:

@@ -73,6 +73,14 @@ def test_report_figure_carries_every_number(reports):
     assert np.allclose(heights(times, "median epoch"), [1e3 * r["median_epoch_s"] for r in reports])
 
 
+def test_a_sampled_run_is_named_by_its_sampler_without_a_partition(reports):
+    """A minibatch report's label named the partition of its config ("minibatch sage · block · P=4"), which a sampled
+    run never reads: two minibatch runs looked like runs on two partitions."""
+    sampled = reports[0] | {"config": reports[0]["config"] | {"sampler": "sage", "partition": "metis"}}
+    assert plot.label(sampled) == "minibatch sage · P=2"
+    assert plot.label(reports[1]) == "2d · random · P=2"
+
+
 def test_plot_command_writes_the_image(tmp_path, reports, capsys):
     paths = []
     for i, r in enumerate(reports):
