@@ -228,6 +228,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.epochs < 1 or args.warmup < 0:
         p.error("--epochs must be >= 1 and --warmup >= 0")
+    if args.memory_only and not args.memory:
+        p.error("--memory-only skips the timed runs and leaves nothing to run: give --memory GRAPHS too")
     machine.check_config(p, hidden=args.hidden, dropout=args.dropout)
     args.datasets = machine.check_datasets(p, args.datasets.split(","), args.data_dir) if not args.memory_only else []
     if args.memory:
@@ -275,7 +277,8 @@ def main(argv=None) -> int:
     for a in autos:
         print(f"| {a['dataset']} | {a['P']} | {a['pick']} | {a['fastest']} | {a['ratio']:.2f} |")
     mem_ok = [abs(r["memory_ratio"] - 1) <= MEMORY_TARGET for r in mems]
-    print(f"\n{score(rows, 0)}; memory within {MEMORY_TARGET:.0%}: {sum(mem_ok)}/{len(mem_ok)}")
+    said = [score(rows, 0)] * bool(rows) + [f"memory within {MEMORY_TARGET:.0%}: {sum(mem_ok)}/{len(mem_ok)}"]
+    print("\n" + "; ".join(said[:1 + bool(mems)] if rows else said))     # (no "0/0; median nan" of runs not made)
     for k, f in enumerate(names[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
     first = args.files[0]

@@ -81,6 +81,7 @@ def test_bench_model_memory_only_draws_its_memory_beside_the_prediction(tmp_path
     assert code == 0, err[-3000:]
     mems = json.loads(out.read_text())["memory"]
     assert len(mems) == 7 and out.with_suffix(".png").exists() and f"and {out.with_suffix('.png')}" in said
+    assert "\nmemory within 15%: 7/7\n" in said and "nan" not in said      # no score of timed runs not made
     (ax,) = drawn[0].axes
     measured, predicted = ax.collections[0].get_offsets().T
     assert measured.tolist() == [r["rss_mb"] for r in mems] and predicted.tolist() == [r["predicted_mb"] for r in mems]
@@ -94,6 +95,10 @@ def test_bench_model_refuses_rounds_it_cannot_time(tmp_path, bench):
         assert code == 2
         assert err.strip().splitlines()[-1].endswith("error: --epochs must be >= 1 and --warmup >= 0")
         assert not (tmp_path / "m-calibration.json").exists()
+    code, _, err = bench("bench_model", ["--memory-only", "--out", str(tmp_path / "m.json")])
+    assert code == 2 and err.strip().splitlines()[-1].endswith(
+        "error: --memory-only skips the timed runs and leaves nothing to run: give --memory GRAPHS too")
+    assert not (tmp_path / "m-calibration.json").exists()
 
 
 def test_bench_ring_times_each_way_and_writes_its_report(tmp_path, bench):
