@@ -608,6 +608,10 @@ def test_a_partitioned_folder_is_said_to_be_one(tmp_path):
     with pytest.raises(SpgnnError, match=r"p\.npz is a partition file \(spgnn partition --output FILE\.npz\), not a "
                        r"graph: give it as --partition"):
         load_dataset(str(tmp_path / "p.npz"))
+    with np.load(tmp_path / "p.npz") as z:       # one with a member more, which load_parts reads as a partition too
+        np.savez(tmp_path / "q.npz", **z, note=np.array("mine"))
+    with pytest.raises(SpgnnError, match=r"q\.npz is a partition file"):
+        load_dataset(str(tmp_path / "q.npz"))
 
 
 def test_source_files_are_all_a_dataset_file_is_read_from(tmp_path):

@@ -409,7 +409,7 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
         elif "edges" in keys or "edge_index" in keys:
             key = "edges" if "edges" in keys else "edge_index"
             (src, dst), n = edge_pairs(npz[key], f"{path} ({key})"), None
-        elif keys == {"parts", "meta"}:         # what save_partition writes
+        elif {"parts", "meta"} <= keys:         # what save_partition writes (as load_parts knows one)
             raise SpgnnError(f"{path} is a partition file (spgnn partition --output FILE.npz), not a graph: give it "
                              f"as --partition {path}, and as --dataset the graph it was made from")
         else:
