@@ -67,12 +67,15 @@ class BlockStats:
     ordered: bool = False
 
     @classmethod
-    def of(cls, adj, partition) -> BlockStats:
-        """Exact statistics of `adj` (already renumbered by `partition`)."""
+    def of(cls, adj, partition, symmetric: bool | None = None) -> BlockStats:
+        """Exact statistics of `adj` (already renumbered by `partition`); `symmetric`: whether the layouts treat it
+        as symmetric (a symmetric raw A under an adjacency that keeps it so, as `Block.of` claims: D^-½ w D^-½ of
+        weighted edges is symmetric only to rounding), else whether `adj` is exactly."""
         from .partition.metrics import block_nnz, halo_rows
 
         k, parts = partition.P, np.repeat(np.arange(partition.P), partition.sizes())
-        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), graphs.is_symmetric(adj),
+        symmetric = graphs.is_symmetric(adj) if symmetric is None else bool(symmetric)
+        return cls(partition.sizes(), halo_rows(adj, parts, k), block_nnz(adj, parts, k), symmetric,
                    partition.info.get("node_order") == "rcm")
 
     @classmethod

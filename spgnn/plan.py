@@ -16,7 +16,7 @@ from .comm.comm import Comm
 from .comm.grid import format_grid
 from .config import TrainConfig
 from .errors import SpgnnError
-from .graph.adjacency import normalize
+from .graph.adjacency import get_adjacency, normalize
 from .graph.datasets import load_dataset
 from .graph.graph import Graph
 from .partition import partitioned
@@ -60,8 +60,10 @@ def _fits(cls, shape: tuple, n: int) -> tuple:
 
 
 def block_stats(g: Graph, partition, norm) -> cost.BlockStats:
-    """The exact block statistics of g's adjacency normalised by the adjacency `norm`, renumbered by `partition`."""
-    return cost.BlockStats.of(partition.renumber(normalize(g.adj, norm)), partition)
+    """The exact block statistics of g's adjacency normalised by the adjacency `norm`, renumbered by `partition`
+    (symmetric where the layouts treat it so: g's A is and `norm` keeps it so)."""
+    return cost.BlockStats.of(partition.renumber(normalize(g.adj, norm)), partition,
+                              g.is_symmetric and get_adjacency(norm).symmetric)
 
 
 def model_cost(cfg: TrainConfig, info, costs_of=None) -> cost.ModelCost:
