@@ -108,6 +108,17 @@ def _unprepared(t: torch.Tensor) -> str | None:
     return None
 
 
+def _loss_term(t, what: str, takes: str) -> None:
+    """SpgnnError unless `t` is a one-element tensor whose gradient reaches only parameters a graph prepared (at
+    P > 1 each rank would step on its own share of another's gradient)."""
+    if not _scalar(t):
+        raise SpgnnError(f"{what} takes {takes}, a one-element tensor, got {_described(t)}: sum it first")
+    if t.requires_grad and (name := _unprepared(t)):
+        raise SpgnnError(f"a loss to train a parameter {name} that no DistGraph prepared, so nothing sums its "
+                         "gradient over the ranks: call model = g.prepare(model, opt) before training, and "
+                         "g.sync_gradients(model) after each backward")
+
+
 ROW_WISE = (torch.nn.Linear, torch.nn.Bilinear, torch.nn.LayerNorm, torch.nn.GroupNorm, torch.nn.Softmax,
             torch.nn.LogSoftmax)    # torch modules that take each row whole
 
@@ -439,15 +450,17 @@ class DistGraph:
         `local`'s: a global loss from per-rank partial sums (one small all-reduce). A `local` whose gradient
         reaches a parameter that no graph prepared (`prepare`) is refused: at P > 1 each rank would step on its own
         share of that gradient."""
-        if not _scalar(local):
-            raise SpgnnError(f"globally takes this rank's partial sum, a one-element tensor, got {_described(local)}: "
-                             "sum it first")
-        if local.requires_grad and (name := _unprepared(local)):
-            raise SpgnnError(f"a loss to train a parameter {name} that no DistGraph prepared, so nothing sums its "
-                             "gradient over the ranks: call model = g.prepare(model, opt) before training, and "
-                             "g.sync_gradients(model) after each backward")
+        _loss_term(local, "globally", "this rank's partial sum")
         (total,) = self.all_sum([local.item()])
         return (local - local.detach()) + total     # the same value on every rank, whatever its own `local`
+
+    def replicated(self, term: torch.Tensor) -> torch.Tensor:
+        """A scalar that every rank computes whole and alike (a regulariser λ·‖W‖² of the replicated parameters), to
+        add to a loss: its value `term`'s, its gradient term's / k on each of the k ranks `sync_gradients` sums over,
+        so that the sum counts it once (added as it is, it would count k times, and the steps change with P)."""
+        _loss_term(term, "replicated", "a term every rank computes alike")
+        k = self.grad_group().size
+        return term if k == 1 else term.detach() + (term - term.detach()) / k
 
     def targets(self) -> torch.Tensor:
         """This rank's columns of its rows' binary targets (n_p×|columns(t)|; 0, 1 or NaN where unknown): the

@@ -1,0 +1,79 @@
+"""A researcher's own model, loss and loop on every layout (the model audit): what they write against spgnn's public
+API trains the same at every P and layout, and what they get wrong is refused with one line. Every P > 1 case runs
+in one launch (`tests.worlds.run_worlds`), each test reading its own."""
+
+import pytest
+import torch
+
+import spgnn
+from tests.worlds import errors, run_worlds
+
+PROCS = [1, 2, 4]
+LAYOUTS = [("1d", None), ("1.5d", None), ("2d", None), ("3d", None), ("1d-halo", None), ("sar", None)]
+DATA = "sbm:60:3"
+
+
+class Regularised(torch.nn.Module):
+    """logits = Â·ReLU(Â·X·W_1 + b_1)·W_2 + b_2 (GCN layers)."""
+
+    def __init__(self, f_in, classes):
+        super().__init__()
+        self.first, self.second = spgnn.GCNConv(f_in, 6), spgnn.GCNConv(6, classes)
+
+    def forward(self, g, x):
+        return self.second(g, torch.relu(self.first(g, x)))
+
+
+def _regularised(g) -> dict:
+    """Three SGD steps (momentum) on cross-entropy + g.replicated(0.05·Σ‖θ‖²): the parameters after."""
+    torch.manual_seed(0)
+    model = Regularised(g.num_features, g.num_classes)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    model = g.prepare(model, opt)
+    for _ in range(3):
+        opt.zero_grad()
+        penalty = 0.05 * sum((p ** 2).sum() for p in model.parameters())
+        (g.cross_entropy(model(g, g.x)) + g.replicated(penalty)).backward()
+        g.sync_gradients(model)
+        opt.step()
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+CASES = {"regulariser": _regularised}
+
+
+def _rank(comm) -> dict:
+    """{(case, algo): its result on this rank}, for every case and layout P allows."""
+    out = {}
+    for algo, grid in LAYOUTS:
+        g = spgnn.DistGraph(comm, dataset=DATA, algo=algo, grid=grid)
+        out |= {(case, algo): fn(g) for case, fn in CASES.items()}
+    return out
+
+
+_RESULTS = {}
+
+
+def results() -> dict:
+    """{P: every rank's `_rank`}, all P from one launch."""
+    if not _RESULTS:
+        _RESULTS.update(run_worlds(_rank, PROCS, timeout_s=300))
+    for P, ranks in _RESULTS.items():
+        assert not errors(ranks), f"P={P}: {errors(ranks)[0]}"
+    return _RESULTS
+
+
+@pytest.mark.parametrize("case", ["regulariser"])
+def test_a_case_trains_the_same_at_every_p_and_layout(case):
+    """A regulariser of the replicated parameters, added as g.replicated(term), counts once in the summed gradient:
+    added as it was, each rank's copy was summed, k·λ at P = k, and the weights changed with P."""
+    res = results()
+    reference = res[1][0][case, "1d"]
+    for P, ranks in res.items():
+        for rank, out in enumerate(ranks):
+            for algo, _ in LAYOUTS:
+                for name, p in out[case, algo].items():
+                    where = f"{case} {algo} P={P} rank {rank} {name}"
+                    torch.testing.assert_close(p, reference[name], rtol=1e-5, atol=1e-6,
+                                               msg=lambda m, w=where: f"{w}: {m}")
+
