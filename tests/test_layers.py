@@ -378,6 +378,9 @@ def test_a_layer_that_stack_cannot_build_or_train_is_refused_in_one_line():
         def __init__(self, f_in, f_out):
             super().__init__(f_in, f_out)
 
+        def forward(self, g, h):
+            return g.spmm(h, self.adjacency)
+
     class Propagate(Layer):
         name, summary, adjacency = "propagate", "a test's layer without parameters", "gcn"
 

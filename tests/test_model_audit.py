@@ -77,3 +77,18 @@ def test_a_case_trains_the_same_at_every_p_and_layout(case):
                     torch.testing.assert_close(p, reference[name], rtol=1e-5, atol=1e-6,
                                                msg=lambda m, w=where: f"{w}: {m}")
 
+
+def test_a_layer_without_forward_is_refused_where_it_is_registered():
+    """It was registered, and `--model NAME` ended in torch's NotImplementedError traceback at the first forward
+    (the algorithm registry refused an algorithm without _forward already)."""
+    from spgnn.layers.registry import LAYERS
+
+    class Unfinished(spgnn.Layer):
+        name, adjacency = "audit-unfinished", "gcn"
+
+        def __init__(self, f_in, f_out, init="auto"):
+            super().__init__(f_in, f_out)
+
+    with pytest.raises(spgnn.SpgnnError, match=r"^layer 'audit-unfinished' does not define forward\(g, h\)"):
+        spgnn.register_layer(Unfinished)
+    assert "audit-unfinished" not in LAYERS

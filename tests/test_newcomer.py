@@ -199,6 +199,8 @@ def test_a_notebook_cell_run_again_replaces_its_plug_ins():
         Mine.name = name
         if base is Task:
             Mine.loss = Mine.evaluate = lambda self, *a: None
+        if base is Layer:
+            Mine.forward = lambda self, g, h: h
         return Mine
 
     for kind, base, register, registry in (("layer", Layer, register_layer, LAYERS),

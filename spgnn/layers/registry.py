@@ -211,8 +211,8 @@ def adjacencies_of(model: nn.Module) -> list[str]:
 
 
 def register_layer(cls):
-    """Class decorator: register layer `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, or
-    an option that disagrees with another layer's, is an error)."""
+    """Class decorator: register layer `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, an
+    option that disagrees with another layer's, or no forward, is an error)."""
     plugins.admit(LAYERS, cls, "layer", "--model", Layer)
     if cls.adjacency is not None:
         get_adjacency(cls.adjacency)
@@ -222,6 +222,9 @@ def register_layer(cls):
     if unknown:
         raise SpgnnError(f"layer {cls.name!r} needs {sorted(unknown)}, which no layout offers: needs are "
                          f"{', '.join(sorted(NEEDS))}")
+    if cls.forward is Layer.forward:
+        raise SpgnnError(f"layer {cls.name!r} does not define forward(g, h) (H' of this rank's block H on the layout "
+                         "g gives)")
     LAYERS[cls.name] = cls
     return cls
 
