@@ -190,6 +190,7 @@ class DistGraph:
         self.counts = dict(self.info.counts)
         self._prepared = {}                         # id of a parameter `prepare` saw → its name
         self._summed, self._added = {}, {}          # id → (gradient, its version) as summed; → backwards added since
+        self._backward = {}             # id of a parameter → (its gradient, that one's version) as a backward left it
         self._checkpoints = {}          # folders this graph wrote or loaded a checkpoint in: that file's stamp
         self.precompute = cfg.precompute == "on"     # keep the products of the features (`kept`)
         self._kept, self._kept_x = {}, None    # (adjacency, id of H) → (H, Â·H, its version); (x, its version) then
@@ -693,6 +694,7 @@ class DistGraph:
         """A backward added to p's gradient: pending a sum (marked on p, which `_refuse_unsummed` reads at any
         optimizer's step), and counted where it added to the very tensor `sync_gradients` summed."""
         p._spgnn_unsummed = self._prepared[id(p)]
+        self._backward[id(p)] = (weakref.ref(p.grad), p.grad._version)
         summed = self._summed.get(id(p))
         if summed is not None and p.grad is summed[0]():
             self._added[id(p)] = self._added.get(id(p), 0) + 1
@@ -705,11 +707,19 @@ class DistGraph:
             p.grad._version == summed[1] + added
         return added if fine else None
 
+    def _changed_in_place(self, p) -> bool:
+        """Whether p's gradient, not zeroed, was changed in place since the last backward added to it (a clipping of
+        this rank's share, which differs from the clipping of the sum); forgets that backward."""
+        last = self._backward.pop(id(p), None)
+        grad = p.grad if last is not None and last[0]() is p.grad else None
+        return grad is not None and grad._version != last[1] and bool(grad.any())
+
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce); a gradient
         the backward left missing becomes zero, on one rank as on several. Once a step, after its last backward: a
         model `prepare` saw is refused a second sum with no backward between, or of a gradient a backward added to
-        after it was summed (each would count a gradient once a rank)."""
+        after it was summed (each would count a gradient once a rank), or changed in place before it (clipped: a
+        clipping of each rank's share, not of the gradient); clip after it."""
         trained = [p for p in model.parameters() if p.requires_grad and id(p) in self._prepared]
         twice = next(((p, k) for p in trained if (k := self._additions(p)) is not None), None)
         for p in trained:
@@ -721,6 +731,11 @@ class DistGraph:
             raise SpgnnError(f"sync_gradients: {what}, so summing it again would count it once a rank: call it once "
                              "a step, after its last backward, and zero the gradients (opt.zero_grad()) before the "
                              "next step's")
+        if changed := [self._prepared[id(p)] for p in trained if self._changed_in_place(p)]:
+            raise SpgnnError(f"sync_gradients: the gradient of parameter {changed[0]!r} was changed "
+                             "in place after the backward, before its sum (clipped, say): at P > 1 that changes this "
+                             "rank's share, not the gradient, so the steps would change with P; change it after "
+                             "g.sync_gradients(model)")
         all_reduce_gradients(model, self.comm, self.grad_group())
         for p in model.parameters():
             p._spgnn_unsummed = None

@@ -39,7 +39,35 @@ def _regularised(g) -> dict:
     return {k: p.detach().clone() for k, p in model.named_parameters()}
 
 
-CASES = {"regulariser": _regularised}
+
+def _clipped(g, before: bool = False) -> dict:
+    """Three AdamW steps with the gradient clipped to a global norm of 0.05 after (or `before`) its sum: the
+    parameters after."""
+    torch.manual_seed(0)
+    model = Regularised(g.num_features, g.num_classes)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    model = g.prepare(model, opt)
+    for _ in range(3):
+        opt.zero_grad()
+        g.cross_entropy(model(g, g.x)).backward()
+        if before:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        g.sync_gradients(model)
+        if not before:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
+        opt.step()
+    return {k: p.detach().clone() for k, p in model.named_parameters()}
+
+
+def _clipped_before(g) -> str | None:
+    try:
+        _clipped(g, before=True)
+    except spgnn.SpgnnError as e:
+        return str(e)
+    return None
+
+
+CASES = {"regulariser": _regularised, "clipped": _clipped, "clipped before": _clipped_before}
 
 
 def _rank(comm) -> dict:
@@ -63,10 +91,11 @@ def results() -> dict:
     return _RESULTS
 
 
-@pytest.mark.parametrize("case", ["regulariser"])
+@pytest.mark.parametrize("case", ["regulariser", "clipped"])
 def test_a_case_trains_the_same_at_every_p_and_layout(case):
-    """A regulariser of the replicated parameters, added as g.replicated(term), counts once in the summed gradient:
-    added as it was, each rank's copy was summed, k·λ at P = k, and the weights changed with P."""
+    """A regulariser of the replicated parameters, added as g.replicated(term), counts once in the summed gradient
+    (added as it was, each rank's copy was summed, k·λ at P = k, and the weights changed with P); a gradient clipped
+    by its global norm after sync_gradients is clipped alike at every P."""
     res = results()
     reference = res[1][0][case, "1d"]
     for P, ranks in res.items():
@@ -92,3 +121,29 @@ def test_a_layer_without_forward_is_refused_where_it_is_registered():
     with pytest.raises(spgnn.SpgnnError, match=r"^layer 'audit-unfinished' does not define forward\(g, h\)"):
         spgnn.register_layer(Unfinished)
     assert "audit-unfinished" not in LAYERS
+
+
+def test_a_gradient_clipped_before_its_sum_is_refused_at_every_p():
+    """Clipped before sync_gradients, each rank's share was clipped by its own norm, and the steps changed with P,
+    silently; now every rank of every P and layout says so in one line (at P = 1 too, where it computed right)."""
+    for P, ranks in results().items():
+        for rank, out in enumerate(ranks):
+            for algo, _ in LAYOUTS:
+                assert (out["clipped before", algo] or "").startswith(
+                    "sync_gradients: the gradient of parameter 'first.weight' was changed in place after the "
+                    "backward, before its sum (clipped, say)"), (P, rank, algo, out["clipped before", algo])
+
+
+def test_a_gradient_zeroed_or_added_to_by_a_second_backward_is_summed():
+    """What sync_gradients takes: a gradient zeroed in place before its sum (nothing to count), and one that two
+    backwards added to (accumulation)."""
+    g = spgnn.DistGraph(dataset=DATA)
+    torch.manual_seed(0)
+    model = g.prepare(Regularised(g.num_features, g.num_classes))
+    g.cross_entropy(model(g, g.x)).backward()
+    model.zero_grad(set_to_none=False)
+    g.sync_gradients(model)
+    model.zero_grad()
+    for _ in range(2):
+        g.cross_entropy(model(g, g.x)).backward()
+    g.sync_gradients(model)
