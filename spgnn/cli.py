@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import traceback
@@ -222,6 +223,23 @@ def build_parser() -> argparse.ArgumentParser:
     _cost_parser(sub)
     _plot_parser(sub)
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`argv` parsed; a mistake in the line said by the parser that can name it: an option before the command
+    (``spgnn --nprocs 4 train``), which argparse took the option's value for the command at, and words the command
+    does not take, which argparse said under spgnn's usage, not the command's."""
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    k = next((k for k, a in enumerate(argv) if a in commands), 0)
+    if k and argv[0].startswith("-") and argv[0] not in ("-h", "--help"):
+        line = shlex.join(["spgnn", argv[k], *argv[:k], *argv[k + 1:]])
+        parser.error(f"options go after the command: {line} (spgnn {argv[k]} --help lists them)")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)} (spgnn {args.command} --help "
+                                     "lists its options)")
+    return args
 
 
 def _published(cfg, picked: str = "") -> None:
@@ -782,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
     program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     progress.tolerate_stdout()                          # before --help, which prints α and ×
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     try:
         _paths(args)
         rank = launch.detect().rank if argv else 0

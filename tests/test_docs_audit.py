@@ -1,0 +1,26 @@
+"""What a user who follows the documentation word for word runs into (the docs audit): the mistakes made copying
+its commands are one line naming the fix, and what the pages promise is what the program does."""
+
+import pytest
+
+from spgnn import cli
+
+
+def _refused(argv: list[str], capsys) -> str:
+    """The last line `spgnn argv` says on stderr as argparse refuses it (exit status 2)."""
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def test_an_option_before_the_command_is_told_to_go_after_it(capsys):
+    """``spgnn --nprocs 4 train`` said "invalid choice: '4'" (argparse took the option's value for the command)."""
+    assert _refused(["--nprocs", "4", "train", "--algo", "2d"], capsys) == \
+        "spgnn: error: options go after the command: spgnn train --nprocs 4 --algo 2d (spgnn train --help lists them)"
+
+
+def test_words_a_command_does_not_take_are_said_under_its_name(capsys):
+    """``spgnn cost --nprocs 2 4 8`` (a list written with spaces) was refused under spgnn's usage, not cost's."""
+    assert _refused(["cost", "--dataset", "cora", "--nprocs", "2", "4", "8"], capsys) == \
+        "spgnn cost: error: unrecognized arguments: 4 8 (spgnn cost --help lists its options)"
