@@ -649,8 +649,8 @@ def compare(Ps, model: ModelCost, stats_of, alpha_beta=None, rates: Rates = None
     return rows
 
 
-NO_LAYOUT = "each needs more row blocks than the graph has nodes, or, for a partitioned folder, other row blocks " \
-            "than its parts"      # why `compare` found no layout at some P
+NO_LAYOUT = "each needs more row blocks than the graph has nodes, or, for a partitioned folder or a --partition " \
+            "file, other row blocks than its parts"      # why `compare` found no layout at some P
 
 
 def plan_table(n: int, nnz: int, Ps, model: ModelCost, alpha_beta=None, ranks: int = 8, rates: Rates = None,

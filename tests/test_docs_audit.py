@@ -1,9 +1,14 @@
 """What a user who follows the documentation word for word runs into (the docs audit): the mistakes made copying
 its commands are one line naming the fix, and what the pages promise is what the program does."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from spgnn import cli
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 def _refused(argv: list[str], capsys) -> str:
@@ -24,3 +29,15 @@ def test_words_a_command_does_not_take_are_said_under_its_name(capsys):
     """``spgnn cost --nprocs 2 4 8`` (a list written with spaces) was refused under spgnn's usage, not cost's."""
     assert _refused(["cost", "--dataset", "cora", "--nprocs", "2", "4", "8"], capsys) == \
         "spgnn cost: error: unrecognized arguments: 4 8 (spgnn cost --help lists its options)"
+
+
+def test_cost_on_a_partition_file_of_other_parts_names_the_file(tmp_path, capsys):
+    """``spgnn cost --dataset cora --partition parts.npz`` at a P with no layout of the file's row blocks said the
+    reasons of a graph too small and of a partitioned folder, neither of them the user's."""
+    parts = str(tmp_path / "parts.npz")
+    assert cli.main(["partition", "--dataset", "cora", "--nparts", "2", "--method", "block", "--output", parts,
+                     "--quiet"]) == 0
+    capsys.readouterr()
+    assert cli.main(["cost", "--dataset", "cora", "--partition", parts, "--nprocs", "3", "--quiet"]) == 2
+    assert "or a --partition file, other row blocks than its parts" in capsys.readouterr().err
+
