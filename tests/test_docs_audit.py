@@ -41,3 +41,11 @@ def test_cost_on_a_partition_file_of_other_parts_names_the_file(tmp_path, capsys
     assert cli.main(["cost", "--dataset", "cora", "--partition", parts, "--nprocs", "3", "--quiet"]) == 2
     assert "or a --partition file, other row blocks than its parts" in capsys.readouterr().err
 
+
+def test_launching_names_every_option_that_may_differ_between_ranks():
+    """docs/launching.md listed the path options a job's processes may be given differently without --ogb-split,
+    which the ranks' comparison (`cli.PER_HOST`) leaves out too."""
+    text = " ".join((DOCS / "launching.md").read_text().split())
+    listed = re.search(r"Options naming files and folders \((.*?)\) may differ", text).group(1)
+    flags = {f[2:].replace("-", "_") for f in re.findall(r"`(--[\w-]+)`", listed)}
+    assert flags == cli.PER_HOST - {"given_dataset", "quiet"}
