@@ -3,13 +3,17 @@ not hold, trained through the public API and compared with the single-process re
 
 - a symmetric weighted A: GCN's D^-½ A D^-½ is symmetric only to float rounding, and the layouts take the
   symmetric path (the backward is the forward on G) from A's symmetry; the cost model must too, else it predicts
-  the transpose's bytes, sent and received swapped, on every rank with an unequal halo.
+  the transpose's bytes, sent and received swapped, on every rank with an unequal halo;
+- features and targets as torch tensors of bfloat16 (numpy has no such type): read as the float32 they equal.
 """
+
+from types import SimpleNamespace
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
-from spgnn import Graph
+from spgnn import Graph, from_pyg
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.graph.graph import gcn_norm, is_symmetric
@@ -57,3 +61,17 @@ def test_a_weighted_symmetric_graph_s_bytes_are_predicted():
     measured = run_local(_ledgers, 2, cfgs, g)
     for k, cfg in enumerate(cfgs):
         assert [mine[k] for mine in measured] == _predicted(cfg, g, 2), cfg.algo
+
+
+def test_bfloat16_features_and_targets_are_read_as_float32():
+    """Graph(x=a bfloat16 tensor) and from_pyg of one (a PyG Data's fields) ended in numpy's TypeError 'Got
+    unsupported ScalarType BFloat16'."""
+    g = _weighted_star()
+    x = torch.tensor(g.x).bfloat16()
+    y = torch.tensor([[0.0], [1.0], [float("nan")], [1.0], [0.0], [1.0]]).bfloat16()
+    masks = (g.train_mask, g.val_mask, g.test_mask)
+    data = SimpleNamespace(edge_index=torch.tensor(np.stack(g.adj.nonzero()[::-1])), x=x, y=y,
+                           train_mask=torch.tensor(g.train_mask))            # a PyG Data's fields
+    for h in (Graph(g.adj, x, y, *masks), from_pyg(data)):
+        assert h.x.dtype == np.float32 and np.array_equal(h.x, x.float().numpy())
+        assert h.targets == 1 and np.array_equal(h.y, y.float().numpy(), equal_nan=True)

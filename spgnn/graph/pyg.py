@@ -15,15 +15,13 @@ import torch
 from ..errors import SpgnnError
 from .build import assemble, split_masks
 from .graph import Graph
+from .validate import host_array
 
 
 def _numpy(value, what: str) -> np.ndarray:
     if value is None:
         raise SpgnnError(f"the PyG Data has no {what}; spgnn's node classification needs data.{what}")
-    if hasattr(value, "detach"):
-        value = value.detach().cpu()
-        return (value if value.layout == torch.strided else value.to_dense()).numpy()     # a sparse x: dense
-    return np.asarray(value)
+    return host_array(value)        # a sparse x: dense; a bfloat16 one: float32
 
 
 def from_pyg(data, name: str = "pyg", split: int = 0, symmetric: bool = False, seed: int = 0) -> Graph:

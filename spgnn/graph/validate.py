@@ -36,6 +36,20 @@ def allow_overlap(allowed: bool = True):
         _overlap_allowed = before
 
 
+def host_array(value) -> np.ndarray:
+    """`value` as a numpy array: a torch tensor detached, on the host and dense, a float type numpy lacks (bfloat16,
+    float8) widened to float32, which holds each of its values exactly; anything else through ``np.asarray``."""
+    import torch
+
+    if not isinstance(value, torch.Tensor):
+        return np.asarray(value)
+    value = value.detach().cpu()
+    value = value if value.layout == torch.strided else value.to_dense()
+    if value.is_floating_point() and value.dtype not in (torch.float16, torch.float32, torch.float64):
+        value = value.float()
+    return value.numpy()
+
+
 def _first(bad: np.ndarray, ids=None) -> int:
     """The first True position of `bad`, as a node id (`ids[i]`, the original ids of a share's rows)."""
     i = int(np.flatnonzero(bad)[0])
