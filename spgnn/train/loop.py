@@ -69,7 +69,12 @@ class Run:
         except Unsaved as u:
             report, unsaved = u.report, u
         if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
-            agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+            try:
+                agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+            except SpgnnError as e:         # with why the run ended early, where it did: else only the report's line
+                if why := ended_early(report):
+                    raise SpgnnError(f"{why}; {e}") from None
+                raise
         if unsaved is not None:
             raise SpgnnError(str(unsaved))
         return report
@@ -215,6 +220,14 @@ class Run:
             "threads": {"per_rank": [r["threads"] for r in everyone]},
             "stages": {"per_rank": [r["stages"] for r in everyone], "launcher": progress.launcher_seconds()},
         } | self.run_report(everyone, ran)
+
+
+def ended_early(report: dict) -> str | None:
+    """Why the run of `report` ended before its last epoch (a checkpoint not written, a divergence, a signal), or
+    None where it ran them all."""
+    if stop := report.get("interrupted"):
+        return f"interrupted by {stop['signal']} after epoch {stop['epoch']}"
+    return report.get("stopped")
 
 
 RECORDED = ("epoch", "loss", "time_s")     # what every epoch's record holds; an evaluation adds its figures
