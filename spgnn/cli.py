@@ -95,6 +95,8 @@ def _not_an_input(path, flag: str, what: str, inputs) -> None:
 def _writable_file(path, flag: str, what: str, inputs=()) -> None:
     """SpgnnError unless file `path` (`flag`'s, where `what` goes) can be written, and is none of the `inputs`."""
     _not_an_input(path, flag, what, inputs)
+    if str(path).endswith(("/", os.sep)):           # Path() drops the slash: a file named as the folder was written
+        raise SpgnnError(f"{flag} {path} names a folder (it ends in /): give {flag} the path of a file for {what}")
     out = Path(path)
     existed = out.exists()
     try:

@@ -49,3 +49,13 @@ def test_launching_names_every_option_that_may_differ_between_ranks():
     listed = re.search(r"Options naming files and folders \((.*?)\) may differ", text).group(1)
     flags = {f[2:].replace("-", "_") for f in re.findall(r"`(--[\w-]+)`", listed)}
     assert flags == cli.PER_HOST - {"given_dataset", "quiet"}
+
+
+@pytest.mark.parametrize("argv", [["train", "--epochs", "1"], ["cost", "--dataset", "cora", "--nprocs", "2"]])
+def test_an_output_ending_in_a_slash_is_refused(argv, tmp_path, capsys, monkeypatch):
+    """``--output out/`` wrote the report to a file named out (Path drops the slash), not into a folder."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main([*argv, "--output", "out/", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().startswith("spgnn: error: --output out/ names a folder (it ends in /): ")
+    assert not (tmp_path / "out").exists()
+
