@@ -47,6 +47,7 @@ from .train import checkpoint, interrupt
 from .train.fullbatch import Trainer
 
 CHUNK = 1 << 22             # spgnn partition --out-of-core's --chunk
+FILE_SUFFIXES = (".npy", ".json", ".txt", ".csv", ".png", ".pdf", ".svg", ".pt")   # not a partitioned folder's name
 
 
 class _DefaultsFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -509,9 +510,10 @@ def partition(args, argv) -> int:
         raise SpgnnError("--param and --output go with --method (one partition), not with --compare")
     if args.chunk != CHUNK and not args.out_of_core:
         raise SpgnnError("--chunk sets how much --out-of-core reads at a time: add --out-of-core, or drop --chunk")
-    if args.output and args.output.endswith(".npy"):
+    if args.output and Path(args.output).suffix.lower() in FILE_SUFFIXES:     # a file's name, not a folder's
         raise SpgnnError(f"--output {args.output}: a partition is saved as an .npz (the part vector and how it was "
-                         "made) or written as a partitioned folder (a path without a suffix)")
+                         "made) or written as a partitioned folder (a path without a suffix); the metrics go to "
+                         "--json FILE, their charts to --plot FILE")
     folder = args.output and not args.output.endswith(".npz")
     if folder:
         partitioned.check_output(args.output, args.dataset)      # before any work: what it would replace

@@ -59,3 +59,11 @@ def test_an_output_ending_in_a_slash_is_refused(argv, tmp_path, capsys, monkeypa
     assert capsys.readouterr().err.strip().startswith("spgnn: error: --output out/ names a folder (it ends in /): ")
     assert not (tmp_path / "out").exists()
 
+
+def test_partition_output_named_as_a_file_is_refused(tmp_path, capsys, monkeypatch):
+    """``spgnn partition --output metrics.json`` wrote a partitioned folder named metrics.json (the docs: --output DIR
+    or FILE.npz; the metrics go to --json)."""
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["partition", "--nparts", "2", "--method", "block", "--output", "metrics.json", "--quiet"]) == 2
+    assert "the metrics go to --json FILE" in capsys.readouterr().err
+    assert not (tmp_path / "metrics.json").exists()
