@@ -4,18 +4,21 @@ not hold, trained through the public API and compared with the single-process re
 - a symmetric weighted A: GCN's D^-½ A D^-½ is symmetric only to float rounding, and the layouts take the
   symmetric path (the backward is the forward on G) from A's symmetry; the cost model must too, else it predicts
   the transpose's bytes, sent and received swapped, on every rank with an unequal halo;
-- features and targets as torch tensors of bfloat16 (numpy has no such type): read as the float32 they equal.
+- features and targets as torch tensors of bfloat16 (numpy has no such type): read as the float32 they equal;
+- labels -1 for the nodes without one (a common convention): the refusal says where, and what to do instead.
 """
 
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import scipy.sparse as sp
 import torch
 
 from spgnn import Graph, from_pyg
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
+from spgnn.errors import SpgnnError
 from spgnn.graph.graph import gcn_norm, is_symmetric
 from spgnn.plan import predict
 from spgnn.train.fullbatch import Trainer
@@ -75,3 +78,16 @@ def test_bfloat16_features_and_targets_are_read_as_float32():
     for h in (Graph(g.adj, x, y, *masks), from_pyg(data)):
         assert h.x.dtype == np.float32 and np.array_equal(h.x, x.float().numpy())
         assert h.targets == 1 and np.array_equal(h.y, y.float().numpy(), equal_nan=True)
+
+
+def test_labels_of_minus_one_say_how_to_leave_a_node_unlabelled():
+    """y = -1 for unknown was refused with 'labels must be class ids >= 0, found -1' alone: not which node, nor
+    how a node without a label is given."""
+    g = _weighted_star()
+    y = np.array([0, 1, -1, 1, -1, 1])
+    data = SimpleNamespace(edge_index=torch.tensor(np.stack(g.adj.nonzero()[::-1])), x=torch.tensor(g.x),
+                           y=torch.tensor(y))
+    for make in (lambda: Graph(g.adj, g.x, y, g.train_mask, g.val_mask, g.test_mask), lambda: from_pyg(data)):
+        with pytest.raises(SpgnnError, match=r"found -1 \(2 nodes, first at node 2\); a node without a label: give it "
+                                             "any class id and leave it out of the train, val and test masks"):
+            make()

@@ -169,7 +169,10 @@ def class_labels(y, name: str) -> np.ndarray:
                          f"node count and {MAX_CLASSES}), found {top}")
     y = y.astype(np.int64, copy=False)
     if y.size and y.min() < 0:
-        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()}")
+        bad = y < 0
+        raise SpgnnError(f"dataset {name!r}: labels must be class ids >= 0, found {y.min()} ({int(bad.sum())} nodes, "
+                         f"first at node {_first(bad)}); a node without a label: give it any class id and leave it "
+                         "out of the train, val and test masks")
     return y
 
 
