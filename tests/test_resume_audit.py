@@ -1,11 +1,16 @@
 """What a user whose runs are interrupted sees: a run that ends early says why, also when its report cannot be
 written; a checkpoint or report that cannot be written says what went wrong."""
 
+import json
+
 import pytest
 
 from spgnn import cli
+from spgnn.comm.comm import Comm
+from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.train import checkpoint, loop
+from spgnn.train.fullbatch import Trainer
 
 UNWRITABLE = "cannot write r.json (Read-only file system): it is unchanged, and what was to go there is in /tmp/r.json"
 
@@ -30,3 +35,28 @@ def test_a_run_that_ends_early_says_why_when_its_report_cannot_be_written(how, s
                      *args[how]])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and err == [f"spgnn: error: {said}; {UNWRITABLE}"]
+
+
+@pytest.mark.parametrize("error, why", [(RuntimeError("Connection reset by peer"), "another process probably exited"),
+                                        (MemoryError(), "it ran out of memory")])
+def test_a_run_that_fails_mid_epochs_keeps_its_report(error, why, tmp_path, monkeypatch):
+    """A rank killed (kill -9, the node lost) or stalled past --timeout mid-run failed the others' next collective:
+    the job ended with no report, the figures of every epoch done lost. Rank 0 writes its report of the epochs done
+    (its own figures), saying why the run stopped and which checkpoint to continue from."""
+    step = Trainer.epoch
+
+    def failing(self, epoch):
+        if epoch == 3:
+            raise error
+        return step(self, epoch)
+
+    monkeypatch.setattr(Trainer, "epoch", failing)
+    output, folder = tmp_path / "r.json", tmp_path / "ck"
+    with pytest.raises(type(error)):
+        Trainer(TrainConfig(hidden=8, epochs=6, checkpoint=str(folder), checkpoint_every=2, output=str(output)),
+                Comm(0, 1)).run(log=None)
+    report = json.loads(output.read_text())
+    assert [e["epoch"] for e in report["epochs"]] == [0, 1, 2] and report["final"] is None
+    assert report["stopped"].startswith(f"rank 0 failed after epoch 2 ({type(error).__name__}") and why in \
+        report["stopped"] and report["stopped"].endswith(f"{folder / checkpoint.FILE} holds epoch 1: continue with "
+                                                         f"--resume {folder}")

@@ -18,7 +18,7 @@ import torch
 from .. import progress
 from ..comm.agree import agree
 from ..config import TrainConfig
-from ..errors import SpgnnError
+from ..errors import SpgnnError, out_of_memory, say
 from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
@@ -64,10 +64,14 @@ class Run:
         `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
         report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
         interrupt.graceful()
+        self.done = None
         try:
             report, unsaved = self._train(log), None
         except Unsaved as u:
             report, unsaved = u.report, u
+        except (RuntimeError, MemoryError) as e:    # a collective failed (a peer died or stalled), memory ran out
+            self.report_done(e)
+            raise
         if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
             try:
                 agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
@@ -78,6 +82,28 @@ class Run:
         if unsaved is not None:
             raise SpgnnError(str(unsaved))
         return report
+
+    done = None     # (records, best, the last checkpoint's (folder, epoch) or None) of the epochs done so far
+
+    def report_done(self, error: BaseException) -> None:
+        """Where the run failed once its epochs began (`error`: a collective's, as a peer died or stalled; running
+        out of memory), rank 0's report of the epochs done, written to cfg.output from this rank's figures alone
+        (no collective: the other ranks may be gone), with why the run stopped; the error is the caller's to raise."""
+        if not (self.cfg.output and self.comm.rank == 0 and self.done):
+            return
+        records, best, good = self.done
+        first = (str(error).strip().splitlines() or [""])[0][:200]
+        when = f"after epoch {records[-1]['epoch']}" if records else "in its first epoch"
+        kept = f"; {Path(good[0]) / checkpoint.FILE} holds epoch {good[1]}: continue with --resume {good[0]}" \
+            if good else "; it cannot be continued (no checkpoint written)"
+        report = self.report(records, None, best, everyone=[self.rank_report()])
+        why = "it ran out of memory" if out_of_memory(error) else "another process probably exited or stalled"
+        report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}{kept}"} | \
+            ({"predicted": None} if "predicted" in report else {})
+        try:
+            write_json(self.cfg.output, report)
+        except SpgnnError as e:
+            say(str(e))
 
     def _train(self, log) -> dict:
         cfg, start, records, best = self.cfg, 0, [], None
@@ -92,8 +118,10 @@ class Run:
         good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
         last = [folder and checkpoint.stamp(folder)]                   # (rank 0's) of the checkpoint there now
         self.setup_peak_rss = restart_peak()                            # the set-up's peak; training's from here
+        self.done = (records, best, good[0])
 
         def save(epoch, records, best, stopping=False):     # `stopping`: the run stops after `epoch`
+            self.done = (records, best, good[0])
             if folder and (stopping or (epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
                 try:
@@ -102,6 +130,7 @@ class Run:
                 except SpgnnError as e:     # every rank's: the run stops, its report of the epochs done written (`run`)
                     raise Unsaved(epoch, records, best, str(e)) from None
                 good[0] = (folder, epoch)
+                self.done = (records, best, good[0])
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
         stopped = None                           # {"signal", "epoch"} of a run asked to stop
@@ -198,10 +227,11 @@ class Run:
 
     first_epoch = 0                             # the first epoch this process ran (`run`: after a resume, not 0)
 
-    def report(self, epochs: list[dict], final: dict | None, best: dict) -> dict:
+    def report(self, epochs: list[dict], final: dict | None, best: dict, everyone: list[dict] | None = None) -> dict:
         """The run's report: `epochs` all records (a resumed run's included), `final` the final evaluation (None
-        where the run stopped before it); what was measured (seconds, bytes) is of the epochs this process ran."""
-        everyone = self.comm.all_gather_object(self.rank_report())
+        where the run stopped before it); what was measured (seconds, bytes) is of the epochs this process ran, by
+        the ranks `everyone` report (their `rank_report`s; None: every rank's, gathered)."""
+        everyone = everyone or self.comm.all_gather_object(self.rank_report())
         ran = [e for e in epochs if e["epoch"] >= self.first_epoch]
         times = [e["time_s"] for e in ran]
         return {
