@@ -5,6 +5,8 @@ partitioned dataset folder, or written once to the cache); and the cost model's 
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -183,18 +185,30 @@ def check_given_parts(cfg: TrainConfig, P: int) -> None:
     if K is None:
         return
     fix = f"or run a layout of {K} row blocks (1d, 1d-halo or sar on {K} processes)"
+    made = saved_meta(cfg.partition) if isinstance(cfg.partition, (str, Path)) else {}
     if cfg.algo == "auto":
         if K not in (spmm.get(o["algo"]).num_parts(spmm.get(o["algo"]).grid_for(P, **o)) for o in cost.candidates(P)):
             raise SpgnnError(f"--partition {cfg.partition} holds {K} parts, but no layout --algo auto compares on {P} "
-                             f"processes has {K} row blocks: partition anew with spgnn partition --nparts B --output "
-                             f"FILE.npz for a layout of B row blocks, {fix}")
+                             f"processes has {K} row blocks: partition anew with "
+                             f"{anew(cfg.dataset, 'B', made, 'FILE.npz')} for a layout of B row blocks, {fix}")
         return
     cls = spmm.get(cfg.algo)
     shape = cls.grid_for(P, **{o: getattr(cfg, o) for o in spmm.options()})
     if (B := cls.num_parts(shape)) != K:
         raise SpgnnError(f"--partition {cfg.partition} holds {K} parts but --algo {cfg.algo} on grid "
-                         f"{grid_text(cls, shape)} needs {B} row blocks: partition anew with spgnn partition --nparts "
-                         f"{B} --output FILE.npz, {fix}")
+                         f"{grid_text(cls, shape)} needs {B} row blocks: partition anew with "
+                         f"{anew(cfg.dataset, B, made, 'FILE.npz')}, {fix}")
+
+
+def anew(dataset, B, made: dict, output: str) -> str:
+    """The ``spgnn partition`` command that partitions `dataset` into B parts as `made` records a partition (its
+    method, params and seed; METHOD where the method is no partitioner's name) and writes `output`."""
+    method = made.get("method")
+    method = method if isinstance(method, str) and get_partitioner(method) is not None else "METHOD"
+    params = [a for k, v in (made.get("params") or {}).items() for a in ("--param", f"{k}={json.dumps(v)}")]
+    seed = ["--seed", str(made["seed"])] if made.get("seed") else []
+    return shlex.join(["spgnn", "partition", "--dataset", str(dataset), "--nparts", str(B), "--method", method,
+                       *params, *seed, "--output", output])
 
 
 def _source_options(cfg: TrainConfig, P: int) -> dict | None:
@@ -298,8 +312,8 @@ def fit_parts(cfg: TrainConfig, P: int, parts, costs_of=None, ranks_per_node: in
         raise SpgnnError(f"{where} holds {K} parts but --algo {cfg.algo} on grid "
                          f"{grid_text(cls, shape)} needs {cls.num_parts(shape)} row blocks. What fits {K} parts: "
                          f"1d, 1d-halo or sar on {K} processes; 1.5d --replication c on {K}·c processes; 2d --grid "
-                         f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: spgnn partition --nparts "
-                         f"{cls.num_parts(shape)} --output DIR")
+                         f"{K}xC; 3d --grid RxCxL with R·L = {K}. Or partition anew: "
+                         f"{anew('DATASET', cls.num_parts(shape), made, 'DIR')}, DATASET the one it was made from")
     check_memory(cfg, P, shape, parts_stats(parts), parts.info, costs_of)
     return cfg, shape, compared
 

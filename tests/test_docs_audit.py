@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from spgnn import cli
+from spgnn import SpgnnError, TrainConfig, cli
+from spgnn.plan import check_given_parts
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -67,3 +68,17 @@ def test_partition_output_named_as_a_file_is_refused(tmp_path, capsys, monkeypat
     assert cli.main(["partition", "--nparts", "2", "--method", "block", "--output", "metrics.json", "--quiet"]) == 2
     assert "the metrics go to --json FILE" in capsys.readouterr().err
     assert not (tmp_path / "metrics.json").exists()
+
+
+def test_partition_anew_is_a_command_that_runs(tmp_path, capsys):
+    """A partition file of other parts than the layout's said 'partition anew with spgnn partition --nparts 3 --output
+    FILE.npz': copied, argparse refused it (no --method), and without --dataset it partitioned cora, not the run's
+    graph. The command said names the run's dataset and the file's method, parameters and seed."""
+    parts = str(tmp_path / "parts.npz")
+    assert cli.main(["partition", "--dataset", "sbm:60:3", "--nparts", "2", "--method", "fennel", "--param",
+                     "gamma=1.5", "--seed", "4", "--output", parts, "--quiet"]) == 0
+    with pytest.raises(SpgnnError) as e:
+        check_given_parts(TrainConfig(dataset="sbm:60:3", partition=parts), 3)
+    said = re.search(r"partition anew with (spgnn partition .*?), or run", str(e.value)).group(1)
+    assert said == "spgnn partition --dataset sbm:60:3 --nparts 3 --method fennel --param gamma=1.5 --param " \
+                   "nu=1.1 --seed 4 --output FILE.npz"
