@@ -82,3 +82,21 @@ def test_partition_anew_is_a_command_that_runs(tmp_path, capsys):
     said = re.search(r"partition anew with (spgnn partition .*?), or run", str(e.value)).group(1)
     assert said == "spgnn partition --dataset sbm:60:3 --nparts 3 --method fennel --param gamma=1.5 --param " \
                    "nu=1.1 --seed 4 --output FILE.npz"
+
+
+def test_edge_ids_counted_from_one_are_said_to_be(tmp_path):
+    """getting-started.md's edge list has ids 0…n−1; one numbered 1…n was refused with 'ids must lie in [0, n), found
+    1..n' and no fix (data.md: each line names the fix), in memory and out of core alike."""
+    import numpy as np
+
+    from spgnn.graph.datasets import load_dataset
+    from spgnn.graph.validate import check_edge_ids
+
+    n = 4
+    np.savetxt(tmp_path / "edges.txt", np.array([[1, 2], [2, 3], [3, 4]]), fmt="%d")
+    np.save(tmp_path / "features.npy", np.ones((n, 2), np.float32))
+    np.save(tmp_path / "labels.npy", np.array([0, 1, 0, 1]))
+    with pytest.raises(SpgnnError, match=r"found 1\.\.4: these count from 1: subtract 1 from every id$"):
+        load_dataset(str(tmp_path))
+    with pytest.raises(SpgnnError, match=r"found 0\.\.9: number the nodes 0\.\.n-1, as the rows of the features"):
+        check_edge_ids(0, 9, n, "edges.txt")

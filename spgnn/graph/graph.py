@@ -116,9 +116,8 @@ def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "grap
     dst = whole_ids(dst, f"dataset {name!r}", "edge targets").ravel()
     if src.shape != dst.shape:
         raise SpgnnError(f"dataset {name!r}: edge list has {src.size} sources but {dst.size} targets")
-    if src.size and (min(src.min(), dst.min()) < 0 or max(src.max(), dst.max()) >= n):
-        raise SpgnnError(f"dataset {name!r}: edge endpoint ids must lie in [0, {n}) (n = number of nodes), "
-                         f"found {min(src.min(), dst.min())}..{max(src.max(), dst.max())}")
+    if src.size:
+        v.check_edge_ids(int(min(src.min(), dst.min())), int(max(src.max(), dst.max())), n, f"dataset {name!r}")
     if weights is not None:
         weights = np.asarray(weights, dtype=np.float32).ravel()
         if weights.shape != src.shape or not np.isfinite(weights).all():

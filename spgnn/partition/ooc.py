@@ -119,9 +119,8 @@ class EdgeFolder:
         else:
             chunks = self._text_chunks()
         for c in chunks:
-            if c.size and (c.min() < 0 or c.max() >= self.n):
-                raise SpgnnError(f"{self.edge_file}: edge endpoint ids must lie in [0, {self.n}), found "
-                                 f"{c.min()}..{c.max()}")
+            if c.size:
+                validate.check_edge_ids(int(c.min()), int(c.max()), self.n, str(self.edge_file))
             yield c
 
     def _text_chunks(self):
