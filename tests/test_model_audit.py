@@ -147,3 +147,20 @@ def test_a_gradient_zeroed_or_added_to_by_a_second_backward_is_summed():
     for _ in range(2):
         g.cross_entropy(model(g, g.x)).backward()
     g.sync_gradients(model)
+
+
+def _evaluated_on_rank_0(comm) -> None:
+    """The slip of printing a figure on one rank: its collective is called on rank 0 alone."""
+    g = spgnn.DistGraph(comm, dataset=DATA)
+    if comm.rank == 0:
+        print(g.accuracy(g.x[:, :g.num_classes]))
+
+
+def test_a_collective_called_on_some_ranks_only_is_named_in_one_line():
+    """It ended, after the timeout, in gloo's "Timed out waiting 2000ms for recv operation to complete" traceback,
+    which named neither the cause nor the remedy."""
+    from spgnn.comm.launch import run_local
+
+    with pytest.raises(spgnn.SpgnnError, match=r"^rank 0: a collective waited beyond the timeout \(2 s\) for its "
+                                               r"peers: every rank must call the same collectives in the same order"):
+        run_local(_evaluated_on_rank_0, 2, timeout_s=2, deadline_s=60)

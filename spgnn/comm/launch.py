@@ -717,6 +717,18 @@ def _shell_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+def stalled(e: BaseException, timeout_s: float) -> SpgnnError | None:
+    """The one line for `e` where it is a collective's timeout (gloo's "Timed out waiting …"), else None: a rank
+    waited `timeout_s` for peers that never called that collective, most often a program's own operation called
+    on some ranks only."""
+    if not isinstance(e, RuntimeError) or "Timed out waiting" not in str(e):
+        return None
+    return SpgnnError(f"a collective waited beyond the timeout ({timeout_s:g} s) for its peers: every rank must call "
+                      "the same collectives in the same order, so a DistGraph operation (accuracy, cross_entropy, "
+                      "all_sum, gather, prepare, sync_gradients, …) under `if comm.rank == 0` waits for ranks that "
+                      "never call it; call it on every rank and print on one (or a peer stalled: raise the timeout)")
+
+
 def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, transport, caller):
     os.environ.clear()                 # the caller's environment now, not the fork server's when it started
     os.environ.update(environ, RANK=str(rank), WORLD_SIZE=str(nprocs), LOCAL_WORLD_SIZE=str(nprocs),
@@ -735,6 +747,7 @@ def _run_rank(fn, rank, nprocs, port, timeout_s, args, queue, environ, device, t
     except BaseException as e:  # report the failure at once (a shutdown could wait for peers), exit non-zero
         import traceback
 
+        e = stalled(e, timeout_s) or e if stage == "run" else e
         kind = SpgnnError.__name__ if isinstance(e, SpgnnError) else type(e).__name__   # (a JoinError is bad input too)
         why = f"{kind}: {e}\n{traceback.format_exc()}"
         if stage == "result":

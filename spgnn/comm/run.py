@@ -44,13 +44,16 @@ def run(main, *args, nprocs: int = 1, device: str = "cpu", timeout: float = 300.
     try:
         out = main(comm, *args)
     except BaseException as e:
+        line = launch.stalled(e, timeout)
         if launched.kind == "mpirun":   # MPI_Abort ends the process before Python would say why it failed
-            if isinstance(e, SpgnnError):
-                say(f"rank {comm.rank}: {e}")
+            if isinstance(line or e, SpgnnError):
+                say(f"rank {comm.rank}: {line or e}")
             elif not isinstance(e, SystemExit):
                 traceback.print_exc()
         launch.abort(1)
         launch.leave()
+        if line is not None:
+            raise line from None
         raise
     launch.shutdown()
     return out
