@@ -5,7 +5,8 @@ not hold, trained through the public API and compared with the single-process re
   symmetric path (the backward is the forward on G) from A's symmetry; the cost model must too, else it predicts
   the transpose's bytes, sent and received swapped, on every rank with an unequal halo;
 - features and targets as torch tensors of bfloat16 (numpy has no such type): read as the float32 they equal;
-- labels -1 for the nodes without one (a common convention): the refusal says where, and what to do instead.
+- labels -1 for the nodes without one (a common convention): the refusal says where, and what to do instead;
+- an edge-list text file of 'src dst weight' lines, or with a header: the refusal says what a line holds.
 """
 
 from types import SimpleNamespace
@@ -19,6 +20,7 @@ from spgnn import Graph, from_pyg
 from spgnn.comm.launch import run_local
 from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
+from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm, is_symmetric
 from spgnn.plan import predict
 from spgnn.train.fullbatch import Trainer
@@ -91,3 +93,21 @@ def test_labels_of_minus_one_say_how_to_leave_a_node_unlabelled():
         with pytest.raises(SpgnnError, match=r"found -1 \(2 nodes, first at node 2\); a node without a label: give it "
                                              "any class id and leave it out of the train, val and test masks"):
             make()
+
+
+@pytest.mark.parametrize("lines, said", [
+    ("0 1 0.5\n1 2 0.7\n", "could not convert string '0.5' to int64 at row 0, column 3"),
+    ("src dst\n0 1\n", "could not convert string 'src' to int64 at row 0, column 1"),
+    ("0 1\n1 2 3\n", "the number of columns changed from 2 to 3 at row 2"),
+    ("0 1 1\n1 2 1\n", "found 3 columns")])
+def test_an_edge_list_of_weights_or_a_header_is_refused_in_its_own_words(tmp_path, lines, said):
+    """A weight column or a header line gave numpy's ValueError alone ('... use `usecols` to select a subset'): not
+    what a line must hold, nor where weights go."""
+    (tmp_path / "edges.txt").write_text(lines)
+    np.save(tmp_path / "features.npy", np.ones((3, 1), np.float32))
+    np.save(tmp_path / "labels.npy", np.array([0, 1, 0]))
+    with pytest.raises(SpgnnError) as e:
+        load_dataset(str(tmp_path))
+    line = str(e.value)
+    assert "expected two columns, integer node ids 'src dst' or 'src,dst' a line" in line and said in line
+    assert "usecols" not in line

@@ -483,15 +483,21 @@ def edge_delimiter(path: Path) -> str | None:
 
 def _read_edges_text(path: Path) -> np.ndarray:
     """[E, 2] int64 from two integer columns separated by whitespace or commas, '#' starting comments."""
+    layout = "expected two columns, integer node ids 'src dst' or 'src,dst' a line ('#' starts a comment)"
     with reading(path):
         delimiter = edge_delimiter(path)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
-            e = np.loadtxt(path, np.int64, comments="#", delimiter=delimiter, ndmin=2)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
+                e = np.loadtxt(path, np.int64, comments="#", delimiter=delimiter, ndmin=2)
+        except ValueError as err:       # a header, a weight column, a float id, a ragged line: numpy's words
+            reason = str(err).strip().splitlines()[0].split("; use `usecols`")[0].rstrip(".")
+            raise SpgnnError(f"cannot read {path}: {layout}: {reason}; an edge list holds no header and no "
+                             "weights (give weights through a spgnn.Graph or a PyG Data's edge_weight)") from None
     if e.size == 0:
         return np.zeros((0, 2), np.int64)
     if e.shape[1] != 2:
-        raise SpgnnError(f"cannot read {path}: expected two columns (src dst) per line, found {e.shape[1]}")
+        raise SpgnnError(f"cannot read {path}: {layout}, found {e.shape[1]} columns")
     return e
 
 
