@@ -112,10 +112,11 @@ def test_bad_checkpoints_fail_with_what_differs(written, tmp_path):
     with pytest.raises(SpgnnError, match="another graph"):
         _resume(written, dataset="sbm:300:4")
     raw = (written / "checkpoint.pt").read_bytes()
-    for name, data in (("truncated", raw[:len(raw) // 2]), ("corrupt", b"not a checkpoint" * 10)):
+    for name, data, said in (("truncated", raw[:len(raw) // 2], "truncated or corrupt"),
+                             ("corrupt", b"not a checkpoint" * 10, "not a zip archive")):
         (tmp_path / name).mkdir()
         (tmp_path / name / "checkpoint.pt").write_bytes(data)
-        with pytest.raises(SpgnnError, match="truncated or corrupt"):
+        with pytest.raises(SpgnnError, match=said):
             _resume(tmp_path / name)
     state = torch.load(written / "checkpoint.pt", weights_only=True)
     del state["identity"]

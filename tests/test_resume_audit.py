@@ -2,6 +2,7 @@
 written; a checkpoint or report that cannot be written says what went wrong."""
 
 import json
+import pickle
 
 import pytest
 
@@ -60,3 +61,19 @@ def test_a_run_that_fails_mid_epochs_keeps_its_report(error, why, tmp_path, monk
     assert report["stopped"].startswith(f"rank 0 failed after epoch 2 ({type(error).__name__}") and why in \
         report["stopped"] and report["stopped"].endswith(f"{folder / checkpoint.FILE} holds epoch 1: continue with "
                                                          f"--resume {folder}")
+
+
+@pytest.mark.parametrize("kind, data", [("empty", b""), ("pickle", pickle.dumps({"epoch": 3})),
+                                        ("JSON", b'{"epoch": 3}'), ("bytes", bytes(range(256)) * 4)])
+def test_a_file_torch_did_not_write_is_not_a_checkpoint(kind, data, tmp_path, capsys):
+    """--resume of a folder whose checkpoint.pt torch.save did not write (a pickle, JSON, an empty or random file)
+    said torch's 'Weights only load failed ... Re-running torch.load with weights_only set to False' (advice to
+    run what the file holds), after a warning of torch's about pickle protocols, then 'truncated or corrupt'."""
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / checkpoint.FILE).write_bytes(data)
+    code = cli.main(["train", "--epochs", "4", "--resume", str(tmp_path / "ck"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    what = "empty" if kind == "empty" else "not a zip archive, as torch.save writes"
+    assert code == 2 and err == [f"spgnn: error: {tmp_path / 'ck' / checkpoint.FILE} is {what}: not an spgnn "
+                                 "checkpoint (another program's file, or damaged); resume from another checkpoint or "
+                                 "start again"]

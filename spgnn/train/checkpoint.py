@@ -42,6 +42,7 @@ from ..jsonfile import replace_whole, unwritable
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
+ZIP = b"PK\x03\x04"          # how every file torch.save writes begins (a zip archive's first local header)
 UNSAFE = re.compile(r"Unsupported global: GLOBAL (\S+)")      # torch's weights_only refusal, naming the object
 MODEL_FIELDS = ("model", "layers", "hidden", "batch_norm")     # and the options the model's layer declares
 
@@ -218,6 +219,12 @@ def check_early(folder, cfg, model: bool = True) -> None:
 def _read(folder) -> tuple[Path, dict]:
     """(the checkpoint file in `folder`, its state), the format checked."""
     path = readable(folder)
+    with open(path, "rb") as f:
+        head = f.read(len(ZIP))
+    if head != ZIP:         # (torch would read it as a pickle, and tell the user to load it with weights_only=False)
+        raise SpgnnError(f"{path} is {'empty' if not head else 'not a zip archive, as torch.save writes'}: not an "
+                         "spgnn checkpoint (another program's file, or damaged); resume from another checkpoint or "
+                         "start again")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (OSError, RuntimeError, EOFError, ValueError, IndexError, KeyError, pickle.UnpicklingError,
@@ -230,7 +237,8 @@ def _read(folder) -> tuple[Path, dict]:
         raise SpgnnError(f"cannot read {path} ({type(e).__name__}: {first}): the file is "
                          "truncated or corrupt; resume from another checkpoint or start again") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT or not KEYS <= state.keys():
-        raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}")
+        raise SpgnnError(f"{path} is not an spgnn checkpoint of format {FORMAT}: resume from another checkpoint or "
+                         "start again")
     saved = state.pop("digest", None)           # (one written before checkpoints had it is taken as it is)
     if saved is not None and saved != digest({k: v for k, v in state.items() if k != "format"}):
         raise SpgnnError(f"{path} is damaged: its weights or state are not those written (their digest differs); "
