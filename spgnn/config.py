@@ -56,6 +56,7 @@ FIELDS = [          # (name, type, default), in the order of ``spgnn train --hel
 ]
 
 FLOAT32_MAX = 3.4028234663852886e38     # a step size or decay above it overflows the float32 update
+LR_MAX = FLOAT32_MAX * (1 - 0.9)        # Adam's first step, lr / (1 − β₁) with β₁ = 0.9, is a float32 too
 MAX_TIMEOUT_S = 30 * 24 * 3600.0        # 30 days: torch's rendezvous deadline overflows far beyond it
 
 
@@ -151,7 +152,8 @@ def validate(self):
         (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
         (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
         (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
-        (0 < self.lr < FLOAT32_MAX, f"--lr must be a positive number (below float32's 3.4e38), got {self.lr}"),
+        (0 < self.lr < LR_MAX, f"--lr must be a positive number (below 3.4e37: Adam's first step, 10·lr, is a "
+         f"float32), got {self.lr}"),
         (0 <= self.weight_decay < FLOAT32_MAX, f"--weight-decay must be a non-negative number (below float32's "
          f"3.4e38), got {self.weight_decay}"),
         (0 <= self.seed < 2**63, f"--seed must lie in [0, 2^63), got {self.seed}"),

@@ -328,8 +328,8 @@ def test_cost_arguments(args, needle, capsys):
 @pytest.mark.parametrize("args, needle", [              # tracebacks, or a failure blamed on the network or the lr
     (["--seed", "-1", "--partition", "random"], "--seed must lie in [0, 2^63), got -1"),
     (["--seed", str(2**64)], "--seed must lie in [0, 2^63)"),
-    (["--lr", "inf"], "--lr must be a positive number (below float32's 3.4e38), got inf"),
-    (["--lr", "1e300"], "--lr must be a positive number (below float32's 3.4e38), got 1e+300"),   # Adam's overflow
+    (["--lr", "inf"], "--lr must be a positive number (below 3.4e37: Adam's first step, 10·lr, is a float32)"),
+    (["--lr", "1e300"], "--lr must be a positive number (below 3.4e37"),   # Adam's overflow
     (["--weight-decay", "nan"], "--weight-decay must be a non-negative number (below float32's 3.4e38), got nan"),
     (["--timeout", "1e12"], "--timeout must be a number of seconds of at least 1 and at most 2592000"),
     (["--timeout", "inf"], "--timeout must be a number of seconds of at least 1"),

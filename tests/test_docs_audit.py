@@ -100,3 +100,11 @@ def test_edge_ids_counted_from_one_are_said_to_be(tmp_path):
         load_dataset(str(tmp_path))
     with pytest.raises(SpgnnError, match=r"found 0\.\.9: number the nodes 0\.\.n-1, as the rows of the features"):
         check_edge_ids(0, 9, n, "edges.txt")
+
+
+def test_an_lr_whose_first_adam_step_overflows_is_refused(capsys):
+    """--lr 1e38 (below float32's largest, which was the bound) ended in a RuntimeError traceback inside Adam, whose
+    first step is lr / (1 − β₁) = 10·lr: the bound is 3.4e37, said before any work."""
+    assert cli.main(["train", "--lr", "1e38", "--epochs", "1", "--quiet"]) == 2
+    assert capsys.readouterr().err.startswith("spgnn: error: --lr must be a positive number (below 3.4e37")
+    TrainConfig(lr=3.4e37).validate()
