@@ -97,8 +97,12 @@ def graph_stats(cfg: TrainConfig, g: Graph):
 def choose(cfg: TrainConfig, g: Graph, P: int, alpha_beta=None, costs_of=None,
            ranks_per_node: int | None = None) -> tuple[TrainConfig, list[dict]]:
     """`cost.choose` for graph `g` in memory: (cfg with the predicted fastest algorithm and grid, the table)."""
-    return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta,
-                       ranks_per_node=ranks_per_node)
+    given, runs = fixed_parts(cfg.partition), f"it compares that runs --model {cfg.model}"
+    hint = f": the partition given holds {given} parts, and no layout {runs} has {given} row blocks; run on {given} " \
+        f"processes, or name an --algo whose grid has {given} row blocks" if given else \
+        f": the graph has {g.n} nodes, fewer than the row blocks of every layout {runs}; use at most {g.n} " \
+        "processes, or name an --algo and its grid"
+    return cost.choose(cfg, P, graph_stats(cfg, g), model_cost(cfg, g, costs_of), alpha_beta, hint, ranks_per_node)
 
 
 def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None) -> None:

@@ -6,7 +6,9 @@ not hold, trained through the public API and compared with the single-process re
   the transpose's bytes, sent and received swapped, on every rank with an unequal halo;
 - features and targets as torch tensors of bfloat16 (numpy has no such type): read as the float32 they equal;
 - labels -1 for the nodes without one (a common convention): the refusal says where, and what to do instead;
-- an edge-list text file of 'src dst weight' lines, or with a header: the refusal says what a line holds.
+- an edge-list text file of 'src dst weight' lines, or with a header: the refusal says what a line holds;
+- --algo auto where no layout it compares fits the graph (fewer nodes than row blocks, a partition given of other
+  parts): the refusal says why and what to do.
 """
 
 from types import SimpleNamespace
@@ -22,12 +24,12 @@ from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm, is_symmetric
-from spgnn.plan import predict
+from spgnn.plan import choose, predict
 from spgnn.train.fullbatch import Trainer
 
 
-def _config(algo: str, model: str = "gcn", epochs: int = 2, **values) -> TrainConfig:
-    return TrainConfig(model=model, hidden=3, layers=2, dropout=0.5, seed=3, algo=algo, partition="block",
+def _config(algo: str, model: str = "gcn", epochs: int = 2, partition: str = "block", **values) -> TrainConfig:
+    return TrainConfig(model=model, hidden=3, layers=2, dropout=0.5, seed=3, algo=algo, partition=partition,
                        feature_norm="none", epochs=epochs, eval_every=0, **values).validate()
 
 
@@ -111,3 +113,20 @@ def test_an_edge_list_of_weights_or_a_header_is_refused_in_its_own_words(tmp_pat
     line = str(e.value)
     assert "expected two columns, integer node ids 'src dst' or 'src,dst' a line" in line and said in line
     assert "usecols" not in line
+
+
+def test_auto_says_why_no_layout_fits_a_small_graph(tmp_path):
+    """--algo auto on 5 processes for a graph of 3 nodes (GAT on 4: only 1d-halo and sar run it), or with a partition
+    file of 2 parts for GAT on 3, said 'no modelled algorithm fits on 5 processes' and no more."""
+    star = _weighted_star()
+    tiny = Graph(star.adj[:3, :3], star.x[:3], np.array([0, 1, 0]), np.array([True, True, False]),
+                 np.array([False, False, True]), np.zeros(3, bool))
+    for model, P in (("gcn", 5), ("gat", 4)):
+        with pytest.raises(SpgnnError, match=rf"fits on {P} processes: the graph has 3 nodes, fewer than the row "
+                                             rf"blocks of every layout it compares that runs --model {model}; use at "
+                                             "most 3"):
+            choose(_config("auto", model), tiny, P)
+    np.save(tmp_path / "two.npy", np.arange(6) % 2)
+    with pytest.raises(SpgnnError, match="the partition given holds 2 parts, and no layout it compares that runs "
+                                         "--model gat has 2 row blocks; run on 2 processes"):
+        choose(_config("auto", "gat", partition=str(tmp_path / "two.npy")), star, 3)
