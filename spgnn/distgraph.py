@@ -316,6 +316,11 @@ class DistGraph:
                 f" (this rank holds {h.shape[1]} of H's columns, and would take W's rows {cols.start}:{cols.stop})"
             raise SpgnnError(f"linear: W of shape {tuple(getattr(w, 'shape', ()))} needs H's columns as its rows"
                              f"{held}: give W (H's width)×(outputs), the whole of it on every rank")
+        if b is not None and (not isinstance(b, torch.Tensor) or b.dim() > 2 or b.dim() and b.shape[-1] != w.shape[1]
+                              or b.dim() == 2 and b.shape[0] not in (1, h.shape[0])):
+            raise SpgnnError(f"linear: b, {_described(b)}, does not fit W of shape {tuple(w.shape)}: give b of W's "
+                             f"{w.shape[1]} columns (a bias, the whole of it on every rank), or such a row for each "
+                             "row of H")
         return self.algo.linear(h, w, b)
 
     def _matrix(self, h, what: str, rows: int | None = -1) -> None:
@@ -332,9 +337,10 @@ class DistGraph:
         """The columns of an n×f matrix this rank holds."""
         return self.algo.columns(f)
 
-    def _logits(self, logits: torch.Tensor, f: int) -> torch.Tensor:
+    def _logits(self, logits: torch.Tensor, f: int, rows: bool = True) -> torch.Tensor:
         """`logits`, checked to be this rank's columns of an n×f matrix (on 2D/3D a wrong width would be cut into
-        other blocks than the labels' and change the answer with the layout)."""
+        other blocks than the labels' and change the answer with the layout), and, where `rows`, of its rows n_p
+        (which a mask selects)."""
         cols = self.columns(f)
         if not isinstance(logits, torch.Tensor):
             raise SpgnnError(f"logits must be a tensor, got {type(logits).__name__} (torch.as_tensor makes one)")
@@ -342,6 +348,10 @@ class DistGraph:
             raise SpgnnError(f"logits of shape {tuple(logits.shape)}: this rank holds columns {cols.start}:"
                              f"{cols.stop} of the {f} the task has (a model's last layer must give {f} outputs: "
                              "DistGraph.num_outputs)")
+        if rows and logits.shape[0] != len(self.node_ids):
+            raise SpgnnError(f"logits of shape {tuple(logits.shape)}: this rank holds {len(self.node_ids)} rows, and a "
+                             "loss or a figure takes a row of logits for each (the mask argument selects the rows "
+                             "counted: pass every row's logits)")
         return logits
 
     def cols(self, t: torch.Tensor) -> torch.Tensor:
@@ -372,6 +382,9 @@ class DistGraph:
         self._matrix(h, "dropout")
         if not 0.0 <= p < 1.0:
             raise SpgnnError(f"dropout: p must lie in [0, 1), got {p}")
+        if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+            raise SpgnnError(f"dropout: key is an int, a fresh one for each layer and step (such as the epoch), got "
+                             f"{key!r}")
         first = self.columns(self._widths([h], None if width is None else [width])[0]).start
         return hashing.dropout(h, self.node_ids, p, key, first)
 
@@ -398,6 +411,7 @@ class DistGraph:
     # -- row-wise operations -----------------------------------------------------------------------------
     def log_softmax(self, h: torch.Tensor) -> torch.Tensor:
         """Row-wise log-softmax over all columns (the column blocks' log-sum-exps combined on 2D/3D)."""
+        self._matrix(h, "log_softmax", rows=None)
         return self.algo.log_softmax(h)
 
     def _mask(self, mask) -> torch.Tensor:
@@ -542,13 +556,13 @@ class DistGraph:
 
     def predictions(self, logits: torch.Tensor) -> torch.Tensor:
         """The predicted class (the global column of the row's largest logit, the first on a tie) of each row."""
-        return self.algo.argmax(self._logits(logits, self.num_classes), self.num_classes)
+        return self.algo.argmax(self._logits(logits, self.num_classes, rows=False), self.num_classes)
 
     def accuracy(self, logits: torch.Tensor, masks=SPLITS) -> dict:
         """{"<mask>_acc": global share of correct predictions} for each split name in `masks`, in one sum; NaN for
         a split of no nodes (a graph without validation nodes), which has no share."""
         self._classes("accuracy")
-        masks, pred = self._splits(masks), self.predictions(logits)
+        masks, pred = self._splits(masks), self.predictions(self._logits(logits, self.num_classes))
         mine = self.algo.label_rows(self.y, self.num_classes)
         correct = [float((pred[self._mask(k) & mine] == self.y[self._mask(k) & mine]).sum()) for k in masks]
         totals = self.all_sum(correct)
@@ -556,6 +570,8 @@ class DistGraph:
 
     def all_sum(self, values) -> list[float]:
         """Σ over the ranks of `rows_group` of each value (float64)."""
+        if not hasattr(values, "__iter__"):
+            raise SpgnnError(f"all_sum takes a list of numbers, one sum each, got {_described(values)}: all_sum([x])")
         return self.comm.all_sum(list(values), self.rows_group())
 
     def _widths(self, hs, widths) -> list[int]:
@@ -592,7 +608,8 @@ class DistGraph:
 
     def cat(self, hs, widths=None) -> torch.Tensor:
         """[H_1 | H_2 | …] as this rank holds it (``torch.cat`` of column blocks would interleave them on 2D/3D)."""
-        widths = self._widths(list(hs), widths)
+        hs = list(hs) if isinstance(hs, (list, tuple)) else [hs]
+        widths = self._widths(hs, widths)
         return self.select(hs, 0, sum(widths), widths)
 
     def narrow(self, h: torch.Tensor, start: int, length: int, width: int | None = None) -> torch.Tensor:
@@ -624,6 +641,8 @@ class DistGraph:
         step's use, and its steps could not."""
         from .layers.registry import Layer, drops_features
 
+        if not isinstance(model, torch.nn.Module):
+            raise SpgnnError(f"prepare takes the model, a torch.nn.Module, got {_described(model)}")
         model = model.to(self.device)
         if wrong := next(((k, p.dtype) for k, p in model.named_parameters()
                           if p.is_floating_point() and p.dtype != self.x.dtype), None):

@@ -206,3 +206,35 @@ def test_a_collective_called_on_some_ranks_only_is_named_in_one_line():
     with pytest.raises(spgnn.SpgnnError, match=r"^rank 0: a collective waited beyond the timeout \(2 s\) for its "
                                                r"peers: every rank must call the same collectives in the same order"):
         run_local(_evaluated_on_rank_0, 2, timeout_s=2, deadline_s=60)
+
+
+MISUSED = {
+    "logits of the training rows": (lambda g, z: g.cross_entropy(z[g.masks["train"]], "train"),
+                                    "logits of shape (36, 3): this rank holds 60 rows, and a loss or a figure takes"),
+    "accuracy of the training rows": (lambda g, z: g.accuracy(z[g.masks["train"]]), "logits of shape (36, 3): this "),
+    "dropout without a key": (lambda g, z: g.dropout(z, 0.5, None), "dropout: key is an int, a fresh one for each"),
+    "log-softmax of a vector": (lambda g, z: g.log_softmax(z[:, 0]), "log_softmax takes a matrix (a 2-D tensor), got"),
+    "cat of one matrix": (lambda g, z: g.cat(z), None),
+    "a bias of another width": (lambda g, z: g.linear(g.x, torch.ones(g.num_features, 3), torch.ones(4)),
+                                "linear: b, a tensor of shape (4,), does not fit W of shape (64, 3): give b of W's 3 "),
+    "all_sum of a number": (lambda g, z: g.all_sum(3.0), "all_sum takes a list of numbers, one sum each, got float"),
+    "prepare of a function": (lambda g, z: g.prepare(lambda g, x: x), "prepare takes the model, a torch.nn.Module"),
+}
+
+
+@pytest.mark.parametrize("algo", ["1d", "2d"])
+def test_a_misused_operation_is_refused_in_one_line(algo):
+    """Each ended in torch's IndexError, TypeError or RuntimeError (a bias of another width on 2D), or python's, from
+    deep inside the operation; the logits of the training rows alone too, where the mask argument selects them. A
+    single matrix given to cat is its own concatenation, as select takes it."""
+    g = spgnn.DistGraph(dataset=DATA, algo=algo)
+    torch.manual_seed(0)
+    conv = g.prepare(spgnn.GCNConv(g.num_features, g.num_classes))
+    z = conv(g, g.x).detach()
+    for what, (call, refusal) in MISUSED.items():
+        if refusal is None:
+            assert torch.equal(call(g, z), z), what
+            continue
+        with pytest.raises(spgnn.SpgnnError) as e:
+            call(g, z)
+        assert str(e.value).startswith(refusal), (what, str(e.value))
