@@ -647,7 +647,8 @@ class DistGraph:
         if wrong := next(((k, p.dtype) for k, p in model.named_parameters()
                           if p.is_floating_point() and p.dtype != self.x.dtype), None):
             raise SpgnnError(f"parameter {wrong[0]!r} of the model is {wrong[1]}, but the features are "
-                             f"{self.x.dtype}: build the model in {self.x.dtype} (model.float())")
+                             f"{self.x.dtype}: build the model in {self.x.dtype} (model.to({self.x.dtype})), or "
+                             f"give the features the model's (g.x = g.x.to({wrong[1]}))")
         if drops_features(model):
             self.precompute = False
             self._kept.clear()

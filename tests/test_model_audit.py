@@ -238,3 +238,33 @@ def test_a_misused_operation_is_refused_in_one_line(algo):
         with pytest.raises(spgnn.SpgnnError) as e:
             call(g, z)
         assert str(e.value).startswith(refusal), (what, str(e.value))
+
+
+def test_a_model_of_another_dtype_than_the_features_is_told_either_way():
+    """A float32 model on features made float64 was told to build the model in float64 by model.float(), which
+    makes float32; the line now names the conversion each way, and a float64 model on float64 features trains as
+    the float32 one does."""
+    g = spgnn.DistGraph(dataset=DATA)
+    torch.manual_seed(0)
+    single = spgnn.GCNConv(g.num_features, g.num_classes)
+    double = spgnn.GCNConv(g.num_features, g.num_classes).double()
+    double.load_state_dict(single.state_dict())
+    with pytest.raises(spgnn.SpgnnError, match=r"^parameter 'weight' of the model is torch.float64, but the features "
+                                               r"are torch.float32: build the model in torch.float32 \(model.to\("
+                                               r"torch.float32\)\), or give the features the model's \(g.x = g.x.to\("
+                                               r"torch.float64\)\)$"):
+        g.prepare(double)
+    x32 = g.x
+    g.x = g.x.to(torch.float64)
+    with pytest.raises(spgnn.SpgnnError, match=r"build the model in torch.float64 \(model.to\(torch.float64\)\)"):
+        g.prepare(single)
+    losses = []
+    for model, x in ((g.prepare(double), g.x), (single, x32)):
+        g.x = x
+        model = g.prepare(model)
+        loss = g.cross_entropy(model(g, g.x))
+        loss.backward()
+        g.sync_gradients(model)
+        losses.append((loss.item(), model.weight.grad.double()))
+    assert losses[0][0] == pytest.approx(losses[1][0], rel=1e-6)
+    torch.testing.assert_close(losses[0][1], losses[1][1], rtol=1e-4, atol=1e-6)
