@@ -8,7 +8,8 @@ not hold, trained through the public API and compared with the single-process re
 - labels -1 for the nodes without one (a common convention): the refusal says where, and what to do instead;
 - an edge-list text file of 'src dst weight' lines, or with a header: the refusal says what a line holds;
 - --algo auto where no layout it compares fits the graph (fewer nodes than row blocks, a partition given of other
-  parts): the refusal says why and what to do.
+  parts): the refusal says why and what to do;
+- an adjacency given as a torch sparse tensor (COO or CSR): read through its entries, as scipy's matrix is.
 """
 
 from types import SimpleNamespace
@@ -130,3 +131,15 @@ def test_auto_says_why_no_layout_fits_a_small_graph(tmp_path):
     with pytest.raises(SpgnnError, match="the partition given holds 2 parts, and no layout it compares that runs "
                                          "--model gat has 2 row blocks; run on 2 processes"):
         choose(_config("auto", "gat", partition=str(tmp_path / "two.npy")), star, 3)
+
+
+def test_a_torch_sparse_adjacency_is_read_as_its_entries():
+    """Graph(adj=a torch sparse COO or CSR tensor) ended in scipy's 'unrecognized csr_matrix constructor input'."""
+    g = _weighted_star()
+    dense = torch.tensor(g.adj.toarray())
+    for adj in (dense.to_sparse(), dense.to_sparse_csr(), dense):
+        h = Graph(adj, g.x, g.y, g.train_mask, g.val_mask, g.test_mask)
+        assert (h.adj != g.adj).nnz == 0 and h.adj.dtype == g.adj.dtype
+    with pytest.raises(SpgnnError, match=r"adjacency must be an n×n matrix \(scipy sparse, a dense array or a torch "
+                                         r"tensor\), got dict"):
+        Graph({"edges": []}, g.x, g.y, g.train_mask, g.val_mask, g.test_mask)

@@ -32,7 +32,7 @@ class Graph:
     source: str = ""            # a digest of the files it was read from, where a later reader must match them
 
     def __post_init__(self):
-        self.adj = sp.csr_matrix(self.adj)
+        self.adj = adjacency_matrix(self.adj, self.name)
         self.adj.sum_duplicates()
         self.adj.eliminate_zeros()      # an edge of weight 0 is none (attention, which reads the pattern, too)
         self.adj.sort_indices()
@@ -105,6 +105,25 @@ class Graph:
         else:
             check_labels(self.y, self.num_classes, where)
         check_masks({s: getattr(self, f"{s}_mask") for s in SPLITS}, where)
+
+
+def adjacency_matrix(adj, name: str = "graph") -> sp.csr_matrix:
+    """`adj` as a scipy CSR matrix: a torch tensor read on the host (a sparse one of any layout through its COO
+    entries, never made dense), anything else as scipy reads it; SpgnnError for what it cannot read."""
+    import torch
+
+    if isinstance(adj, torch.Tensor) and adj.layout != torch.strided:
+        coo = adj.detach().cpu().to_sparse_coo().coalesce()
+        if coo.ndim != 2:
+            raise SpgnnError(f"dataset {name!r}: adjacency must be an n×n matrix, got a sparse tensor of shape "
+                             f"{tuple(coo.shape)}")
+        (rows, cols), values = coo.indices().numpy(), v.host_array(coo.values())
+        return sp.csr_matrix((values, (rows, cols)), shape=tuple(coo.shape))
+    try:
+        return sp.csr_matrix(v.host_array(adj) if isinstance(adj, torch.Tensor) else adj)
+    except (ValueError, TypeError):
+        raise SpgnnError(f"dataset {name!r}: adjacency must be an n×n matrix (scipy sparse, a dense array or a torch "
+                         f"tensor), got {type(adj).__name__}") from None
 
 
 def edges_to_adj(src, dst, n: int, *, symmetric: bool = False, name: str = "graph",
