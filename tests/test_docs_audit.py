@@ -108,3 +108,11 @@ def test_an_lr_whose_first_adam_step_overflows_is_refused(capsys):
     assert cli.main(["train", "--lr", "1e38", "--epochs", "1", "--quiet"]) == 2
     assert capsys.readouterr().err.startswith("spgnn: error: --lr must be a positive number (below 3.4e37")
     TrainConfig(lr=3.4e37).validate()
+
+
+def test_a_replication_not_dividing_p_names_those_that_do(capsys):
+    """--replication 3 on 4 processes said it must divide 4, not which do."""
+    assert cli.main(["train", "--algo", "1.5d", "--replication", "3", "--nprocs", "4", "--quiet"]) == 2
+    assert capsys.readouterr().err.strip().endswith("processes 4: give one of 1, 2, 4, or 0 for the divisor nearest √P")
+    assert cli.main(["train", "--sampler", "sage:5", "--split-graph", "--replication", "3", "--nprocs", "4"]) == 2
+    assert capsys.readouterr().err.strip().endswith("each on c processes): give one of 1, 2, 4")

@@ -159,7 +159,8 @@ class OneFiveD(OneD):
     def grid_shape(cls, P: int, replication: int = 0) -> tuple:
         c = replication or _default_replication(P)
         if P % c:
-            raise SpgnnError(f"--replication {c} must divide the number of processes {P}")
+            raise SpgnnError(f"--replication {c} must divide the number of processes {P}: give one of "
+                             f"{', '.join(map(str, divisors(P)))}, or 0 for the divisor nearest √P")
         return (P // c, c)
 
     @classmethod

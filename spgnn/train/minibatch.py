@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 from ..comm.agree import agree
 from ..comm.comm import Comm
-from ..comm.grid import ProcessGrid
+from ..comm.grid import ProcessGrid, divisors
 from ..comm.halo import Halo
 from ..config import TrainConfig
 from ..distgraph import all_reduce_gradients
@@ -109,7 +109,8 @@ def sampler_config(cfg: TrainConfig, sampler: str, bulk: int, nprocs: int | None
                          "is whole on every process)")
     if split_graph and nprocs and nprocs % (cfg.replication or 1):
         raise SpgnnError(f"--replication {cfg.replication} must divide the number of processes {nprocs} "
-                         "(--split-graph holds P/c row blocks, each on c processes)")
+                         f"(--split-graph holds P/c row blocks, each on c processes): give one of "
+                         f"{', '.join(map(str, divisors(nprocs)))}")
     return cfg
 
 
