@@ -24,36 +24,25 @@ class Regularised(torch.nn.Module):
         return self.second(g, torch.relu(self.first(g, x)))
 
 
-def _regularised(g) -> dict:
-    """Three SGD steps (momentum) on cross-entropy + g.replicated(0.05·Σ‖θ‖²): the parameters after."""
+def _trained(g, case: str) -> dict:
+    """Three steps of `Regularised`: SGD with momentum on cross-entropy + g.replicated(0.05·Σ‖θ‖²) ("regulariser"),
+    or AdamW with the gradient clipped to a global norm of 0.05 after its sum ("clipped") or before it ("clipped
+    before"): the parameters after."""
     torch.manual_seed(0)
     model = Regularised(g.num_features, g.num_classes)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5, momentum=0.9) if case == "regulariser" else \
+        torch.optim.AdamW(model.parameters(), lr=0.05)
     model = g.prepare(model, opt)
     for _ in range(3):
         opt.zero_grad()
-        penalty = 0.05 * sum((p ** 2).sum() for p in model.parameters())
-        (g.cross_entropy(model(g, g.x)) + g.replicated(penalty)).backward()
-        g.sync_gradients(model)
-        opt.step()
-    return {k: p.detach().clone() for k, p in model.named_parameters()}
-
-
-
-def _clipped(g, before: bool = False) -> dict:
-    """Three AdamW steps with the gradient clipped to a global norm of 0.05 after (or `before`) its sum: the
-    parameters after."""
-    torch.manual_seed(0)
-    model = Regularised(g.num_features, g.num_classes)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
-    model = g.prepare(model, opt)
-    for _ in range(3):
-        opt.zero_grad()
-        g.cross_entropy(model(g, g.x)).backward()
-        if before:
+        loss = g.cross_entropy(model(g, g.x))
+        if case == "regulariser":
+            loss = loss + g.replicated(0.05 * sum((p ** 2).sum() for p in model.parameters()))
+        loss.backward()
+        if case == "clipped before":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         g.sync_gradients(model)
-        if not before:
+        if case == "clipped":
             torch.nn.utils.clip_grad_norm_(model.parameters(), 0.05)
         opt.step()
     return {k: p.detach().clone() for k, p in model.named_parameters()}
@@ -61,7 +50,7 @@ def _clipped(g, before: bool = False) -> dict:
 
 def _clipped_before(g) -> str | None:
     try:
-        _clipped(g, before=True)
+        _trained(g, "clipped before")
     except spgnn.SpgnnError as e:
         return str(e)
     return None
@@ -104,7 +93,8 @@ def _normalised(g) -> dict | None:
     return {k: v.clone() for k, v in model.state_dict().items()} | {"val_acc": torch.tensor(accuracies)}
 
 
-CASES = {"regulariser": _regularised, "clipped": _clipped, "clipped before": _clipped_before,
+CASES = {"regulariser": lambda g: _trained(g, "regulariser"), "clipped": lambda g: _trained(g, "clipped"),
+         "clipped before": _clipped_before,
          "batch norm": _normalised}
 
 
