@@ -1,10 +1,15 @@
 """What a user whose runs are interrupted sees: a run that ends early says why, also when its report cannot be
 written; a checkpoint or report that cannot be written says what went wrong."""
 
+import errno
 import json
+import os
 import pickle
+import resource
+import signal
 
 import pytest
+import torch
 
 from spgnn import cli
 from spgnn.comm.comm import Comm
@@ -77,3 +82,20 @@ def test_a_file_torch_did_not_write_is_not_a_checkpoint(kind, data, tmp_path, ca
     assert code == 2 and err == [f"spgnn: error: {tmp_path / 'ck' / checkpoint.FILE} is {what}: not an spgnn "
                                  "checkpoint (another program's file, or damaged); resume from another checkpoint or "
                                  "start again"]
+
+
+def test_a_write_the_disk_refuses_is_said_as_such(tmp_path):
+    """A checkpoint folder that filled up mid-run said 'cannot write the checkpoint ... ([enforce fail at
+    inline_container.cc:672] . unexpected pos 97280 vs 97172)': torch's writer names no cause. The write's OSError is
+    said (here a file size limit's, as a full disk's or a quota's would be), and nothing is left in the folder."""
+    fsize = resource.getrlimit(resource.RLIMIT_FSIZE)
+    ignored = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # (else the write past the limit kills the process)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, fsize[1]))
+    try:
+        with pytest.raises(SpgnnError, match=rf"^cannot write the checkpoint {tmp_path / checkpoint.FILE} \(\[Errno "
+                                             rf"{errno.EFBIG}\] {os.strerror(errno.EFBIG)}\): the previous one"):
+            checkpoint.save(tmp_path, {"w": torch.zeros(100_000)})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+        signal.signal(signal.SIGXFSZ, ignored)
+    assert list(tmp_path.iterdir()) == []

@@ -32,6 +32,7 @@ import pickle
 import re
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -127,12 +128,32 @@ def save(folder, state: dict, last=ANY) -> tuple:
     state = {"format": FORMAT} | state | {"digest": digest(state)}
     try:        # (the folder may have become a file, or unreadable, since the run began: OSError anywhere here)
         unchanged()                             # before the write, and again just before its rename
-        replace_whole(path, lambda tmp: torch.save(state, tmp), unchanged)
+        replace_whole(path, lambda tmp: torch_save(state, tmp), unchanged)
         return stamp(folder)
-    except (OSError, RuntimeError) as e:       # torch.save reports a full disk as a RuntimeError of its writer
+    except (OSError, RuntimeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise SpgnnError(f"cannot write the checkpoint {path} ({first[:200]}): the previous one, if any, is "
                          "unchanged; free space or give another folder") from None
+
+
+def torch_save(obj, path) -> None:
+    """torch.save(obj, path), where an OSError of a write (a full disk, a quota reached) is raised as itself: torch's
+    writer takes it for a short write and says only 'unexpected pos N vs M'."""
+    failed = []
+    with open(path, "wb") as f:
+        def write(b):
+            try:
+                return f.write(b)
+            except OSError as e:
+                failed.append(e)
+                raise
+
+        try:
+            torch.save(obj, SimpleNamespace(write=write, flush=f.flush))
+        except RuntimeError:
+            if failed:
+                raise failed[0] from None
+            raise
 
 
 def save_on_rank0(comm, write, timeout: float):
