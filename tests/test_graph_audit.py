@@ -9,7 +9,8 @@ not hold, trained through the public API and compared with the single-process re
 - an edge-list text file of 'src dst weight' lines, or with a header: the refusal says what a line holds;
 - --algo auto where no layout it compares fits the graph (fewer nodes than row blocks, a partition given of other
   parts): the refusal says why and what to do;
-- an adjacency given as a torch sparse tensor (COO or CSR): read through its entries, as scipy's matrix is.
+- an adjacency given as a torch sparse tensor (COO or CSR): read through its entries, as scipy's matrix is;
+- edge weights, each finite, whose sum at a node overflows the float32 normalisation computes in: refused.
 """
 
 from types import SimpleNamespace
@@ -143,3 +144,15 @@ def test_a_torch_sparse_adjacency_is_read_as_its_entries():
     with pytest.raises(SpgnnError, match=r"adjacency must be an n×n matrix \(scipy sparse, a dense array or a torch "
                                          r"tensor\), got dict"):
         Graph({"edges": []}, g.x, g.y, g.train_mask, g.val_mask, g.test_mask)
+
+
+def test_weights_whose_degree_overflows_float32_are_refused():
+    """Two in-edges of weight 2e38 made node 0's degree inf in float32: GCN's D^-½ zeroed its row silently, and GIN's
+    loss was 7e36."""
+    g = _weighted_star()
+    heavy = g.adj.copy()
+    heavy.data[heavy.indices == 3] = 2e38 * np.array([1, 1, 0.1], np.float32)     # node 3's row: 2e38 + 2e38 + 2e37
+    with pytest.raises(SpgnnError, match=r"the weighted in-degree .* of 1 nodes exceeds float32's 3.4e38 \(first at "
+                                         r"node 3\), in which normalisation computes: scale the edge weights down"):
+        Graph(heavy.T, g.x, g.y, g.train_mask, g.val_mask, g.test_mask)
+    assert Graph(heavy, g.x, g.y, g.train_mask, g.val_mask, g.test_mask).n == 6   # each row of A a sum below it

@@ -99,6 +99,13 @@ class Graph:
             bad = int((~np.isfinite(values) | (values < 0)).sum())
             raise SpgnnError(f"{where}: {bad} edge values of the adjacency are NaN, infinite or negative; a "
                              "normalised adjacency needs finite, non-negative edge weights")
+        rows = np.flatnonzero(np.diff(self.adj.indptr))          # with an edge: reduceat sums their runs
+        degree = np.add.reduceat(values, self.adj.indptr[rows], dtype=np.float64) if rows.size else values
+        over = rows[degree > np.finfo(np.float32).max]
+        if over.size:
+            raise SpgnnError(f"{where}: the weighted in-degree (the sum of a node's edge weights) of {over.size} nodes "
+                             f"exceeds float32's 3.4e38 (first at node {int(over[0])}), in which normalisation "
+                             "computes: scale the edge weights down")
         check_features(self.x, where)
         if self.targets:
             check_targets(self.y, where)
