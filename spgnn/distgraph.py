@@ -26,6 +26,7 @@ parameter gradients are the single-process ones.
 from __future__ import annotations
 
 import hashlib
+import operator
 import weakref
 from dataclasses import replace
 from pathlib import Path
@@ -382,9 +383,11 @@ class DistGraph:
         self._matrix(h, "dropout")
         if not 0.0 <= p < 1.0:
             raise SpgnnError(f"dropout: p must lie in [0, 1), got {p}")
-        if isinstance(key, bool) or not isinstance(key, (int, np.integer)):
+        try:
+            key = operator.index(key)           # an int, numpy's, or an integer tensor of one element
+        except TypeError:
             raise SpgnnError(f"dropout: key is an int, a fresh one for each layer and step (such as the epoch), got "
-                             f"{key!r}")
+                             f"{key!r}") from None
         first = self.columns(self._widths([h], None if width is None else [width])[0]).start
         return hashing.dropout(h, self.node_ids, p, key, first)
 

@@ -2,6 +2,7 @@
 API trains the same at every P and layout, and what they get wrong is refused with one line. Every P > 1 case runs
 in one launch (`tests.worlds.run_worlds`), each test reading its own."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -228,6 +229,8 @@ def test_a_misused_operation_is_refused_in_one_line(algo):
         with pytest.raises(spgnn.SpgnnError) as e:
             call(g, z)
         assert str(e.value).startswith(refusal), (what, str(e.value))
+    for key in (np.int64(3), torch.tensor(3)):                 # integers of other types are the same key
+        assert torch.equal(g.dropout(z, 0.5, key), g.dropout(z, 0.5, 3)), key
 
 
 def test_a_model_of_another_dtype_than_the_features_is_told_either_way():
