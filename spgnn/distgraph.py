@@ -600,7 +600,7 @@ class DistGraph:
     def select(self, hs, start: int, stop: int, widths=None) -> torch.Tensor:
         """Columns start … stop−1 of [H_1 | H_2 | …] (global column indices), as this rank holds that n×(stop−start)
         matrix; `widths`: the f_k of the H_k (found by one small sum along the grid row on 2D/3D when not given)."""
-        hs = list(hs) if isinstance(hs, (list, tuple)) else [hs]
+        hs = [hs] if isinstance(hs, torch.Tensor) else list(hs)
         widths = self._widths(hs, widths)
         if not 0 <= start <= stop <= sum(widths):
             raise SpgnnError(f"columns {start}:{stop} lie outside the {sum(widths)} columns given")
@@ -611,7 +611,7 @@ class DistGraph:
 
     def cat(self, hs, widths=None) -> torch.Tensor:
         """[H_1 | H_2 | …] as this rank holds it (``torch.cat`` of column blocks would interleave them on 2D/3D)."""
-        hs = list(hs) if isinstance(hs, (list, tuple)) else [hs]
+        hs = [hs] if isinstance(hs, torch.Tensor) else list(hs)
         widths = self._widths(hs, widths)
         return self.select(hs, 0, sum(widths), widths)
 

@@ -229,6 +229,7 @@ def test_a_misused_operation_is_refused_in_one_line(algo):
         with pytest.raises(spgnn.SpgnnError) as e:
             call(g, z)
         assert str(e.value).startswith(refusal), (what, str(e.value))
+    assert torch.equal(g.cat(h for h in (z, z)), g.cat([z, z]))        # a generator was read twice: empty
     for key in (np.int64(3), torch.tensor(3)):                 # integers of other types are the same key
         assert torch.equal(g.dropout(z, 0.5, key), g.dropout(z, 0.5, 3)), key
 
