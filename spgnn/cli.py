@@ -4,6 +4,7 @@ tools add subcommands here)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -231,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse(argv: list[str]) -> argparse.Namespace:
     """`argv` parsed; a mistake in the line said by the parser that can name it: an option before the command
     (``spgnn --nprocs 4 train``), which argparse took the option's value for the command at, and words the command
-    does not take, which argparse said under spgnn's usage, not the command's."""
+    does not take, which argparse said under spgnn's usage, not the command's (an option misspelt: the nearest
+    named)."""
     parser = build_parser()
     commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     k = next((k for k, a in enumerate(argv) if a in commands), 0)
@@ -240,8 +242,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         parser.error(f"options go after the command: {line} (spgnn {argv[k]} --help lists them)")
     args, extra = parser.parse_known_args(argv)
     if extra:
-        commands[args.command].error(f"unrecognized arguments: {' '.join(extra)} (spgnn {args.command} --help "
-                                     "lists its options)")
+        command = commands[args.command]
+        flags = [f for a in command._actions for f in a.option_strings if f.startswith("--")]
+        near = next((m for e in extra if e.startswith("--")
+                     for m in difflib.get_close_matches(e.split("=")[0], flags, n=1)), None)
+        command.error(f"unrecognized arguments: {' '.join(extra)} ({f'did you mean {near}? ' if near else ''}"
+                      f"spgnn {args.command} --help lists its options)")
     return args
 
 

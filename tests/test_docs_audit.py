@@ -116,3 +116,9 @@ def test_a_replication_not_dividing_p_names_those_that_do(capsys):
     assert capsys.readouterr().err.strip().endswith("processes 4: give one of 1, 2, 4, or 0 for the divisor nearest √P")
     assert cli.main(["train", "--sampler", "sage:5", "--split-graph", "--replication", "3", "--nprocs", "4"]) == 2
     assert capsys.readouterr().err.strip().endswith("each on c processes): give one of 1, 2, 4")
+
+
+def test_a_misspelt_option_is_told_the_nearest(capsys):
+    """``spgnn train --partiton metis`` said only 'unrecognized arguments'."""
+    assert _refused(["train", "--data_dir", "x"], capsys) == "spgnn train: error: unrecognized arguments: --data_dir " \
+        "x (did you mean --data-dir? spgnn train --help lists its options)"
