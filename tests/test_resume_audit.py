@@ -7,6 +7,9 @@ import os
 import pickle
 import resource
 import signal
+import socket
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -99,3 +102,24 @@ def test_a_write_the_disk_refuses_is_said_as_such(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
         signal.signal(signal.SIGXFSZ, ignored)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_resume_folder_without_a_whole_checkpoint_says_what_it_holds(tmp_path):
+    """A run killed while it wrote its first checkpoint left only the temporary of that write: --resume of its folder
+    said 'holds no checkpoint: --resume takes a folder written by --checkpoint', which it was; a folder that does not
+    exist said it held no checkpoint. Each now says what it is; a --checkpoint that is a file said 'File exists'."""
+    folder = tmp_path / "ck"
+    with pytest.raises(SpgnnError, match=rf"^{folder} does not exist: --resume takes a folder written by "
+                                         "--checkpoint$"):
+        checkpoint.readable(folder)
+    folder.mkdir()
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    cut = folder / f".{checkpoint.FILE}.{gone.stdout.strip()}@{socket.gethostname()}.0123abcd.tmp"
+    cut.write_bytes(b"PK\x03\x04")
+    with pytest.raises(SpgnnError, match=rf"^{folder} holds no checkpoint \({checkpoint.FILE}\), only {cut.name}, one "
+                                         "whose write was cut short: the run ended before its first checkpoint was "
+                                         "complete; start it again$"):
+        checkpoint.readable(folder)
+    with pytest.raises(SpgnnError, match=rf"^cannot write checkpoints to {cut}: it is a file; give --checkpoint a "
+                                         r"folder \(made where missing\)$"):
+        checkpoint.writable(cut)

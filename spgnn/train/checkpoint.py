@@ -39,7 +39,7 @@ import torch
 
 from ..comm.agree import on_rank0
 from ..errors import SpgnnError
-from ..jsonfile import replace_whole, unwritable
+from ..jsonfile import abandoned, replace_whole, unwritable
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -71,6 +71,9 @@ def writable(folder, resuming: bool = False) -> Path:
     """`folder`, made if missing, once a file can be written there and it holds no checkpoint to overwrite
     (unless `resuming` from it); else SpgnnError."""
     folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SpgnnError(f"cannot write checkpoints to {folder}: it is a file; give --checkpoint a folder (made where "
+                         "missing)")
     if (folder / FILE).exists() and not resuming:
         raise SpgnnError(f"{folder} holds a checkpoint already: continue it with --resume {folder}, or give "
                          "--checkpoint an empty folder")
@@ -186,8 +189,13 @@ def readable(folder) -> Path:
     path = Path(folder) / FILE
     if Path(folder).is_file():
         raise SpgnnError(f"{folder} is a file: --resume takes the folder --checkpoint wrote ({Path(folder).parent})")
+    if not Path(folder).is_dir():
+        raise SpgnnError(f"{folder} does not exist: --resume takes a folder written by --checkpoint")
     if not path.is_file():
-        raise SpgnnError(f"{folder} holds no checkpoint ({FILE}): --resume takes a folder written by --checkpoint")
+        cut = sorted(abandoned(path))               # a write of a process gone, which renamed nothing
+        raise SpgnnError(f"{folder} holds no checkpoint ({FILE})" + (
+            f", only {cut[0].name}, one whose write was cut short: the run ended before its first checkpoint was "
+            "complete; start it again" if cut else ": --resume takes a folder written by --checkpoint"))
     if not os.access(path, os.R_OK):
         raise SpgnnError(f"cannot read {path} (permission denied): make it readable to every rank")
     return path
