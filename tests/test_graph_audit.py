@@ -10,7 +10,9 @@ not hold, trained through the public API and compared with the single-process re
 - --algo auto where no layout it compares fits the graph (fewer nodes than row blocks, a partition given of other
   parts): the refusal says why and what to do;
 - an adjacency given as a torch sparse tensor (COO or CSR): read through its entries, as scipy's matrix is;
-- edge weights, each finite, whose sum at a node overflows the float32 normalisation computes in: refused.
+- edge weights, each finite, whose sum at a node overflows the float32 normalisation computes in: refused;
+- one feature column under the default --feature-norm row, which made every nonzero value 1: refused, full-batch
+  and sampled, unless the column is 0/1 (np.ones((N, 1)) for a graph without features).
 """
 
 from types import SimpleNamespace
@@ -28,6 +30,7 @@ from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm, is_symmetric
 from spgnn.plan import choose, predict
 from spgnn.train.fullbatch import Trainer
+from spgnn.train.minibatch import MinibatchTrainer
 
 
 def _config(algo: str, model: str = "gcn", epochs: int = 2, partition: str = "block", **values) -> TrainConfig:
@@ -156,3 +159,19 @@ def test_weights_whose_degree_overflows_float32_are_refused():
                                          r"node 3\), in which normalisation computes: scale the edge weights down"):
         Graph(heavy.T, g.x, g.y, g.train_mask, g.val_mask, g.test_mask)
     assert Graph(heavy, g.x, g.y, g.train_mask, g.val_mask, g.test_mask).n == 6   # each row of A a sum below it
+
+
+def test_one_feature_column_is_not_row_normalised_away():
+    """x / (its row sum) of a single column is 1 wherever x ≠ 0: with the default --feature-norm row every node had
+    the same feature and the run learnt from the graph alone, silently."""
+    g = _weighted_star()
+    one = Graph(g.adj, g.x[:, :1] * 3 - 1, g.y, g.train_mask, g.val_mask, g.test_mask)
+    said = "the features have one column, which --feature-norm row .* pass --feature-norm none"
+    with pytest.raises(SpgnnError, match=said):
+        Trainer(TrainConfig(epochs=1, algo="1d"), graph=one)
+    with pytest.raises(SpgnnError, match=said):
+        MinibatchTrainer(TrainConfig(model="sage", epochs=1), None, "sage:2", 2, graph=one)
+    ones = Graph(g.adj, np.ones((6, 1), np.float32), g.y, g.train_mask, g.val_mask, g.test_mask)
+    assert Trainer(TrainConfig(epochs=1, algo="1d"), graph=ones).x.tolist() == [[1.0]] * 6
+    kept = Trainer(TrainConfig(epochs=1, algo="1d", feature_norm="none"), graph=one)
+    assert np.array_equal(kept.x.numpy()[np.argsort(kept.node_ids.numpy())], one.x)

@@ -126,6 +126,15 @@ def check_features(x, where: str, ids=None) -> None:
                              f"3.4e38, first at node {_first(rows, ids)}); spgnn computes in float32: scale them")
 
 
+def check_row_norm(x, where: str) -> None:
+    """``--feature-norm row`` divides each feature row by its sum: of one column, every nonzero value becomes 1.
+    SpgnnError where that erases values (a column of other values than 0 and 1, which it keeps)."""
+    if x.shape[1] == 1 and x.size and not np.isin(x, (0, 1)).all():
+        raise SpgnnError(f"{where}: the features have one column, which --feature-norm row (each row divided by its "
+                         "sum) makes 1 wherever it is not 0: pass --feature-norm none (feature_norm='none') to keep "
+                         "its values")
+
+
 def check_labels(y, num_classes: int, where: str, every_class: bool = True, ids=None) -> None:
     """Class ids in 0..num_classes−1 and (`every_class`) each class held by a node at least."""
     y = np.asarray(y)

@@ -42,6 +42,7 @@ from ..graph.adjacency import normalize
 from ..graph.datasets import load_dataset
 from ..graph.graph import row_normalize
 from ..graph.pyg import given_graph
+from ..graph.validate import check_row_norm
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
 from ..memory import held_bytes
@@ -168,6 +169,8 @@ class MinibatchTrainer(Run):
         else:
             self.layout, self.full = None, None       # the full-graph operator, made at the first evaluation
             self.adj = normalize(g.adj, self.adjacency)
+            if cfg.feature_norm == "row":
+                check_row_norm(g.x, f"dataset {g.name!r}")
             x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
             self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
             self.sampler = make_sampler(sampler, self.adj)
@@ -182,6 +185,8 @@ class MinibatchTrainer(Run):
         cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.adjacency
         self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
         share = agree(comm, lambda: parts.share(self.layout.block))
+        if cfg.feature_norm == "row":
+            agree(comm, lambda: check_row_norm(share.x, f"dataset {info.name!r}"))
         column = self.layout.column
         grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)    # "part" = column
         with comm.phase("setup"):
