@@ -129,3 +129,13 @@ def test_the_guides_cite_nothing_outside_the_repository():
     repository has (docs/benchmarks.md, the measurements' log, is left as it was written)."""
     pages = [p for p in sorted(DOCS.rglob("*.md")) if p.name != "benchmarks.md"] + [DOCS.parent / "README.md"]
     assert [p.name for p in pages if re.search(r"\bthe issue\b|\bissue's\b", p.read_text(), re.I)] == []
+
+
+def test_an_ogb_name_is_told_to_give_the_folder():
+    """``--dataset ogbn-arxiv`` (README: OGB's layouts read) listed the known names and paths without OGB folders."""
+    from spgnn.graph.datasets import load_dataset
+
+    with pytest.raises(SpgnnError, match=r"spgnn downloads no OGB dataset; .* --dataset PATH/ogbn_arxiv/ "):
+        load_dataset("ogbn-arxiv")
+    with pytest.raises(SpgnnError, match=r"OGB folder or partitioned folder$"):
+        load_dataset("pubmed")

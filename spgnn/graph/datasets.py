@@ -122,16 +122,21 @@ def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
     if sep and tail and is_ogb(base):
         return read_ogb(base, split=tail) if read else None
     if os.sep in spec or "/" in spec or path.suffix.lower() in (".npz", ".zip", ".txt", ".csv"):
-        raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing .npz/.zip "
-                         f"file or a Planetoid or edge-list folder)")
+        raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing {PATH_KINDS})")
+    if key.startswith(("ogbn", "ogbl")):          # a name OGB's loaders take: spgnn reads the folder they make
+        raise SpgnnError(f"unknown dataset {spec!r}: spgnn downloads no OGB dataset; give the folder OGB publishes "
+                         f"it as, --dataset PATH/{key.replace('-', '_')}/ (docs/data.md, OGB folders)")
     near = difflib.get_close_matches(key, [*KNOWN_DATASETS, "rmat", "sbm"], n=1, cutoff=0.6)
     raise SpgnnError(f"unknown dataset {spec!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
                      + f"; {_spec_help()}")
 
 
+PATH_KINDS = "Planetoid folder, .npz/.zip file, edge-list folder, OGB folder or partitioned folder"   # --dataset PATH
+
+
 def _spec_help() -> str:
-    return (f"known names: {', '.join(KNOWN_DATASETS)}; synthetic: {', '.join(SYNTHETIC_SPECS)}; "
-            f"or a path to a Planetoid folder, an .npz/.zip file or an edge-list folder")
+    return f"known names: {', '.join(KNOWN_DATASETS)}; synthetic: {', '.join(SYNTHETIC_SPECS)}; or the path of a " \
+        f"{PATH_KINDS}"
 
 
 def search_dirs(data_dir: str | os.PathLike | None = None) -> list[Path]:
