@@ -734,18 +734,20 @@ class DistGraph:
         return added if fine else None
 
     def _changed_in_place(self, p) -> bool:
-        """Whether p's gradient, not zeroed, was changed in place since the last backward added to it (a clipping of
-        this rank's share, which differs from the clipping of the sum); forgets that backward."""
+        """Whether p's gradient was changed in place since the last backward added to it (clipped: a clipping of this
+        rank's share, which differs from the clipping of the sum); forgets that backward. Told by the version counter
+        alone, which the same program moves alike on every rank (its values differ by rank: a verdict of them would
+        let some ranks refuse while the others wait in the sum)."""
         last = self._backward.pop(id(p), None)
         grad = p.grad if last is not None and last[0]() is p.grad else None
-        return grad is not None and grad._version != last[1] and bool(grad.any())
+        return grad is not None and grad._version != last[1]
 
     def sync_gradients(self, model: torch.nn.Module) -> None:
         """Sum the parameter gradients of `model` over the ranks holding disjoint rows (one all-reduce); a gradient
         the backward left missing becomes zero, on one rank as on several. Once a step, after its last backward: a
         model `prepare` saw is refused a second sum with no backward between, or of a gradient a backward added to
         after it was summed (each would count a gradient once a rank), or changed in place before it (clipped: a
-        clipping of each rank's share, not of the gradient); clip after it."""
+        clipping of each rank's share, not of the gradient); change it after the sum."""
         trained = [p for p in model.parameters() if p.requires_grad and id(p) in self._prepared]
         twice = next(((p, k) for p in trained if (k := self._additions(p)) is not None), None)
         for p in trained:
@@ -759,9 +761,9 @@ class DistGraph:
                              "next step's")
         if changed := [self._prepared[id(p)] for p in trained if self._changed_in_place(p)]:
             raise SpgnnError(f"sync_gradients: the gradient of parameter {changed[0]!r} was changed "
-                             "in place after the backward, before its sum (clipped, say): at P > 1 that changes this "
-                             "rank's share, not the gradient, so the steps would change with P; change it after "
-                             "g.sync_gradients(model)")
+                             "in place after the backward, before its sum (clipped, rescaled, zeroed): at P > 1 that "
+                             "changes this rank's share, not the gradient (a clipping would change the steps with P); "
+                             "change it after g.sync_gradients(model)")
         all_reduce_gradients(model, self.comm, self.grad_group())
         for p in model.parameters():
             p._spgnn_unsummed = None
