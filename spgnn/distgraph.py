@@ -576,7 +576,7 @@ class DistGraph:
 
     def all_sum(self, values) -> list[float]:
         """Σ over the ranks of `rows_group` of each value (float64)."""
-        if not hasattr(values, "__iter__"):
+        if isinstance(values, str) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) == 0:
             raise SpgnnError(f"all_sum takes a list of numbers, one sum each, got {_described(values)}: all_sum([x])")
         return self.comm.all_sum(list(values), self.rows_group())
 

@@ -214,6 +214,9 @@ MISUSED = {
     "a bias of another width": (lambda g, z: g.linear(g.x, torch.ones(g.num_features, 3), torch.ones(4)),
                                 "linear: b, a tensor of shape (4,), does not fit W of shape (64, 3): give b of W's 3 "),
     "all_sum of a number": (lambda g, z: g.all_sum(3.0), "all_sum takes a list of numbers, one sum each, got float"),
+    "all_sum of a one-element tensor": (lambda g, z: g.all_sum(z.sum()), "all_sum takes a list of numbers, one sum "
+                                        "each, got a tensor of shape ()"),
+    "all_sum of a string": (lambda g, z: g.all_sum("3"), "all_sum takes a list of numbers, one sum each, got str"),
     "prepare of a function": (lambda g, z: g.prepare(lambda g, x: x), "prepare takes the model, a torch.nn.Module"),
 }
 
