@@ -72,6 +72,7 @@ def test_a_wait_on_a_peer_that_never_comes_fails_after_the_timeout():
     watchdog's line (it waited, unwatched, for a peer that never came)."""
     res = mpirun(2, ["-m", "tests.mpi_helper", "stall", os.devnull], timeout=120)       # a hang fails here
     assert res.returncode != 0 and "communication failed (broadcast waited beyond --timeout 3 s)" in res.stderr
+    assert "or never called it: every rank must call the same collectives in the same order" in res.stderr
     # a group's communicator, made at its first use by a non-blocking call, waited unwatched for 12 s
     res = mpirun(3, ["-m", "tests.mpi_helper", "group", os.devnull], timeout=120)
     assert res.returncode != 0 and "(making the communicator of ranks [0, 1] waited beyond --timeout 3 s)" in \

@@ -68,7 +68,9 @@ class MPITransport:
             waiting = self._waiting
             if waiting is not None and time.monotonic() - waiting[0] > self.timeout_s:
                 say(f"rank {self.MPI.COMM_WORLD.Get_rank()}: communication failed ({waiting[1]} waited beyond "
-                    f"--timeout {self.timeout_s:g} s); another process probably exited or stalled, see its output")
+                    f"--timeout {self.timeout_s:g} s); another process probably exited or stalled (see its output), "
+                    "or never called it: every rank must call the same collectives in the same order (a DistGraph "
+                    "operation under `if comm.rank == 0` waits for ranks that never call it)")
                 os._exit(1)
 
     def new_group(self, ranks):
