@@ -211,8 +211,8 @@ def adjacencies_of(model: nn.Module) -> list[str]:
 
 
 def register_layer(cls):
-    """Class decorator: register layer `cls` under ``cls.name`` (`spgnn.options.admit`: a name registered twice, an
-    option that disagrees with another layer's, or no forward, is an error)."""
+    """Class decorator: register layer `cls` under ``cls.name``. An error: a name registered twice or an option that
+    disagrees with another layer's (`spgnn.options.admit`), an adjacency or a need no layout knows, no forward."""
     plugins.admit(LAYERS, cls, "layer", "--model", Layer)
     if cls.adjacency is not None:
         get_adjacency(cls.adjacency)
