@@ -313,6 +313,9 @@ def train(args, argv) -> int:
                                                                 ("--replicate-graph", args.replicate_graph)) if value]):
         raise SpgnnError(f"{' and '.join(given)} go{'es' if len(given) == 1 else ''} with --sampler (minibatch "
                          "training): add --sampler, or drop them to train full-batch")
+    if args.sampler is not None:        # what minibatch training refuses (--calibration, say), before any file is read
+        from .train.minibatch import sampler_config
+        sampler_config(cfg, args.sampler, args.bulk, args.nprocs, args.split_graph)
     def files():                        # a resume's epochs, and a full-batch model's fields (a sampler sets the layers)
         _check_files(cfg.output, cfg.calibration, cfg.checkpoint, cfg.resume, cfg.dataset,
                      lambda: cfg.resume and checkpoint.check_early(cfg.resume, cfg, model=args.sampler is None))

@@ -139,3 +139,10 @@ def test_an_ogb_name_is_told_to_give_the_folder():
         load_dataset("ogbn-arxiv")
     with pytest.raises(SpgnnError, match=r"OGB folder or partitioned folder$"):
         load_dataset("pubmed")
+
+
+def test_sampler_refuses_calibration_before_reading_it(capsys):
+    """minibatch.md: --calibration is refused with --sampler. A file not there was said to be unreadable first, so
+    the user who made one was then told to drop it."""
+    assert cli.main(["train", "--sampler", "sage:5", "--calibration", "missing.json", "--quiet"]) == 2
+    assert "--calibration applies to full-batch training, not --sampler" in capsys.readouterr().err
