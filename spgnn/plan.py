@@ -194,24 +194,27 @@ def check_given_parts(cfg: TrainConfig, P: int) -> None:
         if K not in (spmm.get(o["algo"]).num_parts(spmm.get(o["algo"]).grid_for(P, **o)) for o in cost.candidates(P)):
             raise SpgnnError(f"--partition {cfg.partition} holds {K} parts, but no layout --algo auto compares on {P} "
                              f"processes has {K} row blocks: partition anew with "
-                             f"{anew(cfg.dataset, 'B', made, 'FILE.npz')} for a layout of B row blocks, {fix}")
+                             f"{anew(cfg.dataset, 'B', made, 'FILE.npz', cfg.data_dir)} for a layout of B row blocks, "
+                             f"{fix}")
         return
     cls = spmm.get(cfg.algo)
     shape = cls.grid_for(P, **{o: getattr(cfg, o) for o in spmm.options()})
     if (B := cls.num_parts(shape)) != K:
         raise SpgnnError(f"--partition {cfg.partition} holds {K} parts but --algo {cfg.algo} on grid "
                          f"{grid_text(cls, shape)} needs {B} row blocks: partition anew with "
-                         f"{anew(cfg.dataset, B, made, 'FILE.npz')}, {fix}")
+                         f"{anew(cfg.dataset, B, made, 'FILE.npz', cfg.data_dir)}, {fix}")
 
 
-def anew(dataset, B, made: dict, output: str) -> str:
-    """The ``spgnn partition`` command that partitions `dataset` into B parts as `made` records a partition (its
-    method, params and seed; METHOD where the method is no partitioner's name) and writes `output`."""
+def anew(dataset, B, made: dict, output: str, data_dir: str | None = None) -> str:
+    """The ``spgnn partition`` command that partitions `dataset` (looked up in `data_dir`, where given) into B parts
+    as `made` records a partition (its method, params and seed; METHOD where the method is no partitioner's name) and
+    writes `output`."""
     method = made.get("method")
     method = method if isinstance(method, str) and get_partitioner(method) is not None else "METHOD"
     params = [a for k, v in (made.get("params") or {}).items() for a in ("--param", f"{k}={json.dumps(v)}")]
     seed = ["--seed", str(made["seed"])] if made.get("seed") else []
-    return shlex.join(["spgnn", "partition", "--dataset", str(dataset), "--nparts", str(B), "--method", method,
+    where = ["--data-dir", str(data_dir)] if data_dir else []
+    return shlex.join(["spgnn", "partition", "--dataset", str(dataset), *where, "--nparts", str(B), "--method", method,
                        *params, *seed, "--output", output])
 
 

@@ -2,6 +2,7 @@
 its commands are one line naming the fix, and what the pages promise is what the program does."""
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -82,6 +83,13 @@ def test_partition_anew_is_a_command_that_runs(tmp_path, capsys):
     said = re.search(r"partition anew with (spgnn partition .*?), or run", str(e.value)).group(1)
     assert said == "spgnn partition --dataset sbm:60:3 --nparts 3 --method fennel --param gamma=1.5 --param " \
                    "nu=1.1 --seed 4 --output FILE.npz"
+    again = str(tmp_path / "again.npz")                 # it runs as said, and makes the partition the layout needs
+    assert cli.main([*shlex.split(said)[1:-1], again, "--quiet"]) == 0
+    check_given_parts(TrainConfig(dataset="sbm:60:3", partition=again), 3)
+    # a named dataset looked up in a --data-dir: the command looks there too
+    with pytest.raises(SpgnnError) as e:
+        check_given_parts(TrainConfig(dataset="sbm:60:3", data_dir=str(tmp_path), partition=parts), 3)
+    assert f"spgnn partition --dataset sbm:60:3 --data-dir {tmp_path} --nparts 3" in str(e.value)
 
 
 def test_edge_ids_counted_from_one_are_said_to_be(tmp_path):
