@@ -12,7 +12,8 @@ not hold, trained through the public API and compared with the single-process re
 - an adjacency given as a torch sparse tensor (COO or CSR): read through its entries, as scipy's matrix is;
 - edge weights, each finite, whose sum at a node overflows the float32 normalisation computes in: refused;
 - one feature column under the default --feature-norm row, which made every nonzero value 1: refused, full-batch
-  and sampled, unless the column is 0/1 (np.ones((N, 1)) for a graph without features).
+  and sampled, unless the column is 0/1 (np.ones((N, 1)) for a graph without features);
+- labels of one class: a node task with nothing to learn (loss 0, accuracy 1), refused full-batch and sampled.
 """
 
 from types import SimpleNamespace
@@ -175,3 +176,14 @@ def test_one_feature_column_is_not_row_normalised_away():
     assert Trainer(TrainConfig(epochs=1, algo="1d"), graph=ones).x.tolist() == [[1.0]] * 6
     kept = Trainer(TrainConfig(epochs=1, algo="1d", feature_norm="none"), graph=one)
     assert np.array_equal(kept.x.numpy()[np.argsort(kept.node_ids.numpy())], one.x)
+
+
+def test_a_graph_of_one_class_is_refused():
+    """Labels all 0 trained 'successfully': loss 0 and accuracy 1 from the first epoch, whatever the model."""
+    g = _weighted_star()
+    one = Graph(g.adj, g.x, np.zeros(6, np.int64), g.train_mask, g.val_mask, g.test_mask)
+    said = "has one class: every prediction is that class .* a node task needs two classes at least"
+    with pytest.raises(SpgnnError, match=said):
+        Trainer(TrainConfig(epochs=1, algo="1d"), graph=one)
+    with pytest.raises(SpgnnError, match=said):
+        MinibatchTrainer(TrainConfig(model="sage", epochs=1), None, "sage:2", 2, graph=one)

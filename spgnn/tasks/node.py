@@ -24,6 +24,9 @@ class Multiclass(Task):
         if info.targets:
             raise SpgnnError(f"dataset {info.name!r} has {info.targets} binary targets per node, not classes: use "
                              f"--task {'binary' if info.targets == 1 else 'multilabel'}")
+        if info.num_classes < 2:
+            raise SpgnnError(f"dataset {info.name!r} has one class: every prediction is that class (loss 0, accuracy "
+                             "1), so there is nothing to learn; a node task needs two classes at least")
 
     def loss(self, g, out, mask="train"):
         return g.cross_entropy(out, mask)

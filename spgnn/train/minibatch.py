@@ -55,6 +55,7 @@ from ..spmm import options as algorithm_options
 from ..spmm.base import Block, DistSpMM
 from ..spmm.halo import OneDHalo
 from ..spmm.local import LocalSpMM
+from ..tasks import get_task
 from ..tasks.node import unlabelled
 from .loop import Run
 
@@ -134,6 +135,8 @@ def check_options(cfg: TrainConfig, sampler: str, batch_size: int | None, bulk: 
     if getattr(g, "targets", 0):
         raise SpgnnError(f"--sampler trains the multiclass node task only; dataset {g.name!r} has {g.targets} binary "
                          "targets per node: train it full-batch (drop --sampler)")
+    if g.num_classes < 2:
+        get_task("multiclass").check(g)             # (its line for one class)
     train = int(g.train_mask.sum()) if hasattr(g, "train_mask") else int(g.counts["train"])
     if not train:
         raise SpgnnError(f"{g.name} has no training nodes: minibatches are drawn from them; give it a training mask "
