@@ -787,8 +787,9 @@ def _communicating(e: BaseException) -> bool:
             or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
 
 
+# the options of the commands that name a file or folder: none empty by default, but the last (--ogb-split: none)
 PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume", "checkpoint", "output", "json",
-         "plot")                # the options of the commands that name a file or folder (none empty by default)
+         "plot", "ogb_split")
 
 
 def _paths(args) -> None:
@@ -796,7 +797,7 @@ def _paths(args) -> None:
     shell leaves as it is); SpgnnError where one was given an empty path (``--resume "$CKPT"``, CKPT unset), which a
     command would take for none: a resume from scratch, no report, the default cache; or ``-``, which would name a
     file ``-`` in the working folder."""
-    if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == ""), None):
+    if flag := next((f"--{n.replace('_', '-')}" for n in PATHS[:-1] if getattr(args, n, None) == ""), None):
         raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} "
                          "out")
     if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == "-"), None):

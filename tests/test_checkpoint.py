@@ -185,10 +185,11 @@ def test_a_checkpoint_that_cannot_be_written_stops_the_run_with_its_report(how, 
     assert len(json.loads(output.read_text())["epochs"]) == 2
 
 
-@pytest.mark.parametrize("value", ["", "-"])
-@pytest.mark.parametrize("command, flag", [("train", "--resume"), ("train", "--checkpoint"), ("train", "--output"),
-                                           ("train", "--cache-dir"), ("cost", "--calibration"),
-                                           ("partition", "--output"), ("plot", "--output")])
+@pytest.mark.parametrize("command, flag, value", [
+    *((c, f, v) for v in ("", "-") for c, f in (("train", "--resume"), ("train", "--checkpoint"), ("train", "--output"),
+                                                ("train", "--cache-dir"), ("cost", "--calibration"),
+                                                ("partition", "--output"), ("plot", "--output"))),
+    ("train", "--ogb-split", "-")])            # (--ogb-split's empty path is its default: no split)
 def test_an_empty_path_or_a_dash_is_refused(command, flag, value, tmp_path, capsys, monkeypatch):
     """``--resume "$CKPT"`` with CKPT unset gave an empty path, which the run took for none: it trained from epoch 0
     (and wrote no checkpoint or report) as if all were well; ``spgnn partition --output ''`` saved nothing,
