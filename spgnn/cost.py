@@ -534,6 +534,12 @@ def memory_limit(text) -> int | None:
     return int(size)
 
 
+def size_text(b: float) -> str:
+    """`b` bytes in the largest binary unit of which it holds at least one ("1 KiB", "512 MiB", "1.5 GiB")."""
+    k = next((k for k in range(4, 0, -1) if b >= 1024 ** k), 0)
+    return f"{b:.0f} B" if k == 0 else f"{b / 1024 ** k:.3g} {('KiB', 'MiB', 'GiB', 'TiB')[k - 1]}"
+
+
 def under_memory(table: list, limit: int | None, what: str, strict: bool = True) -> list:
     """The rows of `table` under the memory limit, those over it marked {"dropped": "memory"} (SpgnnError naming
     the least need when none is under, if `strict`)."""
@@ -546,8 +552,8 @@ def under_memory(table: list, limit: int | None, what: str, strict: bool = True)
     if table and not fits and strict:
         least = min(table, key=lambda r: r["memory_bytes"])
         where = f" at P = {least['P']}" if "P" in least else ""
-        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: no layout fits {what}; the least needs "
-                         f"{least['memory_bytes'] / 2**30:.2f} GiB a rank ({least['algo']}{where}): use more "
+        raise SpgnnError(f"--memory-per-rank {size_text(limit)}: no layout fits {what}; the least needs "
+                         f"{size_text(least['memory_bytes'])} a rank ({least['algo']}{where}): use more "
                          "processes or allow more memory")
     return fits
 

@@ -125,7 +125,7 @@ def check_memory(cfg: TrainConfig, P: int, shape, stats_of, info, costs_of=None)
     rates, overlap = cost.load_rates(cfg.calibration), getattr(cfg, "overlap", "on") == "on" and cost._overlaps(cls)
     need = max(cost.memory_bytes(cls, stats, shape, r, model, rates, overlap)["total"] for r in range(P))
     if need > limit:
-        raise SpgnnError(f"--memory-per-rank {limit / 2**30:.3g} GiB: {what} needs {need / 2**30:.3g} GiB a rank "
+        raise SpgnnError(f"--memory-per-rank {cost.size_text(limit)}: {what} needs {cost.size_text(need)} a rank "
                          f"(predicted; spgnn cost shows each layout's): use more processes, a layout that needs less "
                          "(--algo auto picks the fastest that fits) or allow more memory")
 
