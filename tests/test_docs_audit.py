@@ -108,6 +108,15 @@ def test_edge_ids_counted_from_one_are_said_to_be(tmp_path):
         load_dataset(str(tmp_path))
     with pytest.raises(SpgnnError, match=r"found 0\.\.9: number the nodes 0\.\.n-1, as the rows of the features"):
         check_edge_ids(0, 9, n, "edges.txt")
+    # out of core, a chunk at a time (the chunk holding id n said "found 3..4: number the nodes 0..n-1"), and a list
+    # counted from 1 whose node 1 has no edge
+    from spgnn.partition.ooc import partition_edge_folder
+
+    with pytest.raises(SpgnnError, match=r"found 1\.\.4: these count from 1: subtract 1 from every id$"):
+        partition_edge_folder(tmp_path, tmp_path / "parts", 2, "block", chunk=1)
+    np.savetxt(tmp_path / "edges.txt", np.array([[2, 3], [3, 4]]), fmt="%d")
+    with pytest.raises(SpgnnError, match=r"found 2\.\.4: these count from 1: subtract 1 from every id$"):
+        load_dataset(str(tmp_path))
 
 
 def test_an_lr_whose_first_adam_step_overflows_is_refused(capsys):

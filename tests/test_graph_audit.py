@@ -29,6 +29,7 @@ from spgnn.config import TrainConfig
 from spgnn.errors import SpgnnError
 from spgnn.graph.datasets import load_dataset
 from spgnn.graph.graph import gcn_norm, is_symmetric
+from spgnn.partition.ooc import partition_edge_folder
 from spgnn.plan import choose, predict
 from spgnn.train.fullbatch import Trainer
 from spgnn.train.minibatch import MinibatchTrainer
@@ -116,9 +117,11 @@ def test_an_edge_list_of_weights_or_a_header_is_refused_in_its_own_words(tmp_pat
     np.save(tmp_path / "labels.npy", np.array([0, 1, 0]))
     with pytest.raises(SpgnnError) as e:
         load_dataset(str(tmp_path))
-    line = str(e.value)
-    assert "expected two columns, integer node ids 'src dst' or 'src,dst' a line" in line and said in line
-    assert "usecols" not in line
+    with pytest.raises(SpgnnError) as ooc:              # the out-of-core reader, a chunk at a time, in the same words
+        partition_edge_folder(tmp_path, tmp_path / "parts", 2, "block", chunk=1)
+    for line, says in ((str(e.value), (said,)), (str(ooc.value), (said, "found 3 columns"))):   # (a line of 3 alone)
+        assert "expected two columns, integer node ids 'src dst' or 'src,dst' a line" in line
+        assert any(s in line for s in says) and "usecols" not in line and "no header and no weights" in line
 
 
 def test_auto_says_why_no_layout_fits_a_small_graph(tmp_path):
@@ -138,6 +141,7 @@ def test_auto_says_why_no_layout_fits_a_small_graph(tmp_path):
         choose(_config("auto", "gat", partition=str(tmp_path / "two.npy")), star, 3)
 
 
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")   # (torch's, of the input made)
 def test_a_torch_sparse_adjacency_is_read_as_its_entries():
     """Graph(adj=a torch sparse COO or CSR tensor) ended in scipy's 'unrecognized csr_matrix constructor input'."""
     g = _weighted_star()

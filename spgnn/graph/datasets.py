@@ -486,23 +486,26 @@ def edge_delimiter(path: Path) -> str | None:
     return "," if "," in first else None
 
 
-def _read_edges_text(path: Path) -> np.ndarray:
-    """[E, 2] int64 from two integer columns separated by whitespace or commas, '#' starting comments."""
+def read_edge_text(path: Path, source=None, delimiter: str | None = None, max_rows: int | None = None) -> np.ndarray:
+    """[e, 2] int64 of two integer columns separated by whitespace or commas ('#' starts a comment): the whole
+    edge-list file `path`, or the next `max_rows` lines of `source` (the file open, read in chunks; the end: e = 0)."""
     layout = "expected two columns, integer node ids 'src dst' or 'src,dst' a line ('#' starts a comment)"
+    weights = "an edge list holds no header and no weights (give weights through a spgnn.Graph or a PyG Data's " \
+        "edge_weight)"
     with reading(path):
-        delimiter = edge_delimiter(path)
+        delimiter = delimiter if source is not None else edge_delimiter(path)
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore")    # "input contained no data" for an edgeless graph
-                e = np.loadtxt(path, np.int64, comments="#", delimiter=delimiter, ndmin=2)
+                warnings.simplefilter("ignore")    # "input contained no data": an edgeless graph, the file's end
+                e = np.loadtxt(path if source is None else source, np.int64, comments="#", delimiter=delimiter,
+                               max_rows=max_rows, ndmin=2)
         except ValueError as err:       # a header, a weight column, a float id, a ragged line: numpy's words
             reason = str(err).strip().splitlines()[0].split("; use `usecols`")[0].rstrip(".")
-            raise SpgnnError(f"cannot read {path}: {layout}: {reason}; an edge list holds no header and no "
-                             "weights (give weights through a spgnn.Graph or a PyG Data's edge_weight)") from None
+            raise SpgnnError(f"cannot read {path}: {layout}: {reason}; {weights}") from None
     if e.size == 0:
         return np.zeros((0, 2), np.int64)
     if e.shape[1] != 2:
-        raise SpgnnError(f"cannot read {path}: {layout}, found {e.shape[1]} columns")
+        raise SpgnnError(f"cannot read {path}: {layout}, found {e.shape[1]} columns; {weights}")
     return e
 
 
@@ -558,7 +561,7 @@ def read_edge_list(folder: str | os.PathLike, seed: int = 0) -> Graph:
             raise SpgnnError(f"{folder}: missing {f} (an edge-list folder needs features.npy [N, F] and "
                              f"labels.npy [N])")
     src, dst = edge_pairs(_read_npy(edge_file), str(edge_file)) if edge_file.suffix == ".npy" else \
-        _read_edges_text(edge_file).T
+        read_edge_text(edge_file).T
     name = str(meta.get("name") or folder.name)
     x, y = _read_npy(folder / "features.npy"), folder_labels(folder, _read_npy(folder / "labels.npy"), name)
     validate.check_features(x, str(folder / "features.npy"))        # (named here: Graph checks them as the dataset)

@@ -94,9 +94,9 @@ def edge_pairs(e, where: str) -> tuple[np.ndarray, np.ndarray]:
 
 def check_edge_ids(lo: int, hi: int, n: int, where: str) -> None:
     """SpgnnError unless the edges' smallest and largest ids, lo and hi, lie in [0, n), n the nodes (the rows of the
-    features and labels); ids 1..n are said to count from 1."""
+    features and labels); ids of at least 1 that reach n are said to count from 1."""
     if lo < 0 or hi >= n:
-        fix = "these count from 1: subtract 1 from every id" if (lo, hi) == (1, n) else \
+        fix = "these count from 1: subtract 1 from every id" if lo >= 1 and hi == n else \
             "number the nodes 0..n-1, as the rows of the features and labels"
         raise SpgnnError(f"{where}: edge endpoint ids must lie in [0, {n}) (n = number of nodes), found {lo}..{hi}: "
                          f"{fix}")

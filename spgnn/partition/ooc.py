@@ -23,7 +23,6 @@ import hashlib
 import mmap
 import shutil
 import tempfile
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +30,15 @@ import scipy.sparse as sp
 
 from ..errors import SpgnnError
 from ..graph import validate
-from ..graph.build import default_split, reading
-from ..graph.datasets import check_not_partitioned, edge_delimiter, edge_list_meta, folder_labels, folder_masks
+from ..graph.build import default_split
+from ..graph.datasets import (
+    check_not_partitioned,
+    edge_delimiter,
+    edge_list_meta,
+    folder_labels,
+    folder_masks,
+    read_edge_text,
+)
 from ..graph.ogb import is_ogb, to_edge_folder
 from ..progress import each
 from . import streaming
@@ -118,22 +124,17 @@ class EdgeFolder:
             chunks = (read(i) for i in range(0, len(e), self.chunk))
         else:
             chunks = self._text_chunks()
+        lo = None                                    # the smallest id so far: a list counted from 1 is said to be
         for c in chunks:
             if c.size:
-                validate.check_edge_ids(int(c.min()), int(c.max()), self.n, str(self.edge_file))
+                lo = int(c.min()) if lo is None else min(lo, int(c.min()))
+                validate.check_edge_ids(lo, int(c.max()), self.n, str(self.edge_file))
             yield c
 
     def _text_chunks(self):
         delimiter = edge_delimiter(self.edge_file)
-        with self.edge_file.open() as f, warnings.catch_warnings():
-            warnings.simplefilter("ignore")          # "input contained no data" at the end
-            while True:
-                with reading(self.edge_file):
-                    c = np.loadtxt(f, np.int64, comments="#", delimiter=delimiter, max_rows=self.chunk, ndmin=2)
-                if c.size == 0:
-                    return
-                if c.shape[1] != 2:
-                    raise SpgnnError(f"{self.edge_file}: expected two columns (src dst) per line")
+        with self.edge_file.open() as f:
+            while (c := read_edge_text(self.edge_file, f, delimiter, self.chunk)).size:
                 yield c
 
     def chunks(self) -> int | None:
