@@ -150,7 +150,9 @@ def _train_parser(sub) -> argparse.ArgumentParser:
     a("--weight-decay", type=float, default=d.weight_decay, help="Adam weight decay (L2)")
     a("--epochs", type=int, default=d.epochs, help="training epochs")
     a("--seed", type=int, default=d.seed, help="seed for weights, dropout, random partitions and splits")
-    a("--feature-norm", default=d.feature_norm, choices=["row", "none"], help="row-normalise features")
+    a("--feature-norm", default=d.feature_norm, choices=["row", "none"], help="row: divide each feature row by its "
+      "L1 norm (its sum where no value is negative: for bags of words what PyG's NormalizeFeatures makes); none: "
+      "keep them as given")
     a("--precompute", default=d.precompute, choices=["on", "off"], help="on: where training does not drop out the "
       "features (--dropout 0), make their sparse products once a run and keep them (GraphSAGE, GCN and GIN then "
       "aggregate the features first, and no step multiplies or exchanges them again; one block of features more a "

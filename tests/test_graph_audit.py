@@ -166,9 +166,25 @@ def test_weights_whose_degree_overflows_float32_are_refused():
     assert Graph(heavy, g.x, g.y, g.train_mask, g.val_mask, g.test_mask).n == 6   # each row of A a sum below it
 
 
+def test_signed_features_are_row_normalised_by_their_l1_norm():
+    """--feature-norm row divided each row by its sum: signed values that nearly cancel grew without bound (sbm's
+    Gaussian features reached |x| ≈ 1800). By the L1 norm each row's |values| sum to 1, and features of no negative
+    value (bags of words) are divided by their sum as before, bit for bit."""
+    from spgnn.graph import graph
+
+    x = np.array([[1.0, -0.999, 0.0], [0.0, 0.0, 0.0], [2.0, 2.0, 4.0]], np.float32)
+    assert np.allclose(graph.row_normalize(x), x / np.array([[1.999], [1.0], [8.0]]), rtol=1e-6, atol=0)
+    bags = np.random.default_rng(0).integers(0, 3, (300, 40)).astype(np.float32)
+    sums = bags.sum(axis=1, keepdims=True)
+    assert np.array_equal(graph.row_normalize(bags), bags / np.where(sums == 0, 1, sums))
+    sbm = load_dataset("sbm:2000:4")
+    normed = Trainer(TrainConfig(dataset="sbm:2000:4", epochs=1, algo="1d")).x.numpy()
+    assert sbm.x.min() < 0 and np.allclose(np.abs(normed).sum(axis=1), 1, rtol=1e-5)
+
+
 def test_one_feature_column_is_not_row_normalised_away():
-    """x / (its row sum) of a single column is 1 wherever x ≠ 0: with the default --feature-norm row every node had
-    the same feature and the run learnt from the graph alone, silently."""
+    """x / (its row L1 norm) of a single column is ±1 wherever x ≠ 0: with the default --feature-norm row every node
+    had the same feature (but its sign) and the run learnt from the graph alone, silently."""
     g = _weighted_star()
     one = Graph(g.adj, g.x[:, :1] * 3 - 1, g.y, g.train_mask, g.val_mask, g.test_mask)
     said = "the features have one column, which --feature-norm row .* pass --feature-norm none"

@@ -127,12 +127,12 @@ def check_features(x, where: str, ids=None) -> None:
 
 
 def check_row_norm(x, where: str) -> None:
-    """``--feature-norm row`` divides each feature row by its sum: of one column, every nonzero value becomes 1.
-    SpgnnError where that erases values (a column of other values than 0 and 1, which it keeps)."""
-    if x.shape[1] == 1 and x.size and not np.isin(x, (0, 1)).all():
+    """``--feature-norm row`` divides each feature row by its L1 norm: of one column, every nonzero value becomes its
+    sign, ±1. SpgnnError where that erases values (a column of other values than -1, 0 and 1, which it keeps)."""
+    if x.shape[1] == 1 and x.size and not np.isin(x, (-1, 0, 1)).all():
         raise SpgnnError(f"{where}: the features have one column, which --feature-norm row (each row divided by its "
-                         "sum) makes 1 wherever it is not 0: pass --feature-norm none (feature_norm='none') to keep "
-                         "its values")
+                         "L1 norm) makes ±1 wherever it is not 0: pass --feature-norm none (feature_norm='none') to "
+                         "keep its values")
 
 
 def check_labels(y, num_classes: int, where: str, every_class: bool = True, ids=None) -> None:
