@@ -297,8 +297,8 @@ def _join(args, argv, device: str, timeout: float, transport: str, check=lambda:
             left = [k for k in names.get(launched.kind, ()) if k in os.environ]
             by = "torchrun" if launched.kind == "env" else launched.kind
             raise SpgnnError(f"--nprocs {args.nprocs} disagrees with the {launched.world_size} processes {by} "
-                             "started: drop --nprocs" + (f"; outside {by}, unset {', '.join(left)}, left in the "
-                                                         "environment" if left else ""))
+                             "started: drop --nprocs" + (f"; outside {by}, unset what it left in the environment: "
+                                                         f"{', '.join(left)}" if left else ""))
     return launch.init(device, timeout, transport)
 
 

@@ -144,9 +144,9 @@ def test_a_torchrun_style_launch_without_its_address_is_one_line(monkeypatch, ca
 
 @pytest.mark.parametrize("left, line", [
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}, "--nprocs 2 disagrees with the 1 processes mpirun "
-     "started: drop --nprocs; outside mpirun, unset OMPI_COMM_WORLD_RANK, left in the environment"),
+     "started: drop --nprocs; outside mpirun, unset what it left in the environment: OMPI_COMM_WORLD_RANK"),
     ({"RANK": "0", "WORLD_SIZE": "1"}, "--nprocs 2 disagrees with the 1 processes torchrun started: drop --nprocs; "
-     "outside torchrun, unset RANK, WORLD_SIZE, left in the environment")])
+     "outside torchrun, unset what it left in the environment: RANK, WORLD_SIZE")])
 def test_a_launchers_variables_left_in_the_environment_are_named(monkeypatch, capsys, left, line):
     """Open MPI 4 started alone (a program's `from mpi4py import MPI`) leaves OMPI_COMM_WORLD_SIZE=1 to the commands
     it runs, a shell may keep RANK and WORLD_SIZE: `spgnn train --nprocs 2` there said only "drop --nprocs", which
