@@ -100,21 +100,38 @@ def replace_whole(path: Path, write, check=None) -> None:
         raise
 
 
-def write_json(path, obj, default=None) -> Path:
+def stamp(path) -> tuple | None:
+    """(device, inode, modification time, size) of the file at `path`, None where there is none: the same until the
+    file is replaced or changed."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+
+
+ANY = "any"     # `write_json`'s `since` where any file there may be replaced
+
+
+def write_json(path, obj, default=None, since=ANY) -> Path:
     """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing (`default`
     as json.dumps takes it); returns where it was written. Atomic: a file already at `path` is replaced whole or
-    not at all. Where `path` cannot be written (a full disk, a folder made read-only since the run began), the JSON
-    goes to a new file in the temporary folder and SpgnnError names both, so that a run never loses its report."""
+    not at all. Where `path` cannot be written (a full disk, a folder made read-only since the run began) or, given
+    `since` (its `stamp` when the run began), another run has written a file there since, the JSON goes to a new file
+    in the temporary folder and SpgnnError names both, so that a run never loses its report, nor another's."""
     text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
     path = Path(path)
     real = path.resolve()                           # a link's target is written, not replaced by a file
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
-        if real.exists() and not real.is_file():    # /dev/null, a pipe: written to, never replaced
+        if since != ANY and (real.is_file() or not real.exists()) and stamp(real) != since:
+            why = "another run has written it since this one began: give each run its own --output"
+        elif real.exists() and not real.is_file():    # /dev/null, a pipe: written to, never replaced
             real.write_text(text)
+            return path
         else:
             replace_whole(real, lambda tmp: tmp.write_text(text))
-        return path
+            return path
     except OSError as e:
         why = e.strerror or str(e)
     fd, kept = tempfile.mkstemp(prefix=f"{path.stem}-", suffix=path.suffix or ".json")

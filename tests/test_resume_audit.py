@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -31,7 +32,7 @@ def test_a_run_that_ends_early_says_why_when_its_report_cannot_be_written(how, s
     """A folder made read-only mid-run (a full disk alike) failed the checkpoint, and then the report: the one line
     said only that the report went to a temporary file, not that the run had stopped after epoch 29 of 3000. The
     line says both."""
-    def unwritable(*args):
+    def unwritable(*args, **kwargs):
         raise SpgnnError(UNWRITABLE)
 
     def full(*args):
@@ -123,3 +124,29 @@ def test_a_resume_folder_without_a_whole_checkpoint_says_what_it_holds(tmp_path)
     with pytest.raises(SpgnnError, match=rf"^cannot write checkpoints to {cut}: it is a file; give --checkpoint a "
                                          r"folder \(made where missing\)$"):
         checkpoint.writable(cut)
+
+
+def test_a_report_another_run_wrote_since_this_one_began_is_kept(tmp_path, monkeypatch):
+    """Two runs given one --output (a job array's tasks, say) each replaced the other's report: the run that ended
+    first lost its report without a word, where their checkpoints in one folder are refused. A report there when
+    the run began is replaced; one written since by another run is kept, and this run's goes to a temporary file
+    the line names."""
+    output = tmp_path / "r.json"
+    output.write_text("{}")                                     # an earlier run's: replaced
+    Trainer(TrainConfig(hidden=8, epochs=2, output=str(output)), Comm(0, 1)).run(log=None)
+    assert json.loads(output.read_text())["epochs"]
+    step = Trainer.epoch
+
+    def another_run_ends(self, epoch):
+        if epoch == 1:
+            output.write_text('{"another": "run"}')
+        return step(self, epoch)
+
+    monkeypatch.setattr(Trainer, "epoch", another_run_ends)
+    with pytest.raises(SpgnnError, match=r"^cannot write .*r\.json \(another run has written it since this one began: "
+                                         r"give each run its own --output\): it is unchanged, and what was to go "
+                                         r"there is in (\S+)$") as e:
+        Trainer(TrainConfig(hidden=8, epochs=2, output=str(output)), Comm(0, 1)).run(log=None)
+    kept = Path(str(e.value).rpartition(" ")[2])
+    assert json.loads(output.read_text()) == {"another": "run"} and len(json.loads(kept.read_text())["epochs"]) == 2
+    kept.unlink()

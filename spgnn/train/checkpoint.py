@@ -40,6 +40,7 @@ import torch
 from ..comm.agree import on_rank0
 from ..errors import SpgnnError
 from ..jsonfile import abandoned, replace_whole, unwritable
+from ..jsonfile import stamp as file_stamp
 
 FORMAT = "spgnn-checkpoint/1"
 FILE = "checkpoint.pt"
@@ -103,13 +104,8 @@ def loadable(obj, what: str) -> None:
 
 
 def stamp(folder) -> tuple | None:
-    """(device, inode, modification time, size) of folder's checkpoint file, None where it has none: the same until
-    the file is replaced or changed."""
-    try:
-        st = (Path(folder) / FILE).stat()
-    except FileNotFoundError:
-        return None
-    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
+    """`spgnn.jsonfile.stamp` of folder's checkpoint file (None where it has none)."""
+    return file_stamp(Path(folder) / FILE)
 
 
 ANY = "any"     # `save`'s `last` where any file may be replaced

@@ -19,6 +19,7 @@ from .. import progress
 from ..comm.agree import agree
 from ..config import TrainConfig
 from ..errors import SpgnnError, out_of_memory, say
+from ..jsonfile import stamp as file_stamp
 from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
@@ -64,7 +65,7 @@ class Run:
         `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
         report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
         interrupt.graceful()
-        self.done = None
+        self.done, self.since = None, self.cfg.output and file_stamp(self.cfg.output)   # (rank 0's is the one used)
         try:
             report, unsaved = self._train(log), None
         except Unsaved as u:
@@ -74,7 +75,7 @@ class Run:
             raise
         if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
             try:
-                agree(self.comm, lambda: write_json(self.cfg.output, report), everyone=False)
+                agree(self.comm, lambda: write_json(self.cfg.output, report, since=self.since), everyone=False)
             except SpgnnError as e:         # with why the run ended early, where it did: else only the report's line
                 if why := ended_early(report):
                     raise SpgnnError(f"{why}; {e}") from None
@@ -101,7 +102,7 @@ class Run:
         report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}{kept}"} | \
             ({"predicted": None} if "predicted" in report else {})
         try:
-            write_json(self.cfg.output, report)
+            write_json(self.cfg.output, report, since=self.since)
         except SpgnnError as e:
             say(str(e))
 
