@@ -774,21 +774,6 @@ OUT_OF_MEMORY = {       # what to do when a command runs out of memory
     "plot": "chart fewer reports at once"}
 
 
-def _communicating(e: BaseException) -> bool:
-    """Whether `e` was raised by a collective: torch.distributed's own error, or one whose innermost Python frame
-    is torch.distributed's or a transport's of spgnn.comm (not a computation that merely ran under it, as an
-    SpMM inside its autograd wrapper or a partitioning inside `agree`)."""
-    import torch.distributed as dist
-
-    tb = e.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = Path(tb.tb_frame.f_code.co_filename) if tb is not None else Path()
-    comm = Path(launch.__file__).parent
-    return (isinstance(e, getattr(dist, "DistError", ())) or Path(dist.__file__).parent in where.parents
-            or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
-
-
 # the options of the commands that name a file or folder: none empty by default, but the last (--ogb-split: none)
 PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume", "checkpoint", "output", "json",
          "plot", "ogb_split")
@@ -855,7 +840,7 @@ def _command(args, argv, rank: int) -> int:
         if out_of_memory(e):
             remedy = OUT_OF_MEMORY.get(args.command, "use a machine with more memory")
             say(f"rank {rank}: out of memory ({first[:200]}): {remedy}")
-        elif _communicating(e):   # a collective failed: a peer died or timed out
+        elif launch.communicating(e):   # a collective failed: a peer died or timed out
             say(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
                    "its output")
         else:                   # this rank's own failure: where it happened

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -715,6 +716,19 @@ def _shell_code(returncode: int) -> int:
     """The exit code a shell gives a process that ended with `returncode`: 128 + N for one killed by signal N
     (subprocess's −N, which sys.exit would wrap to 256 − N)."""
     return 128 - returncode if returncode < 0 else returncode
+
+
+def communicating(e: BaseException) -> bool:
+    """Whether `e` was raised by a collective: torch.distributed's own error, or one whose innermost Python frame
+    is torch.distributed's or a transport's of spgnn.comm (not a computation that merely ran under it, as an
+    SpMM inside its autograd wrapper or a partitioning inside `agree`)."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = Path(tb.tb_frame.f_code.co_filename) if tb is not None else Path()
+    comm = Path(__file__).parent
+    return (isinstance(e, getattr(dist, "DistError", ())) or Path(dist.__file__).parent in where.parents
+            or where.parent == comm and where.name not in ("autograd.py", "agree.py"))
 
 
 def stalled(e: BaseException, timeout_s: float) -> SpgnnError | None:

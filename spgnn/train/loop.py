@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import progress
+from ..comm import launch
 from ..comm.agree import agree
 from ..config import TrainConfig
 from ..errors import SpgnnError, out_of_memory, say
@@ -88,8 +89,9 @@ class Run:
 
     def report_done(self, error: BaseException) -> None:
         """Where the run failed once its epochs began (`error`: a collective's, as a peer died or stalled; running
-        out of memory), rank 0's report of the epochs done, written to cfg.output from this rank's figures alone
-        (no collective: the other ranks may be gone), with why the run stopped; the error is the caller's to raise."""
+        out of memory; this rank's own), rank 0's report of the epochs done, written to cfg.output from this rank's
+        figures alone (no collective: the other ranks may be gone), with why the run stopped; the error is the
+        caller's to raise."""
         if not (self.cfg.output and self.comm.rank == 0 and self.done):
             return
         records, best, good = self.done
@@ -98,7 +100,8 @@ class Run:
         kept = f"; {Path(good[0]) / checkpoint.FILE} holds epoch {good[1]}: continue with --resume {good[0]}" \
             if good else "; it cannot be continued (no checkpoint written)"
         report = self.report(records, None, best, everyone=[self.rank_report()])
-        why = "it ran out of memory" if out_of_memory(error) else "another process probably exited or stalled"
+        why = "it ran out of memory" if out_of_memory(error) else "another process probably exited or stalled" \
+            if launch.communicating(error) else "its own failure (its traceback follows)"
         report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}{kept}"} | \
             ({"predicted": None} if "predicted" in report else {})
         try:
