@@ -16,7 +16,7 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from . import dense, progress, spmm
+from . import dense, jsonfile, progress, spmm
 from .comm import calibrate as calibration
 from .comm import launch
 from .comm.agree import agree, on_rank0
@@ -339,6 +339,7 @@ def train(args, argv) -> int:
         on_rank0(comm, files)                 # rank waits out --timeout for a rank 0 that stopped at a bad path
     if cfg.resume:                      # every rank reads the checkpoint: one that another host cannot see is one line
         agree(comm, lambda: checkpoint.readable(cfg.resume))
+    since = jsonfile.stamp(cfg.output) if cfg.output and comm.rank == 0 else None    # before the set-up's minutes
     with progress.stage("setting up", "(reading this process's share, set-up exchanges)"):
         full = Trainer if cfg.task == "auto" else get_task(cfg.task).trainer()
         trainer = MinibatchTrainer(cfg, comm, *sampled, split_graph=args.split_graph) if sampled else full(cfg, comm)
@@ -353,7 +354,7 @@ def train(args, argv) -> int:
             print("spgnn: the cost model's rates are CPU rates: on a GPU the report's predicted seconds and memory, "
                   "and --algo auto's pick, describe a CPU run", flush=True)
     trainer.given_dataset = args.given_dataset     # the --nprocs parent handed its processes a partitioned folder
-    report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True))   # written to --output
+    report = trainer.run(log=None if args.quiet else lambda line: print(line, flush=True), since=since)   # --output
     if "stopped" in report:                 # diverged: the report so far is written, the line says where
         if comm.rank == 0:
             say(report["stopped"])

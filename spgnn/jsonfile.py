@@ -105,7 +105,7 @@ def stamp(path) -> tuple | None:
     file is replaced or changed."""
     try:
         st = Path(path).stat()
-    except FileNotFoundError:
+    except OSError:                 # none, or none this process may see: the write says which
         return None
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size
 
@@ -117,14 +117,15 @@ def write_json(path, obj, default=None, since=ANY) -> Path:
     """`obj` as indented, valid JSON (no NaN tokens: `json_safe`) at `path`, its folder made if missing (`default`
     as json.dumps takes it); returns where it was written. Atomic: a file already at `path` is replaced whole or
     not at all. Where `path` cannot be written (a full disk, a folder made read-only since the run began) or, given
-    `since` (its `stamp` when the run began), another run has written a file there since, the JSON goes to a new file
+    `since` (its `stamp` when the run began), another run has written a file there since (one removed since may be
+    written), the JSON goes to a new file
     in the temporary folder and SpgnnError names both, so that a run never loses its report, nor another's."""
     text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
     path = Path(path)
     real = path.resolve()                           # a link's target is written, not replaced by a file
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
-        if since != ANY and (real.is_file() or not real.exists()) and stamp(real) != since:
+        if since != ANY and (real.is_file() or not real.exists()) and stamp(real) not in (None, since):
             why = "another run has written it since this one began: give each run its own --output"
         elif real.exists() and not real.is_file():    # /dev/null, a pipe: written to, never replaced
             real.write_text(text)

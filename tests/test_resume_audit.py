@@ -153,3 +153,25 @@ def test_a_report_another_run_wrote_since_this_one_began_is_kept(tmp_path, monke
     kept = Path(str(e.value).rpartition(" ")[2])
     assert json.loads(output.read_text()) == {"another": "run"} and len(json.loads(kept.read_text())["epochs"]) == 2
     kept.unlink()
+    # one removed while the run trained is no other run's: written (it was refused as 'another run has written it')
+    monkeypatch.setattr(Trainer, "epoch", lambda self, epoch: output.unlink(missing_ok=True) or step(self, epoch))
+    Trainer(TrainConfig(hidden=8, epochs=2, output=str(output)), Comm(0, 1)).run(log=None)
+    assert len(json.loads(output.read_text())["epochs"]) == 2
+
+
+def test_the_command_line_notes_the_report_before_the_set_up(tmp_path, monkeypatch, capsys):
+    """The stamp was taken when the epochs began, after the set-up (reading and partitioning: hours on a large
+    graph): a report another run wrote meanwhile was replaced without a word."""
+    output = tmp_path / "r.json"
+    build = Trainer.__init__
+
+    def another_run_ends(self, *args, **kwargs):
+        output.write_text('{"another": "run"}')
+        build(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "__init__", another_run_ends)
+    assert cli.main(["train", "--epochs", "1", "--hidden", "8", "--quiet", "--output", str(output)]) == 2
+    assert json.loads(output.read_text()) == {"another": "run"}
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "another run has written it since this one began" in line
+    Path(line.rpartition(" ")[2]).unlink()

@@ -20,8 +20,8 @@ from ..comm import launch
 from ..comm.agree import agree
 from ..config import TrainConfig
 from ..errors import SpgnnError, out_of_memory, say
+from ..jsonfile import ANY, write_json
 from ..jsonfile import stamp as file_stamp
-from ..jsonfile import write_json
 from ..layers.stack import config_model
 from ..memory import peak_rss_bytes, peak_rss_since_restart, restart_peak
 from ..metrics import NotFinite
@@ -57,16 +57,20 @@ class Run:
 
     given_dataset: str | None = None   # the dataset as the user named it, where cfg.dataset is a folder handed on
 
-    def run(self, log=print) -> dict:
+    def run(self, log=print, since="now") -> dict:
         """Train for cfg.epochs (from the checkpoint in cfg.resume, if given; writing one to cfg.checkpoint every
         cfg.checkpoint_every epochs and at the end, if given); returns the report (complete on rank 0, this
         rank's part elsewhere), written to cfg.output (JSON) by rank 0 if given, also when the run diverged or a
         checkpoint could not be written (then SpgnnError, once the report of the epochs done is written).
         `log` (rank 0) gets one line an epoch. Asked to stop by a signal (where the command handles them,
         `interrupt.handled`), the ranks stop after the same epoch, checkpoint it and evaluate as at the end; the
-        report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``."""
+        report then holds ``"interrupted": {"signal": name, "epoch": the last epoch done}``. A report another run
+        has written at cfg.output since this one began (`since`: rank 0's `jsonfile.stamp` of it then, "now" to
+        take it here) is kept, and this run's goes to a temporary file its SpgnnError names."""
         interrupt.graceful()
-        self.done, self.since = None, self.cfg.output and file_stamp(self.cfg.output)   # (rank 0's is the one used)
+        self.done, self.since = None, ANY
+        if self.cfg.output and self.comm.rank == 0:          # (rank 0 writes the report)
+            self.since = file_stamp(self.cfg.output) if since == "now" else since
         try:
             report, unsaved = self._train(log), None
         except Unsaved as u:
