@@ -537,7 +537,9 @@ def memory_limit(text) -> int | None:
 def size_text(b: float) -> str:
     """`b` bytes in the largest binary unit of which it holds at least one ("1 KiB", "512 MiB", "1.5 GiB")."""
     k = next((k for k in range(4, 0, -1) if b >= 1024 ** k), 0)
-    return f"{b:.0f} B" if k == 0 else f"{b / 1024 ** k:.3g} {('KiB', 'MiB', 'GiB', 'TiB')[k - 1]}"
+    v = b / 1024 ** k
+    return f"{b:.0f} B" if k == 0 else f"{v:.0f} {('KiB', 'MiB', 'GiB', 'TiB')[k - 1]}" if v >= 100 else \
+        f"{v:.3g} {('KiB', 'MiB', 'GiB', 'TiB')[k - 1]}"
 
 
 def under_memory(table: list, limit: int | None, what: str, strict: bool = True) -> list:

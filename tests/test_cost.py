@@ -323,7 +323,8 @@ def test_messages_name_the_grid_as_given():
     with pytest.raises(cli.SpgnnError, match=r"^--memory-per-rank 1 KiB: --algo 2d on grid 2x2 needs [0-9.]+ MiB a "
                                              r"rank"):             # (1K was said as 9.54e-07 GiB)
         plan.plan(TrainConfig(algo="2d", grid="2x2", memory_per_rank="1K"), 4, small_graph(n=40))
-    assert [cost.size_text(b) for b in (1000, 1024, 1536 * 2**20, 2**42)] == ["1000 B", "1 KiB", "1.5 GiB", "4 TiB"]
+    assert [cost.size_text(b) for b in (1000, 1024, 1536 * 2**20, 1000 * 2**20, 1023.9 * 2**30, 2**42)] == \
+        ["1000 B", "1 KiB", "1.5 GiB", "1000 MiB", "1024 GiB", "4 TiB"]
     with pytest.raises(cli.SpgnnError, match=r"--algo 3d on grid 2x1x2 needs"):
         plan.plan(TrainConfig(algo="3d", grid="2x1x2", memory_per_rank="1K"), 4, small_graph(n=40))
 
