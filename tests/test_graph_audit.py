@@ -177,6 +177,8 @@ def test_signed_features_are_row_normalised_by_their_l1_norm():
     bags = np.random.default_rng(0).integers(0, 3, (300, 40)).astype(np.float32)
     sums = bags.sum(axis=1, keepdims=True)
     assert np.array_equal(graph.row_normalize(bags), bags / np.where(sums == 0, 1, sums))
+    for dtype in (bool, np.int8, np.uint8):                     # sums of 300 ones in the input's type overflowed
+        assert np.allclose(graph.row_normalize(np.ones((2, 300), dtype)), 1 / 300)
     sbm = load_dataset("sbm:2000:4")
     normed = Trainer(TrainConfig(dataset="sbm:2000:4", epochs=1, algo="1d")).x.numpy()
     assert sbm.x.min() < 0 and np.allclose(np.abs(normed).sum(axis=1), 1, rtol=1e-5)

@@ -217,7 +217,7 @@ def row_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Each feature row divided by its L1 norm Σ_j |x_ij| (its sum where no value is negative, as for bags of words;
     rows of zeros left as they are); `out=x` in place. By the sum alone, a row of signed values that nearly cancel
     grew without bound (Gaussian features reached |x| ≈ 1800)."""
-    s = np.empty((x.shape[0], 1), dtype=np.result_type(x.dtype, np.int8))
+    s = np.empty((x.shape[0], 1), dtype=x.dtype if x.dtype.kind == "f" else np.float64)    # (bool, int8: no sum)
     for i in range(0, x.shape[0], ROWS):                  # |x| a block of rows at a time, not a copy of x
         s[i:i + ROWS, 0] = np.abs(x[i:i + ROWS]).sum(axis=1)
     return np.divide(x, np.where(s == 0, 1, s), out=out)
