@@ -154,6 +154,8 @@ def test_an_ogb_name_is_told_to_give_the_folder():
 
     with pytest.raises(SpgnnError, match=r"spgnn downloads no OGB dataset; .* --dataset PATH/ogbn_arxiv/ "):
         load_dataset("ogbn-arxiv")
+    with pytest.raises(SpgnnError, match=r"--dataset PATH/ogbn_papers100M/ "):        # OGB's own case, not lowered
+        load_dataset("ogbn-papers100M")
     with pytest.raises(SpgnnError, match=r"OGB folder or partitioned folder$"):
         load_dataset("pubmed")
 

@@ -125,7 +125,7 @@ def _load(spec, data_dir, seed: int, read: bool = True) -> Graph | None:
         raise SpgnnError(f"no such file or folder: {spec} (for a dataset path give an existing {PATH_KINDS})")
     if key.startswith(("ogbn", "ogbl")):          # a name OGB's loaders take: spgnn reads the folder they make
         raise SpgnnError(f"unknown dataset {spec!r}: spgnn downloads no OGB dataset; give the folder OGB publishes "
-                         f"it as, --dataset PATH/{key.replace('-', '_')}/ (docs/data.md, OGB folders)")
+                         f"it as, --dataset PATH/{head.replace('-', '_')}/ (docs/data.md, OGB folders)")
     near = difflib.get_close_matches(key, [*KNOWN_DATASETS, "rmat", "sbm"], n=1, cutoff=0.6)
     raise SpgnnError(f"unknown dataset {spec!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
                      + f"; {_spec_help()}")
