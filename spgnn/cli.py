@@ -775,9 +775,9 @@ OUT_OF_MEMORY = {       # what to do when a command runs out of memory
     "plot": "chart fewer reports at once"}
 
 
-# the options of the commands that name a file or folder: none empty by default, but the last (--ogb-split: none)
 PATHS = ("dataset", "data_dir", "cache_dir", "partition", "calibration", "resume", "checkpoint", "output", "json",
-         "plot", "ogb_split")
+         "plot", "ogb_split")       # the options of the commands that name a file or folder
+EMPTY_IS_NONE = frozenset({"ogb_split"})        # of them, those whose default is the empty path
 
 
 def _paths(args) -> None:
@@ -785,7 +785,8 @@ def _paths(args) -> None:
     shell leaves as it is); SpgnnError where one was given an empty path (``--resume "$CKPT"``, CKPT unset), which a
     command would take for none: a resume from scratch, no report, the default cache; or ``-``, which would name a
     file ``-`` in the working folder."""
-    if flag := next((f"--{n.replace('_', '-')}" for n in PATHS[:-1] if getattr(args, n, None) == ""), None):
+    empty = [n for n in PATHS if n not in EMPTY_IS_NONE and getattr(args, n, None) == ""]
+    if flag := next((f"--{n.replace('_', '-')}" for n in empty), None):
         raise SpgnnError(f"{flag} was given an empty path (an unset shell variable?): give it a path, or leave {flag} "
                          "out")
     if flag := next((f"--{n.replace('_', '-')}" for n in PATHS if getattr(args, n, None) == "-"), None):
@@ -841,7 +842,7 @@ def _command(args, argv, rank: int) -> int:
         if out_of_memory(e):
             remedy = OUT_OF_MEMORY.get(args.command, "use a machine with more memory")
             say(f"rank {rank}: out of memory ({first[:200]}): {remedy}")
-        elif launch.communicating(e):   # a collective failed: a peer died or timed out
+        elif launch.communicating(e, launch.detect().world_size):   # a collective failed: a peer died or stalled
             say(f"rank {rank}: communication failed ({first}); another process probably exited or stalled, see "
                    "its output")
         else:                   # this rank's own failure: where it happened

@@ -627,6 +627,8 @@ def test_only_a_collective_that_failed_is_called_a_communication_failure(monkeyp
             raise RuntimeError(message)
         return command
 
+    monkeypatch.setenv("RANK", "0")                 # a rank of two: at P = 1 no peer is blamed
+    monkeypatch.setenv("WORLD_SIZE", "2")
     for command, said in ((raiser("Connection reset by peer", comm.__file__), "communication failed"),
                           (raiser("DefaultCPUAllocator: can't allocate memory: you tried"), "out of memory"),
                           (raiser("DefaultCPUAllocator: can't allocate memory", comm.__file__), "out of memory"),
@@ -636,6 +638,10 @@ def test_only_a_collective_that_failed_is_called_a_communication_failure(monkeyp
         assert cli.main(["plot", "r.json", "--output", "p.png"]) == 1
         err = capsys.readouterr().err
         assert said in err and ("communication failed" in err) == (said == "communication failed"), err
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setitem(cli.COMMANDS, "plot", raiser("Connection reset by peer", comm.__file__))
+    assert cli.main(["plot", "r.json", "--output", "p.png"]) == 1
+    assert "communication failed" not in capsys.readouterr().err
 
 
 def _overflow_on_one_rank(comm):

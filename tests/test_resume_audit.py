@@ -47,15 +47,20 @@ def test_a_run_that_ends_early_says_why_when_its_report_cannot_be_written(how, s
     assert code == 2 and err == [f"spgnn: error: {said}; {UNWRITABLE}"]
 
 
-@pytest.mark.parametrize("error, why", [(torch.distributed.DistError("Connection reset by peer"),
-                                         "another process probably exited"),
+@pytest.mark.parametrize("error, why", [(torch.distributed.DistError("Connection reset by peer"),      # at P = 1
+                                         "its own failure (see its traceback on stderr)"),
                                         (MemoryError(), "it ran out of memory"),
-                                        (RuntimeError("a bug"), "its own failure (its traceback follows)")])
+                                        (RuntimeError("a bug"), "its own failure (see its traceback on stderr)"),
+                                        (KeyError("a bug"), "its own failure (see its traceback on stderr)")])
 def test_a_run_that_fails_mid_epochs_keeps_its_report(error, why, tmp_path, monkeypatch):
     """A rank killed (kill -9, the node lost) or stalled past --timeout mid-run failed the others' next collective:
     the job ended with no report, the figures of every epoch done lost. Rank 0 writes its report of the epochs done
-    (its own figures), saying why the run stopped (another process only where a collective failed) and which
-    checkpoint to continue from."""
+    (its own figures), saying why the run stopped (another process only where a collective among several failed)
+    and which checkpoint to continue from."""
+    from spgnn.comm import launch
+
+    assert launch.communicating(torch.distributed.DistError("reset"), 2)
+    assert not launch.communicating(torch.distributed.DistError("reset"), 1)
     step = Trainer.epoch
 
     def failing(self, epoch):

@@ -718,10 +718,13 @@ def _shell_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def communicating(e: BaseException) -> bool:
-    """Whether `e` was raised by a collective: torch.distributed's own error, or one whose innermost Python frame
-    is torch.distributed's or a transport's of spgnn.comm (not a computation that merely ran under it, as an
-    SpMM inside its autograd wrapper or a partitioning inside `agree`)."""
+def communicating(e: BaseException, world_size: int) -> bool:
+    """Whether `e` was raised by a collective among `world_size` processes (at 1, none is: no peer to blame):
+    torch.distributed's own error, or one whose innermost Python frame is torch.distributed's or a transport's of
+    spgnn.comm (not a computation that merely ran under it, as an SpMM inside its autograd wrapper or a partitioning
+    inside `agree`)."""
+    if world_size <= 1:
+        return False
     tb = e.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next

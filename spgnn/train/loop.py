@@ -75,7 +75,9 @@ class Run:
             report, unsaved = self._train(log), None
         except Unsaved as u:
             report, unsaved = u.report, u
-        except (RuntimeError, MemoryError) as e:    # a collective failed (a peer died or stalled), memory ran out
+        except SpgnnError:
+            raise
+        except Exception as e:      # a collective failed (a peer died or stalled), memory ran out, this rank's own
             self.report_done(e)
             raise
         if self.cfg.output:                 # rank 0 writes; a failure is every rank's one line
@@ -105,7 +107,7 @@ class Run:
             if good else "; it cannot be continued (no checkpoint written)"
         report = self.report(records, None, best, everyone=[self.rank_report()])
         why = "it ran out of memory" if out_of_memory(error) else "another process probably exited or stalled" \
-            if launch.communicating(error) else "its own failure (its traceback follows)"
+            if launch.communicating(error, self.comm.world_size) else "its own failure (see its traceback on stderr)"
         report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}{kept}"} | \
             ({"predicted": None} if "predicted" in report else {})
         try:
