@@ -86,7 +86,7 @@ def test_partition_anew_is_a_command_that_runs(tmp_path, capsys):
     again = str(tmp_path / "again.npz")                 # it runs as said, and makes the partition the layout needs
     assert cli.main([*shlex.split(said)[1:-1], again, "--quiet"]) == 0
     check_given_parts(TrainConfig(dataset="sbm:60:3", partition=again), 3)
-    # a named dataset looked up in a --data-dir: the command looks there too
+    # a run given a --data-dir: the command carries it
     with pytest.raises(SpgnnError) as e:
         check_given_parts(TrainConfig(dataset="sbm:60:3", data_dir=str(tmp_path), partition=parts), 3)
     assert f"spgnn partition --dataset sbm:60:3 --data-dir {tmp_path} --nparts 3" in str(e.value)

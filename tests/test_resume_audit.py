@@ -113,14 +113,20 @@ def test_a_write_the_disk_refuses_is_said_as_such(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_resume_folder_without_a_whole_checkpoint_says_what_it_holds(tmp_path):
+def test_a_resume_folder_without_a_whole_checkpoint_says_what_it_holds(tmp_path, monkeypatch):
     """A run killed while it wrote its first checkpoint left only the temporary of that write: --resume of its folder
     said 'holds no checkpoint: --resume takes a folder written by --checkpoint', which it was; a folder that does not
     exist said it held no checkpoint. Each now says what it is; a --checkpoint that is a file said 'File exists'."""
     folder = tmp_path / "ck"
     with pytest.raises(SpgnnError, match=rf"^{folder} does not exist: --resume takes a folder written by "
-                                         "--checkpoint$"):
+                                         r"--checkpoint \(on every host of the job, at the same path\)$"):
         checkpoint.readable(folder)
+    monkeypatch.setenv("RANK", "1")                     # a rank of a job: where it looked (every rank reads it)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SpgnnError, match=rf"^{folder} does not exist on rank 1 \(host {socket.gethostname()}\): "):
+        checkpoint.readable(folder)
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
     folder.mkdir()
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     cut = folder / f".{checkpoint.FILE}.{gone.stdout.strip()}@{socket.gethostname()}.0123abcd.tmp"

@@ -30,6 +30,7 @@ import io
 import os
 import pickle
 import re
+import socket
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -180,13 +181,22 @@ def run_identity(cfg, info) -> dict:
         ({"split_hash": split} if split else {})
 
 
+def _here() -> str:
+    """" on rank r (host h)" under a launcher of several processes, else "" (no host to name)."""
+    from ..comm import launch
+
+    at = launch.detect()
+    return f" on rank {at.rank} (host {socket.gethostname()})" if at.world_size > 1 else ""
+
+
 def readable(folder) -> Path:
     """The checkpoint file in `folder`, once it is there to be read; else SpgnnError."""
     path = Path(folder) / FILE
     if Path(folder).is_file():
         raise SpgnnError(f"{folder} is a file: --resume takes the folder --checkpoint wrote ({Path(folder).parent})")
     if not Path(folder).is_dir():
-        raise SpgnnError(f"{folder} does not exist: --resume takes a folder written by --checkpoint")
+        raise SpgnnError(f"{folder} does not exist{_here()}: --resume takes a folder written by --checkpoint (on "
+                         "every host of the job, at the same path)")
     if not path.is_file():
         cut = sorted(abandoned(path))               # a write of a process gone, which renamed nothing
         raise SpgnnError(f"{folder} holds no checkpoint ({FILE})" + (
