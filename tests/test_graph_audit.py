@@ -122,6 +122,11 @@ def test_an_edge_list_of_weights_or_a_header_is_refused_in_its_own_words(tmp_pat
     for line, says in ((str(e.value), (said,)), (str(ooc.value), (said, "found 3 columns"))):   # (a line of 3 alone)
         assert "expected two columns, integer node ids 'src dst' or 'src,dst' a line" in line
         assert any(s in line for s in says) and "usecols" not in line and "no header and no weights" in line
+    (tmp_path / "edges.txt").write_text("0 1\n1 2\n2 x\n")     # out of core, the file's row, not its chunk's
+    for read in (lambda: load_dataset(str(tmp_path)),
+                 lambda: partition_edge_folder(tmp_path, tmp_path / "parts", 2, "block", chunk=2)):
+        with pytest.raises(SpgnnError, match="could not convert string 'x' to int64 at row 2, column 2"):
+            read()
 
 
 def test_auto_says_why_no_layout_fits_a_small_graph(tmp_path):

@@ -26,6 +26,7 @@ import io
 import itertools
 import json
 import os
+import re
 import warnings
 import zipfile
 from collections.abc import Mapping
@@ -486,9 +487,11 @@ def edge_delimiter(path: Path) -> str | None:
     return "," if "," in first else None
 
 
-def read_edge_text(path: Path, source=None, delimiter: str | None = None, max_rows: int | None = None) -> np.ndarray:
+def read_edge_text(path: Path, source=None, delimiter: str | None = None, max_rows: int | None = None,
+                   first: int = 0) -> np.ndarray:
     """[e, 2] int64 of two integer columns separated by whitespace or commas ('#' starts a comment): the whole
-    edge-list file `path`, or the next `max_rows` lines of `source` (the file open, read in chunks; the end: e = 0)."""
+    edge-list file `path`, or the next `max_rows` lines of `source` (the file open, read in chunks, `first` edge
+    lines read before, which a bad line's row counts; the end: e = 0)."""
     layout = "expected two columns, integer node ids 'src dst' or 'src,dst' a line ('#' starts a comment)"
     weights = "an edge list holds no header and no weights (give weights through a spgnn.Graph or a PyG Data's " \
         "edge_weight)"
@@ -501,6 +504,7 @@ def read_edge_text(path: Path, source=None, delimiter: str | None = None, max_ro
                                max_rows=max_rows, ndmin=2)
         except ValueError as err:       # a header, a weight column, a float id, a ragged line: numpy's words
             reason = str(err).strip().splitlines()[0].split("; use `usecols`")[0].rstrip(".")
+            reason = re.sub(r"at row (\d+)", lambda m: f"at row {int(m[1]) + first}", reason)    # of the file
             raise SpgnnError(f"cannot read {path}: {layout}: {reason}; {weights}") from None
     if e.size == 0:
         return np.zeros((0, 2), np.int64)

@@ -134,7 +134,9 @@ class EdgeFolder:
     def _text_chunks(self):
         delimiter = edge_delimiter(self.edge_file)
         with self.edge_file.open() as f:
-            while (c := read_edge_text(self.edge_file, f, delimiter, self.chunk)).size:
+            read = 0
+            while (c := read_edge_text(self.edge_file, f, delimiter, self.chunk, read)).size:
+                read += len(c)
                 yield c
 
     def chunks(self) -> int | None:
