@@ -78,6 +78,11 @@ def test_a_run_that_fails_mid_epochs_keeps_its_report(error, why, tmp_path, monk
     assert report["stopped"].startswith(f"rank 0 failed after epoch 2 ({type(error).__name__}") and why in \
         report["stopped"] and report["stopped"].endswith(f"{folder / checkpoint.FILE} holds epoch 1: continue with "
                                                          f"--resume {folder}")
+    # a report that cannot be made (memory gone again, say) is said, and the run's own error is what is raised
+    monkeypatch.setattr(Trainer, "rank_report", lambda self: 1 / 0)
+    with pytest.raises(type(error)):
+        Trainer(TrainConfig(hidden=8, epochs=6, output=str(tmp_path / "s.json")), Comm(0, 1)).run(log=None)
+    assert not (tmp_path / "s.json").exists()
 
 
 @pytest.mark.parametrize("kind, data", [("empty", b""), ("pickle", pickle.dumps({"epoch": 3})),

@@ -105,15 +105,17 @@ class Run:
         when = f"after epoch {records[-1]['epoch']}" if records else "in its first epoch"
         kept = f"; {Path(good[0]) / checkpoint.FILE} holds epoch {good[1]}: continue with --resume {good[0]}" \
             if good else "; it cannot be continued (no checkpoint written)"
-        report = self.report(records, None, best, everyone=[self.rank_report()])
         why = "it ran out of memory" if out_of_memory(error) else "another process probably exited or stalled" \
             if launch.communicating(error, self.comm.world_size) else "its own failure (see its traceback on stderr)"
-        report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}{kept}"} | \
-            ({"predicted": None} if "predicted" in report else {})
-        try:
+        try:                                # (a failure here must not hide `error`, which the caller raises)
+            report = self.report(records, None, best, everyone=[self.rank_report()])
+            report |= {"stopped": f"rank {self.comm.rank} failed {when} ({type(error).__name__}: {first}); {why}"
+                                  f"{kept}"} | ({"predicted": None} if "predicted" in report else {})
             write_json(self.cfg.output, report, since=self.since)
         except SpgnnError as e:
             say(str(e))
+        except Exception as e:             # out of memory again, say: said, and the run's own error raised
+            say(f"the report of the epochs done could not be made ({type(e).__name__}: {e})")
 
     def _train(self, log) -> dict:
         cfg, start, records, best = self.cfg, 0, [], None
