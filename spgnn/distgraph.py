@@ -44,9 +44,8 @@ from .comm.grid import ProcessGrid
 from .config import TrainConfig
 from .errors import SpgnnError
 from .graph.adjacency import ADJACENCIES, Adjacency, get_adjacency
-from .graph.graph import row_normalize
+from .graph.graph import normalized_features
 from .graph.pyg import given_graph
-from .graph.validate import check_row_norm
 from .layers.registry import options as layer_options
 from .plan import open_parts
 from .spmm.base import check_attend
@@ -178,13 +177,13 @@ class DistGraph:
         cls = spmm.get(cfg.algo)
         self.grid = ProcessGrid(comm, shape, cls.grid_names, cfg.device, cls.planes())
         share = agree(comm, lambda: self.parts.share(cls.part_of(shape, self.grid.coord)))
-        if cfg.feature_norm == "row":
-            agree(comm, lambda: check_row_norm(share.x, f"dataset {self.info.name!r}"))
+        where = f"dataset {self.info.name!r}"          # (normalised in place, before any work is spent)
+        agree(comm, lambda: normalized_features(share.x, cfg.feature_norm, where, out=share.x))
         with progress.stage("set-up exchanges", f"({cfg.algo}: {', '.join(names)})"):
             self.layouts = {a: cls.from_share(share, a, comm, self.grid, cfg.device, **cls.constructor_options(cfg))
                             for a in names}
         self.algo = self.layouts[names[0]]
-        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
+        x = share.x
         share.drop_features()
         self.x = self.algo.scatter(x)
         del x

@@ -221,3 +221,12 @@ def row_normalize(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     for i in range(0, x.shape[0], ROWS):                  # |x| a block of rows at a time, not a copy of x
         s[i:i + ROWS, 0] = np.abs(x[i:i + ROWS]).sum(axis=1)
     return np.divide(x, np.where(s == 0, 1, s), out=out)
+
+
+def normalized_features(x: np.ndarray, norm: str, where: str, out: np.ndarray | None = None) -> np.ndarray:
+    """X as ``--feature-norm`` `norm` makes it: "row" each row divided by its L1 norm (`row_normalize`; `out=x` in
+    place), after `validate.check_row_norm` (SpgnnError naming `where` for what that would erase); "none" X itself."""
+    if norm != "row":
+        return x
+    v.check_row_norm(x, where)
+    return row_normalize(x, out=out)

@@ -40,9 +40,8 @@ from ..distgraph import all_reduce_gradients
 from ..errors import SpgnnError
 from ..graph.adjacency import normalize
 from ..graph.datasets import load_dataset
-from ..graph.graph import row_normalize
+from ..graph.graph import normalized_features
 from ..graph.pyg import given_graph
-from ..graph.validate import check_row_norm
 from ..hashing import mix_key
 from ..layers.registry import LAYERS, get_layer
 from ..memory import held_bytes
@@ -172,9 +171,7 @@ class MinibatchTrainer(Run):
         else:
             self.layout, self.full = None, None       # the full-graph operator, made at the first evaluation
             self.adj = normalize(g.adj, self.adjacency)
-            if cfg.feature_norm == "row":
-                check_row_norm(g.x, f"dataset {g.name!r}")
-            x = row_normalize(g.x) if cfg.feature_norm == "row" else g.x
+            x = normalized_features(g.x, cfg.feature_norm, f"dataset {g.name!r}")     # (a copy: g is the caller's)
             self.x, self.y = torch.as_tensor(x).to(cfg.device), torch.as_tensor(g.y).to(cfg.device)
             self.sampler = make_sampler(sampler, self.adj)
             self.features = lambda ids: self.x[torch.as_tensor(ids)]
@@ -188,8 +185,7 @@ class MinibatchTrainer(Run):
         cfg, comm, info, kind = self.cfg, self.comm, parts.info, self.adjacency
         self.layout = RowBlocks(info.n, comm, cfg.replication or 1, bounds=info.offsets)
         share = agree(comm, lambda: parts.share(self.layout.block))
-        if cfg.feature_norm == "row":
-            agree(comm, lambda: check_row_norm(share.x, f"dataset {info.name!r}"))
+        agree(comm, lambda: normalized_features(share.x, cfg.feature_norm, f"dataset {info.name!r}", out=share.x))
         column = self.layout.column
         grid = ProcessGrid(comm, self.layout.grid.shape, ("part", "replica"), cfg.device)    # "part" = column
         with comm.phase("setup"):
@@ -202,8 +198,7 @@ class MinibatchTrainer(Run):
             counts = comm.all_gather_v(torch.tensor([[len(mine)]]), [1] * column.size, column).ravel().tolist()
             train = comm.all_gather_v(both, counts, column).numpy()
         self.train_ids, self.y = train[:, 0], torch.as_tensor(train[:, 1]).to(cfg.device)   # sorted: blocks in order
-        x = row_normalize(share.x, out=share.x) if cfg.feature_norm == "row" else share.x
-        self.x = torch.as_tensor(x).to(cfg.device)
+        self.x = torch.as_tensor(share.x).to(cfg.device)        # (normalised in place above)
         self.features = FeatureFetcher(self.x, self.layout)
         self.local = {"node_ids": torch.as_tensor(share.node_ids), "y": torch.as_tensor(share.y),
                       "masks": {k: torch.as_tensor(m) for k, m in share.masks.items()}}
