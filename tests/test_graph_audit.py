@@ -214,3 +214,21 @@ def test_a_graph_of_one_class_is_refused():
         Trainer(TrainConfig(epochs=1, algo="1d"), graph=one)
     with pytest.raises(SpgnnError, match=said):
         MinibatchTrainer(TrainConfig(model="sage", epochs=1), None, "sage:2", 2, graph=one)
+
+
+def test_edge_weights_are_never_lost_through_an_npz(tmp_path):
+    """read_npz read a weighted adj_data as ones, and save_npz wrote a weighted graph (or one with self-loops) as a
+    binary one without them: a weighted graph became unweighted, silently. Both refuse in one line."""
+    from spgnn.graph.datasets import read_npz, save_npz
+
+    g = _weighted_star()
+    with pytest.raises(SpgnnError, match=r"save_npz writes binary graphs without self-loops, and .* has edge weights"):
+        save_npz(g, tmp_path / "w.npz")
+    a = sp.csr_matrix(g.adj)
+    np.savez(tmp_path / "r.npz", adj_data=a.data, adj_indices=a.indices, adj_indptr=a.indptr, adj_shape=a.shape,
+             attr_matrix=g.x, labels=g.y)
+    with pytest.raises(SpgnnError, match=r"r\.npz: its adj_data holds edge weights \(values other than 0 and 1\)"):
+        read_npz(tmp_path / "r.npz")
+    np.savez(tmp_path / "b.npz", adj_data=np.ones_like(a.data), adj_indices=a.indices, adj_indptr=a.indptr,
+             adj_shape=a.shape, attr_matrix=g.x, labels=g.y)
+    assert read_npz(tmp_path / "b.npz").n == g.n                  # ones: read as before

@@ -409,6 +409,10 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
         if {"adj_indices", "adj_indptr", "adj_shape"} <= keys:
             adj = _csr(npz, "adj", path).tocoo()
             keep = adj.data != 0
+            if (adj.data[keep] != 1).any():         # read as 1 each, silently: a weighted graph trained unweighted
+                raise SpgnnError(f"cannot read {path}: its adj_data holds edge weights (values other than 0 and 1), "
+                                 "which a .npz dataset does not carry: give the weighted graph as a spgnn.Graph (its "
+                                 "adj) or a PyG Data (edge_weight), or make adj_data ones to train it unweighted")
             src, dst, n = adj.row[keep], adj.col[keep], adj.shape[0]
             if adj.shape[0] != adj.shape[1]:
                 raise SpgnnError(f"cannot read {path}: adjacency must be square, got shape {adj.shape}")
@@ -444,7 +448,11 @@ def read_npz(path: str | os.PathLike, name: str | None = None, split: int | None
 
 
 def save_npz(graph: Graph, out_path: str | os.PathLike) -> Path:
-    """Write ``graph`` compactly in ``read_npz``'s CSR layout (features as CSR float32, bit-exact)."""
+    """Write ``graph`` compactly in ``read_npz``'s CSR layout (features as CSR float32, bit-exact); SpgnnError for a
+    graph with edge weights or self-loops, which that layout does not carry (read back, the graph would differ)."""
+    if (graph.adj.data != 1).any() or graph.adj.diagonal().any():
+        raise SpgnnError(f"save_npz writes binary graphs without self-loops, and {graph.name!r} has edge weights or "
+                         "self-loops, which it would lose: keep the graph as it is (a spgnn.Graph, a PyG Data)")
     def small(a):
         a = np.asarray(a)
         return a.astype(np.min_scalar_type(int(a.max()) if a.size else 0))
