@@ -118,8 +118,8 @@ def write_json(path, obj, default=None, since=ANY) -> Path:
     as json.dumps takes it); returns where it was written. Atomic: a file already at `path` is replaced whole or
     not at all. Where `path` cannot be written (a full disk, a folder made read-only since the run began) or, given
     `since` (its `stamp` when the run began), another run has written a file there since (one removed since may be
-    written), the JSON goes to a new file
-    in the temporary folder and SpgnnError names both, so that a run never loses its report, nor another's."""
+    written), the JSON goes to a new file in the temporary folder and SpgnnError names both, so that a run never
+    loses its report, nor another's."""
     text = json.dumps(json_safe(obj), indent=1, default=default, allow_nan=False)
     path = Path(path)
     real = path.resolve()                           # a link's target is written, not replaced by a file

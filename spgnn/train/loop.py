@@ -91,7 +91,7 @@ class Run:
             raise SpgnnError(str(unsaved))
         return report
 
-    done = None     # (records, best, the last checkpoint's (folder, epoch) or None) of the epochs done so far
+    done = None     # (records, best, [the last checkpoint's (folder, epoch) or None]) of the epochs done so far
 
     def report_done(self, error: BaseException) -> None:
         """Where the run failed once its epochs began (`error`: a collective's, as a peer died or stalled; running
@@ -100,7 +100,7 @@ class Run:
         caller's to raise."""
         if not (self.cfg.output and self.comm.rank == 0 and self.done):
             return
-        records, best, good = self.done
+        records, best, (good,) = self.done
         first = (str(error).strip().splitlines() or [""])[0][:200]
         when = f"after epoch {records[-1]['epoch']}" if records else "in its first epoch"
         kept = f"; {Path(good[0]) / checkpoint.FILE} holds epoch {good[1]}: continue with --resume {good[0]}" \
@@ -130,10 +130,10 @@ class Run:
         good = [(cfg.resume, start - 1)] if cfg.resume else [None]     # the last checkpoint: (folder, epoch)
         last = [folder and checkpoint.stamp(folder)]                   # (rank 0's) of the checkpoint there now
         self.setup_peak_rss = restart_peak()                            # the set-up's peak; training's from here
-        self.done = (records, best, good[0])
+        self.done = (records, best, good)
 
         def save(epoch, records, best, stopping=False):     # `stopping`: the run stops after `epoch`
-            self.done = (records, best, good[0])
+            self.done = (records, best, good)
             if folder and (stopping or (epoch + 1) % cfg.checkpoint_every == 0 or epoch == cfg.epochs - 1):
                 state = checkpoint.state_of(self, epoch, records, best, mine) if self.comm.rank == 0 else None
                 try:
@@ -142,7 +142,6 @@ class Run:
                 except SpgnnError as e:     # every rank's: the run stops, its report of the epochs done written (`run`)
                     raise Unsaved(epoch, records, best, str(e)) from None
                 good[0] = (folder, epoch)
-                self.done = (records, best, good[0])
 
         self.first_epoch = start                 # what this process runs: its measurements are of these epochs
         stopped = None                           # {"signal", "epoch"} of a run asked to stop
