@@ -277,8 +277,10 @@ def main(argv=None) -> int:
     for a in autos:
         print(f"| {a['dataset']} | {a['P']} | {a['pick']} | {a['fastest']} | {a['ratio']:.2f} |")
     mem_ok = [abs(r["memory_ratio"] - 1) <= MEMORY_TARGET for r in mems]
-    said = [score(rows, 0)] * bool(rows) + [f"memory within {MEMORY_TARGET:.0%}: {sum(mem_ok)}/{len(mem_ok)}"]
-    print("\n" + "; ".join(said[:1 + bool(mems)] if rows else said))     # (no "0/0; median nan" of runs not made)
+    said = [score(rows, 0)] if rows else []             # (no "0/0; median nan" of runs not made)
+    if mems or not rows:
+        said.append(f"memory within {MEMORY_TARGET:.0%}: {sum(mem_ok)}/{len(mem_ok)}")
+    print("\n" + "; ".join(said))
     for k, f in enumerate(names[1:] if rows else [], 1):
         print(f"the same steps against {f}: {score(rows, k)}")
     first = args.files[0]
